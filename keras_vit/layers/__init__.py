@@ -1,0 +1,22 @@
+"""Keras layers of the ViT family. `keras.ops` only: they run on the
+TensorFlow, JAX and PyTorch backends."""
+
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.mixer import MixerBlock
+from keras_vit.layers.patch_encoder import PatchEncoder
+from keras_vit.layers.patches import Patches
+from keras_vit.layers.pooling import SequencePooling
+from keras_vit.layers.resnet import BottleneckUnit, ResNetRoot, StdConv2D
+from keras_vit.layers.transformer import TransformerBlock
+
+__all__ = [
+    "BottleneckUnit",
+    "DropPath",
+    "MixerBlock",
+    "PatchEncoder",
+    "Patches",
+    "ResNetRoot",
+    "SequencePooling",
+    "StdConv2D",
+    "TransformerBlock",
+]

@@ -1,0 +1,115 @@
+"""MixerBlock: token mixing + channel mixing (MLP-Mixer paper, Eq. 1)."""
+
+import keras
+from keras import ops
+
+from keras_vit.layers._utils import check_positive_int, check_rate
+from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.transformer import gelu_tanh
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class MixerBlock(keras.layers.Layer):
+    """One MLP-Mixer block.
+
+    ```
+    U = X + W2 GELU(W1 LayerNorm(X)^T)^T      # token mixing, across patches
+    Y = U + W4 GELU(W3 LayerNorm(U))           # channel mixing, per patch
+    ```
+
+    As in the official `MixerBlock`: LayerNorm epsilon 1e-6, GELU with the
+    tanh approximation, Dense layers with biases. Token-mixing weights
+    depend on the number of patches, so a trained Mixer cannot change its
+    input resolution.
+
+    Args:
+        tokens_mlp_dim: hidden width of the token-mixing MLP.
+        channels_mlp_dim: hidden width of the channel-mixing MLP.
+        drop_path_rate: stochastic depth rate of both residual branches
+            (0 in the paper).
+        layer_norm_epsilon: LayerNorm epsilon (official: 1e-6).
+
+    Example:
+
+    >>> block = MixerBlock(tokens_mlp_dim=8, channels_mlp_dim=32)
+    >>> block(keras.ops.ones((2, 16, 12))).shape
+    (2, 16, 12)
+    """
+
+    def __init__(
+        self,
+        tokens_mlp_dim,
+        channels_mlp_dim,
+        drop_path_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.tokens_mlp_dim = check_positive_int(tokens_mlp_dim, "tokens_mlp_dim")
+        self.channels_mlp_dim = check_positive_int(
+            channels_mlp_dim, "channels_mlp_dim"
+        )
+        self.drop_path_rate = check_rate(drop_path_rate, "drop_path_rate")
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        policy = self.dtype_policy
+        self.norm1 = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm1"
+        )
+        self.norm2 = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm2"
+        )
+        self.token_mixing1 = keras.layers.Dense(
+            self.tokens_mlp_dim, dtype=policy, name="token_mixing1"
+        )
+        self.channel_mixing1 = keras.layers.Dense(
+            self.channels_mlp_dim, dtype=policy, name="channel_mixing1"
+        )
+        self.drop_path = DropPath(
+            self.drop_path_rate, dtype=policy, name="drop_path"
+        )
+        self.token_mixing2 = None
+        self.channel_mixing2 = None
+
+    def build(self, input_shape):
+        if len(input_shape) != 3 or None in tuple(input_shape[1:]):
+            raise ValueError(
+                "MixerBlock expects (batch, tokens, channels) with a static "
+                f"number of tokens and channels, got {tuple(input_shape)}."
+            )
+        _, tokens, channels = input_shape
+        policy = self.dtype_policy
+        self.token_mixing2 = keras.layers.Dense(
+            tokens, dtype=policy, name="token_mixing2"
+        )
+        self.channel_mixing2 = keras.layers.Dense(
+            channels, dtype=policy, name="channel_mixing2"
+        )
+        self.norm1.build(input_shape)
+        self.norm2.build(input_shape)
+        self.token_mixing1.build((None, channels, tokens))
+        self.token_mixing2.build((None, channels, self.tokens_mlp_dim))
+        self.channel_mixing1.build(input_shape)
+        self.channel_mixing2.build((None, tokens, self.channels_mlp_dim))
+        self.built = True
+
+    def call(self, inputs, training=None):
+        y = ops.swapaxes(self.norm1(inputs), 1, 2)
+        y = self.token_mixing2(gelu_tanh(self.token_mixing1(y)))
+        x = inputs + self.drop_path(ops.swapaxes(y, 1, 2), training=training)
+        y = self.channel_mixing2(gelu_tanh(self.channel_mixing1(self.norm2(x))))
+        return x + self.drop_path(y, training=training)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "tokens_mlp_dim": self.tokens_mlp_dim,
+                "channels_mlp_dim": self.channels_mlp_dim,
+                "drop_path_rate": self.drop_path_rate,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config

@@ -1,0 +1,190 @@
+"""The ResNet (BiT) stem of the R+ViT hybrids: weight-standardised
+convolutions, GroupNorm, bottleneck units (ViT paper, Sec. 3.1 "Hybrid
+Architecture"; Kolesnikov et al., "Big Transfer")."""
+
+import keras
+from keras import ops
+
+from keras_vit.layers._utils import check_positive_int, to_pair
+
+GROUPS = 32
+GROUP_NORM_EPSILON = 1e-6
+WEIGHT_STANDARDIZATION_EPSILON = 1e-5
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class StdConv2D(keras.layers.Conv2D):
+    """`Conv2D` with weight standardisation.
+
+    The kernel is standardised over `(height, width, in_channels)` before
+    every convolution: `w = (w - mean(w)) / (std(w) + eps)` with the
+    population standard deviation and `eps = 1e-5`, as the official
+    `StdConv`. Takes every `keras.layers.Conv2D` argument.
+
+    Example:
+
+    >>> conv = StdConv2D(8, 3, padding="same", use_bias=False)
+    >>> conv(keras.ops.ones((1, 6, 6, 4))).shape
+    (1, 6, 6, 8)
+    """
+
+    def __init__(self, *args, epsilon=WEIGHT_STANDARDIZATION_EPSILON, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.epsilon = float(epsilon)
+
+    def standardized_kernel(self, kernel):
+        w = ops.cast(kernel, "float32")
+        mean = ops.mean(w, axis=(0, 1, 2), keepdims=True)
+        w = w - mean
+        std = ops.sqrt(ops.mean(ops.square(w), axis=(0, 1, 2), keepdims=True))
+        return ops.cast(w / (std + self.epsilon), kernel.dtype)
+
+    def convolution_op(self, inputs, kernel):
+        return super().convolution_op(inputs, self.standardized_kernel(kernel))
+
+    def get_config(self):
+        config = super().get_config()
+        config["epsilon"] = self.epsilon
+        return config
+
+
+def _group_norm(name, policy, gamma_initializer="ones"):
+    return keras.layers.GroupNormalization(
+        groups=GROUPS,
+        epsilon=GROUP_NORM_EPSILON,
+        gamma_initializer=gamma_initializer,
+        dtype=policy,
+        name=name,
+    )
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class ResNetRoot(keras.layers.Layer):
+    """The root of the hybrid stem: 7x7/2 StdConv, GroupNorm, ReLU,
+    3x3/2 max-pool (output stride 4).
+
+    Args:
+        width: number of channels (64 times the width factor).
+
+    Example:
+
+    >>> ResNetRoot(64)(keras.ops.ones((1, 32, 32, 3))).shape
+    (1, 8, 8, 64)
+    """
+
+    def __init__(self, width=64, **kwargs):
+        super().__init__(**kwargs)
+        self.width = check_positive_int(width, "width")
+        if self.width % GROUPS:
+            raise ValueError(
+                f"ResNetRoot width must be a multiple of {GROUPS} (GroupNorm "
+                f"groups), got {width}."
+            )
+        policy = self.dtype_policy
+        self.conv_root = StdConv2D(
+            self.width, 7, strides=2, padding="same", use_bias=False,
+            dtype=policy, name="conv_root",
+        )
+        self.gn_root = _group_norm("gn_root", policy)
+        self.pool = keras.layers.MaxPooling2D(
+            3, strides=2, padding="same", dtype=policy, name="pool"
+        )
+
+    def build(self, input_shape):
+        self.conv_root.build(input_shape)
+        shape = self.conv_root.compute_output_shape(input_shape)
+        self.gn_root.build(shape)
+        self.built = True
+
+    def call(self, inputs):
+        x = ops.relu(self.gn_root(self.conv_root(inputs)))
+        return self.pool(x)
+
+    def compute_output_shape(self, input_shape):
+        shape = self.conv_root.compute_output_shape(input_shape)
+        return self.pool.compute_output_shape(shape)
+
+    def get_config(self):
+        config = super().get_config()
+        config["width"] = self.width
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class BottleneckUnit(keras.layers.Layer):
+    """Pre-activation-free bottleneck unit of the BiT ResNet (official
+    `ResidualUnit`): 1x1 -> 3x3 (strided) -> 1x1 (4x features), each a
+    weight-standardised conv followed by GroupNorm; a projection shortcut
+    when the shape changes. The last GroupNorm starts with zero scale.
+
+    Args:
+        features: bottleneck width; the output has `4 * features` channels.
+        strides: stride of the 3x3 conv and of the projection.
+
+    Example:
+
+    >>> BottleneckUnit(32, strides=2)(keras.ops.ones((1, 8, 8, 64))).shape
+    (1, 4, 4, 128)
+    """
+
+    def __init__(self, features, strides=1, **kwargs):
+        super().__init__(**kwargs)
+        self.features = check_positive_int(features, "features")
+        self.strides = to_pair(strides, "strides")
+        policy = self.dtype_policy
+        f = self.features
+        self.conv1 = StdConv2D(f, 1, use_bias=False, dtype=policy, name="conv1")
+        self.gn1 = _group_norm("gn1", policy)
+        self.conv2 = StdConv2D(
+            f, 3, strides=self.strides, padding="same", use_bias=False,
+            dtype=policy, name="conv2",
+        )
+        self.gn2 = _group_norm("gn2", policy)
+        self.conv3 = StdConv2D(4 * f, 1, use_bias=False, dtype=policy, name="conv3")
+        self.gn3 = _group_norm("gn3", policy, gamma_initializer="zeros")
+        self.conv_proj = None
+        self.gn_proj = None
+
+    @property
+    def has_projection(self):
+        return self.conv_proj is not None
+
+    def build(self, input_shape):
+        f = self.features
+        policy = self.dtype_policy
+        if input_shape[-1] != 4 * f or self.strides != (1, 1):
+            self.conv_proj = StdConv2D(
+                4 * f, 1, strides=self.strides, use_bias=False, dtype=policy,
+                name="conv_proj",
+            )
+            self.gn_proj = _group_norm("gn_proj", policy)
+            self.conv_proj.build(input_shape)
+            self.gn_proj.build(self.conv_proj.compute_output_shape(input_shape))
+        shape = input_shape
+        for conv, norm in (
+            (self.conv1, self.gn1), (self.conv2, self.gn2), (self.conv3, self.gn3)
+        ):
+            conv.build(shape)
+            shape = conv.compute_output_shape(shape)
+            norm.build(shape)
+        self.built = True
+
+    def call(self, inputs):
+        residual = inputs
+        if self.conv_proj is not None:
+            residual = self.gn_proj(self.conv_proj(inputs))
+        y = ops.relu(self.gn1(self.conv1(inputs)))
+        y = ops.relu(self.gn2(self.conv2(y)))
+        y = self.gn3(self.conv3(y))
+        return ops.relu(residual + y)
+
+    def compute_output_shape(self, input_shape):
+        shape = self.conv2.compute_output_shape(
+            tuple(input_shape[:-1]) + (self.features,)
+        )
+        return tuple(shape[:-1]) + (4 * self.features,)
+
+    def get_config(self):
+        config = super().get_config()
+        config.update({"features": self.features, "strides": self.strides})
+        return config

@@ -1,0 +1,188 @@
+"""TransformerBlock: the pre-LN encoder block of the ViT paper (Eq. 2-3)."""
+
+import math
+
+import keras
+from keras import ops
+
+from keras_vit.layers._utils import check_positive_int, check_rate
+from keras_vit.layers.drop_path import DropPath
+
+
+def gelu_tanh(x):
+    """GELU with the tanh approximation, as `flax.linen.gelu` (the official
+    models) computes it. Exact-erf GELU changes official logits by ~2e-4."""
+    return ops.gelu(x, approximate=True)
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class TransformerBlock(keras.layers.Layer):
+    """Pre-LayerNorm transformer encoder block.
+
+    ```
+    x = x + DropPath(Dropout(MHSA(LayerNorm(x))))
+    x = x + DropPath(MLP(LayerNorm(x)))       # MLP: Dense, GELU, Dropout,
+                                               #      Dense, Dropout
+    ```
+
+    As in the official `Encoder1DBlock`: LayerNorm epsilon 1e-6, query
+    divided by `sqrt(head_dim)`, GELU with the tanh approximation. The
+    attention softmax and the LayerNorm statistics are computed in float32
+    under a mixed-precision policy.
+
+    The query, key and value projections are held as one fused
+    `(hidden, 3 * hidden)` kernel (`qkv`), one matmul instead of three;
+    `keras_vit.weights.official` maps them to the official per-head
+    `(hidden, heads, head_dim)` arrays.
+
+    Args:
+        num_heads: number of attention heads; must divide the width.
+        mlp_dim: width of the MLP hidden layer.
+        dropout_rate: dropout after attention and in the MLP.
+        attention_dropout_rate: dropout on the attention weights.
+        drop_path_rate: stochastic depth rate of both residual branches.
+        layer_norm_epsilon: LayerNorm epsilon (official: 1e-6).
+
+    Call arguments:
+        inputs: `(batch, tokens, hidden)`.
+        training: Python bool.
+        return_attention_scores: if `True`, returns
+            `(outputs, attention)` with the softmax attention weights of
+            shape `(batch, heads, tokens, tokens)` in float32.
+
+    Example:
+
+    >>> block = TransformerBlock(num_heads=2, mlp_dim=32)
+    >>> x = keras.ops.ones((1, 5, 16))
+    >>> y, attention = block(x, return_attention_scores=True)
+    >>> y.shape, attention.shape
+    ((1, 5, 16), (1, 2, 5, 5))
+    """
+
+    def __init__(
+        self,
+        num_heads,
+        mlp_dim,
+        dropout_rate=0.0,
+        attention_dropout_rate=0.0,
+        drop_path_rate=0.0,
+        layer_norm_epsilon=1e-6,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.num_heads = check_positive_int(num_heads, "num_heads")
+        self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+        self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
+        self.attention_dropout_rate = check_rate(
+            attention_dropout_rate, "attention_dropout_rate"
+        )
+        self.drop_path_rate = check_rate(drop_path_rate, "drop_path_rate")
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+
+        policy = self.dtype_policy
+        self.norm1 = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm1"
+        )
+        self.norm2 = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm2"
+        )
+        self.mlp_dense1 = keras.layers.Dense(
+            self.mlp_dim,
+            kernel_initializer="glorot_uniform",
+            bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
+            dtype=policy,
+            name="mlp_dense1",
+        )
+        self.attention_dropout = keras.layers.Dropout(
+            self.attention_dropout_rate, dtype=policy, name="attention_dropout"
+        )
+        self.dropout = keras.layers.Dropout(
+            self.dropout_rate, dtype=policy, name="dropout"
+        )
+        self.drop_path = DropPath(
+            self.drop_path_rate, dtype=policy, name="drop_path"
+        )
+        # Created in build(), when the width is known.
+        self.qkv = None
+        self.attention_output = None
+        self.mlp_dense2 = None
+
+    def build(self, input_shape):
+        if len(input_shape) != 3 or input_shape[-1] is None:
+            raise ValueError(
+                "TransformerBlock expects (batch, tokens, hidden) with a known "
+                f"hidden size, got {tuple(input_shape)}."
+            )
+        hidden = int(input_shape[-1])
+        if hidden % self.num_heads:
+            raise ValueError(
+                f"The hidden size {hidden} is not divisible by num_heads="
+                f"{self.num_heads}."
+            )
+        self.hidden_size = hidden
+        self.head_dim = hidden // self.num_heads
+        policy = self.dtype_policy
+        self.qkv = keras.layers.Dense(
+            3 * hidden, kernel_initializer="glorot_uniform", dtype=policy,
+            name="qkv",
+        )
+        self.attention_output = keras.layers.Dense(
+            hidden, kernel_initializer="glorot_uniform", dtype=policy,
+            name="attention_output",
+        )
+        self.mlp_dense2 = keras.layers.Dense(
+            hidden,
+            kernel_initializer="glorot_uniform",
+            bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
+            dtype=policy,
+            name="mlp_dense2",
+        )
+        self.norm1.build(input_shape)
+        self.norm2.build(input_shape)
+        self.qkv.build(input_shape)
+        self.attention_output.build(input_shape)
+        self.mlp_dense1.build(input_shape)
+        self.mlp_dense2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+        self.built = True
+
+    def _attention(self, x, training):
+        tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
+        qkv = ops.reshape(
+            self.qkv(x), (-1, tokens, 3, self.num_heads, self.head_dim)
+        )
+        query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
+        query = query / ops.cast(math.sqrt(self.head_dim), query.dtype)
+        logits = ops.einsum("bqhd,bkhd->bhqk", query, key)
+        weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
+        dropped = self.attention_dropout(weights, training=training)
+        out = ops.einsum(
+            "bhqk,bkhd->bqhd", ops.cast(dropped, value.dtype), value
+        )
+        out = ops.reshape(out, (-1, tokens, self.hidden_size))
+        return self.attention_output(out), weights
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        y, weights = self._attention(self.norm1(inputs), training)
+        y = self.drop_path(self.dropout(y, training=training), training=training)
+        x = inputs + y
+        y = gelu_tanh(self.mlp_dense1(self.norm2(x)))
+        y = self.dropout(y, training=training)
+        y = self.dropout(self.mlp_dense2(y), training=training)
+        x = x + self.drop_path(y, training=training)
+        if return_attention_scores:
+            return x, weights
+        return x
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(
+            {
+                "num_heads": self.num_heads,
+                "mlp_dim": self.mlp_dim,
+                "dropout_rate": self.dropout_rate,
+                "attention_dropout_rate": self.attention_dropout_rate,
+                "drop_path_rate": self.drop_path_rate,
+                "layer_norm_epsilon": self.layer_norm_epsilon,
+            }
+        )
+        return config

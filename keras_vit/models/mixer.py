@@ -1,0 +1,131 @@
+"""MLPMixer: the MLP-Mixer builder and the named Mixers.
+
+Architecture as the official `vit_jax/models_mixer.py`:
+
+```
+images ─► (x - 127.5) / 127.5 ─► Patches ─► Dense "stem" ─► MixerBlock × L
+  ─► LayerNorm ─► mean over patches ─► head
+```
+"""
+
+import keras
+
+from keras_vit.layers import MixerBlock, Patches, SequencePooling
+from keras_vit.layers._utils import check_positive_int, check_rate, to_pair
+from keras_vit.models import _common
+from keras_vit.models.variants import MIXER_VARIANTS, find_variant
+from keras_vit.models.vit import named_model_builder
+from keras_vit.weights.resolve import resolve_weights
+
+
+def MLPMixer(
+    patch_size,
+    hidden_size,
+    num_blocks,
+    tokens_mlp_dim,
+    channels_mlp_dim,
+    drop_path_rate=0.0,
+    include_top=True,
+    weights=None,
+    input_tensor=None,
+    input_shape=None,
+    pooling=None,
+    classes=None,
+    classifier_activation="softmax",
+    include_preprocessing=True,
+    name=None,
+):
+    """Builds an MLP-Mixer.
+
+    Reference: Tolstikhin et al., "MLP-Mixer: An all-MLP Architecture for
+    Vision" (NeurIPS 2021). Argument names follow the official config
+    (`hidden_dim` is called `hidden_size` here, as for ViT).
+
+    Args:
+        patch_size: int or (h, w).
+        hidden_size: channels per patch (official `hidden_dim`).
+        num_blocks: number of Mixer blocks.
+        tokens_mlp_dim, channels_mlp_dim: MLP widths of the two mixings.
+        drop_path_rate: stochastic depth of the last block (0 in the paper);
+            block i uses `drop_path_rate * i / (num_blocks - 1)`.
+        include_top, weights, input_tensor, input_shape, classes,
+        classifier_activation, include_preprocessing, name: as in
+            `keras_vit.VisionTransformer`. A Mixer's token-mixing weights fix
+            the number of patches: with pretrained weights, `input_shape`
+            must be the checkpoint's resolution.
+        pooling: with `include_top=False`: None returns the patch sequence
+            after the final LayerNorm, `"gap"` its mean.
+
+    Example:
+
+    >>> model = MLPMixer(patch_size=4, hidden_size=48, num_blocks=2,
+    ...                  tokens_mlp_dim=24, channels_mlp_dim=96,
+    ...                  input_shape=(32, 32, 3), classes=10)
+    >>> model.output_shape
+    (None, 10)
+    """
+    patch = to_pair(patch_size, "patch_size")
+    hidden_size = check_positive_int(hidden_size, "hidden_size")
+    num_blocks = check_positive_int(num_blocks, "num_blocks")
+    tokens_mlp_dim = check_positive_int(tokens_mlp_dim, "tokens_mlp_dim")
+    channels_mlp_dim = check_positive_int(channels_mlp_dim, "channels_mlp_dim")
+    check_rate(drop_path_rate, "drop_path_rate")
+    classes = _common.check_classes(classes)
+    pooling = _common.check_pooling(pooling, include_top, ("gap",))
+
+    config = dict(patch_size=patch, hidden_size=hidden_size, num_blocks=num_blocks,
+                  tokens_mlp_dim=tokens_mlp_dim, channels_mlp_dim=channels_mlp_dim)
+    variant = find_variant("mixer", config)
+    description = variant.official_name if variant else "this MLPMixer"
+    resolved = resolve_weights(weights, variant, description)
+    _common.check_family(resolved, "mixer", description)
+    classes, _, dropped = _common.plan_head(
+        resolved, include_top, pooling, classes, None, description
+    )
+    default_size, grid = 224, None
+    if resolved is not None and resolved.info is not None:
+        grid = resolved.info.grid
+        default_size = grid[0] * patch[0]
+    inputs, x, (height, width) = _common.image_input(
+        input_tensor, input_shape, default_size, patch, description,
+        pretrained=resolved is not None, mixer_grid=grid,
+    )
+    tokens = (height // patch[0]) * (width // patch[1])
+
+    if include_preprocessing:
+        x = _common.preprocessing_layer()(x)
+    x = Patches(patch, name="patches")(x)
+    x = keras.layers.Dense(hidden_size, name="stem")(x)
+    x = keras.layers.Reshape((tokens, hidden_size), name="tokens")(x)
+    for i in range(num_blocks):
+        x = MixerBlock(
+            tokens_mlp_dim, channels_mlp_dim,
+            drop_path_rate=drop_path_rate * i / max(num_blocks - 1, 1),
+            name=f"mixerblock_{i}",
+        )(x)
+    head_dtype = _common.mixed_precision_head_dtype()
+    x = keras.layers.LayerNormalization(epsilon=1e-6, dtype=head_dtype,
+                                        name="pre_head_layer_norm")(x)
+    if include_top or pooling:
+        x = SequencePooling("gap", dtype=head_dtype, name="pool")(x)
+    if include_top:
+        x = keras.layers.Dense(classes, activation=classifier_activation,
+                               kernel_initializer="zeros", dtype=head_dtype,
+                               name="head")(x)
+    if resolved is not None:
+        resolved.dropped = dropped
+    return _common.finish(inputs, x, name or "mlp_mixer", resolved)
+
+
+def _named(key):
+    return named_model_builder(
+        MIXER_VARIANTS[key], MLPMixer, ("drop_path_rate",),
+        "MLP-Mixer (Tolstikhin et al., 2021).",
+    )
+
+
+MixerS16 = _named("S/16")
+MixerS32 = _named("S/32")
+MixerB16 = _named("B/16")
+MixerB32 = _named("B/32")
+MixerL16 = _named("L/16")

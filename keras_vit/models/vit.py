@@ -1,0 +1,290 @@
+"""VisionTransformer: the ViT and R+ViT hybrid builder, and the named models.
+
+Architecture as the official `vit_jax/models_vit.py`:
+
+```
+images ─► (x - 127.5) / 127.5 ─► [ResNet root + stages] ─► Patches
+  ─► PatchEncoder (projection, class token, position embedding) ─► Dropout
+  ─► TransformerBlock × L ─► LayerNorm ─► pool (token | gap)
+  ─► [pre_logits: Dense + tanh] ─► head
+```
+"""
+
+import keras
+
+from keras_vit.layers import (
+    BottleneckUnit,
+    PatchEncoder,
+    Patches,
+    ResNetRoot,
+    SequencePooling,
+    TransformerBlock,
+)
+from keras_vit.layers._utils import check_positive_int, check_rate, to_pair
+from keras_vit.models import _common
+from keras_vit.models.variants import VIT_VARIANTS, effective_patch_size, find_variant
+from keras_vit.weights.resolve import resolve_weights
+
+CLASSIFIERS = ("token", "gap")
+
+
+def VisionTransformer(
+    patch_size,
+    hidden_size,
+    num_layers,
+    num_heads,
+    mlp_dim,
+    classifier="token",
+    representation_size=None,
+    dropout_rate=0.0,
+    attention_dropout_rate=0.0,
+    drop_path_rate=0.0,
+    resnet_layers=None,
+    resnet_width=1,
+    include_top=True,
+    weights=None,
+    input_tensor=None,
+    input_shape=None,
+    pooling=None,
+    classes=None,
+    classifier_activation="softmax",
+    include_preprocessing=True,
+    name=None,
+):
+    """Builds a Vision Transformer or an R+ViT hybrid.
+
+    Reference: Dosovitskiy et al., "An Image is Worth 16x16 Words:
+    Transformers for Image Recognition at Scale" (ICLR 2021). The argument
+    names are the official config fields.
+
+    Args:
+        patch_size: int or (h, w) patch size (on the ResNet grid for hybrids).
+        hidden_size: token width D.
+        num_layers: number of transformer blocks.
+        num_heads: attention heads per block.
+        mlp_dim: MLP hidden width.
+        classifier: `"token"` (class token) or `"gap"` (mean of all tokens).
+        representation_size: width of the `pre_logits` Dense + tanh layer,
+            None for none. With checkpoint weights, None means "as the
+            checkpoint has it" when its head is kept.
+        dropout_rate, attention_dropout_rate: dropout rates.
+        drop_path_rate: stochastic depth of the last block; block i uses
+            `drop_path_rate * i / (num_layers - 1)`.
+        resnet_layers: None for a pure ViT; a tuple of bottleneck-unit counts
+            per stage for a hybrid (`()`: the stem only).
+        resnet_width: ResNet width factor (width = 64 * factor).
+        include_top: whether to include the classification head.
+        weights: None, a registered name (`keras-vit models` lists them), an
+            `"augreg:<filename>"`, a URL, or a path to an official `.npz` or
+            a Keras `.weights.h5` file.
+        input_tensor: optional Keras tensor to use as image input.
+        input_shape: `(height, width, 3)`; defaults to the checkpoint's
+            resolution, else 224. Another size than the checkpoint's resizes
+            the position embeddings with the official algorithm.
+        pooling: with `include_top=False`: None returns the token sequence
+            after the final LayerNorm; `"token"` or `"gap"` a vector (then
+            `pre_logits` if the model has one, as the official model with
+            `num_classes=0`).
+        classes: number of classes; None keeps the checkpoint's head (1000
+            without weights). Another number replaces the head by a
+            zero-initialised one and drops `pre_logits`.
+        classifier_activation: activation of the head; None for logits.
+        include_preprocessing: if True the model takes raw pixels in
+            [0, 255] and applies `(x - 127.5) / 127.5`.
+        name: model name.
+
+    Returns:
+        A functional `keras.Model`.
+
+    Example:
+
+    >>> model = VisionTransformer(
+    ...     patch_size=4, hidden_size=48, num_layers=2, num_heads=3,
+    ...     mlp_dim=96, input_shape=(32, 32, 3), classes=10)
+    >>> model.output_shape
+    (None, 10)
+    """
+    patch = to_pair(patch_size, "patch_size")
+    hidden_size = check_positive_int(hidden_size, "hidden_size")
+    num_layers = check_positive_int(num_layers, "num_layers")
+    num_heads = check_positive_int(num_heads, "num_heads")
+    mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+    if hidden_size % num_heads:
+        raise ValueError(
+            f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}."
+        )
+    if classifier not in CLASSIFIERS:
+        raise ValueError(
+            f"Unknown classifier={classifier!r}; allowed: {CLASSIFIERS}."
+        )
+    if representation_size is not None:
+        check_positive_int(representation_size, "representation_size")
+    for rate_name, rate in (("dropout_rate", dropout_rate),
+                            ("attention_dropout_rate", attention_dropout_rate),
+                            ("drop_path_rate", drop_path_rate)):
+        check_rate(rate, rate_name)
+    if resnet_layers is not None:
+        if not isinstance(resnet_layers, (tuple, list)):
+            raise TypeError(
+                f"`resnet_layers` must be None or a tuple of ints, got {resnet_layers!r}."
+            )
+        resnet_layers = tuple(check_positive_int(n, "resnet_layers") for n in resnet_layers)
+        check_positive_int(resnet_width, "resnet_width")
+    classes = _common.check_classes(classes)
+    pooling = _common.check_pooling(pooling, include_top, CLASSIFIERS)
+    if pooling == "token" and classifier != "token":
+        raise ValueError(
+            "pooling='token' needs a class token, but this model has "
+            f"classifier={classifier!r}. Use pooling='gap'."
+        )
+
+    config = dict(patch_size=patch, hidden_size=hidden_size, num_layers=num_layers,
+                  num_heads=num_heads, mlp_dim=mlp_dim, resnet_layers=resnet_layers,
+                  resnet_width=resnet_width)
+    variant = find_variant("vit", config)
+    description = variant.official_name if variant else "this VisionTransformer"
+
+    resolved = resolve_weights(weights, variant, description)
+    _common.check_family(resolved, "vit", description)
+    if resolved is not None and resolved.info is not None \
+            and resolved.info.classifier != classifier:
+        raise _common.CheckpointMismatchError(
+            f"Checkpoint {resolved.source} is a classifier="
+            f"{resolved.info.classifier!r} model ("
+            f"{'with' if resolved.info.classifier == 'token' else 'without'} "
+            f"class token); build with classifier={resolved.info.classifier!r}."
+        )
+    classes, representation_size, dropped = _common.plan_head(
+        resolved, include_top, pooling, classes, representation_size, description
+    )
+    effective = effective_patch_size(config)
+    default_size = 224
+    if resolved is not None and resolved.info is not None:
+        default_size = resolved.info.grid[0] * effective[0]
+    inputs, x, _ = _common.image_input(
+        input_tensor, input_shape, default_size, effective, description,
+        pretrained=resolved is not None,
+    )
+
+    if include_preprocessing:
+        x = _common.preprocessing_layer()(x)
+    if resnet_layers is not None:
+        width = 64 * resnet_width
+        x = ResNetRoot(width, name="resnet_root")(x)
+        for stage, units in enumerate(resnet_layers, start=1):
+            for unit in range(1, units + 1):
+                stride = 2 if stage > 1 and unit == 1 else 1
+                x = BottleneckUnit(width * 2 ** (stage - 1), strides=stride,
+                                   name=f"block{stage}_unit{unit}")(x)
+    x = Patches(patch, name="patches")(x)
+    x = PatchEncoder(hidden_size, use_class_token=classifier == "token",
+                     name="patch_encoder")(x)
+    x = keras.layers.Dropout(dropout_rate, name="encoder_dropout")(x)
+    for i in range(num_layers):
+        x = TransformerBlock(
+            num_heads, mlp_dim, dropout_rate=dropout_rate,
+            attention_dropout_rate=attention_dropout_rate,
+            drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
+            name=f"encoderblock_{i}",
+        )(x)
+    head_dtype = _common.mixed_precision_head_dtype()
+    x = keras.layers.LayerNormalization(epsilon=1e-6, dtype=head_dtype,
+                                        name="encoder_norm")(x)
+    pool = classifier if include_top else pooling
+    if pool is not None:
+        x = SequencePooling(pool, dtype=head_dtype, name="pool")(x)
+        if representation_size:
+            x = keras.layers.Dense(representation_size, activation="tanh",
+                                   dtype=head_dtype, name="pre_logits")(x)
+    if include_top:
+        x = keras.layers.Dense(classes, activation=classifier_activation,
+                               kernel_initializer="zeros", dtype=head_dtype,
+                               name="head")(x)
+    if resolved is not None:
+        resolved.dropped = dropped
+    return _common.finish(inputs, x, name or "vision_transformer", resolved)
+
+
+REGULARIZATION_ARGS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate",
+                       "classifier", "representation_size")
+
+_NAMED_DOC = """Builds {description} ({params}).
+
+    {summary}
+
+    Args:
+        include_top, weights, input_tensor, input_shape, pooling, classes,
+        classifier_activation, include_preprocessing, name: as in
+            `keras_vit.VisionTransformer` (keras.applications style).
+        **kwargs: {regularization}.
+
+    Registered weights: {weights}.
+
+    Example:
+
+    ```python
+    model = keras_vit.{function}(weights="{example}")
+    ```
+    """
+
+
+def default_name(variant):
+    return variant.official_name.lower().replace("+", "_").replace("-", "_")
+
+
+def named_model_builder(variant, builder, allowed_kwargs, summary):
+    """Makes the one-line named function (`ViTB16`, `MixerB16`, ...)."""
+    from keras_vit.weights.registry import available_weights
+
+    def build(include_top=True, weights=None, input_tensor=None,
+              input_shape=None, pooling=None, classes=None,
+              classifier_activation="softmax", include_preprocessing=True,
+              name=None, **kwargs):
+        unknown = sorted(set(kwargs) - set(allowed_kwargs))
+        if unknown:
+            raise TypeError(
+                f"{variant.function}() got unexpected keyword arguments "
+                f"{unknown}; allowed besides the keras.applications ones: "
+                f"{list(allowed_kwargs)}."
+            )
+        return builder(
+            **variant.config, **kwargs, include_top=include_top,
+            weights=weights, input_tensor=input_tensor,
+            input_shape=input_shape, pooling=pooling, classes=classes,
+            classifier_activation=classifier_activation,
+            include_preprocessing=include_preprocessing,
+            name=name or default_name(variant),
+        )
+
+    names = available_weights(variant)
+    build.__name__ = build.__qualname__ = variant.function
+    build.__doc__ = _NAMED_DOC.format(
+        description=variant.official_name, function=variant.function,
+        params=", ".join(f"{k}={v}" for k, v in variant.config.items()),
+        summary=summary, regularization=", ".join(allowed_kwargs),
+        weights=", ".join(names) if names else "none (weights=None or a file)",
+        example=names[0] if names else "/path/to/checkpoint.npz",
+    )
+    return build
+
+
+def _named(key):
+    return named_model_builder(
+        VIT_VARIANTS[key], VisionTransformer, REGULARIZATION_ARGS,
+        "Vision Transformer (Dosovitskiy et al., 2021).",
+    )
+
+
+ViTTi16 = _named("Ti/16")
+ViTS16 = _named("S/16")
+ViTS32 = _named("S/32")
+ViTB8 = _named("B/8")
+ViTB16 = _named("B/16")
+ViTB32 = _named("B/32")
+ViTL16 = _named("L/16")
+ViTL32 = _named("L/32")
+ViTH14 = _named("H/14")
+RViTTi16 = _named("R+Ti/16")
+R26ViTS32 = _named("R26+S/32")
+R50ViTB16 = _named("R50+B/16")
+R50ViTL32 = _named("R50+L/32")

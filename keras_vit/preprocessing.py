@@ -1,0 +1,109 @@
+"""`preprocess_input` and `decode_predictions` for the official heads.
+
+Label files (the ones the official colabs and BiT use), downloaded into the
+Keras cache on first use like the weights (`KERAS_VIT_MIRROR` applies):
+
+- ImageNet-1k: `bit_models/ilsvrc2012_wordnet_lemmas.txt` (1000 lines),
+- ImageNet-21k: `bit_models/imagenet21k_wordnet_lemmas.txt` (21843 lines)
+  and `bit_models/imagenet21k_wordnet_ids.txt` (WordNet ids).
+"""
+
+import numpy as np
+from keras import ops
+
+from keras_vit.weights import registry
+from keras_vit.weights.download import fetch
+
+LABEL_FILES = {
+    1000: "bit_models/ilsvrc2012_wordnet_lemmas.txt",
+    21843: "bit_models/imagenet21k_wordnet_lemmas.txt",
+}
+_cache = {}
+
+
+def preprocess_input(x):
+    """Maps raw RGB pixels in [0, 255] to [-1, 1]: `(x - 127.5) / 127.5`.
+
+    The official eval preprocessing. Models built with
+    `include_preprocessing=True` (the default) do this themselves; use this
+    function for models built with `include_preprocessing=False`.
+
+    Args:
+        x: array or tensor of pixels, any shape, any numeric dtype.
+
+    Returns:
+        float32 NumPy array for NumPy input, else a float32 backend tensor.
+
+    Example:
+
+    >>> preprocess_input(np.array([0, 127.5, 255]))
+    array([-1.,  0.,  1.], dtype=float32)
+    """
+    if isinstance(x, (np.ndarray, list, tuple, int, float)):
+        x = np.asarray(x, dtype="float32")
+        return (x - np.float32(127.5)) / np.float32(127.5)
+    x = ops.cast(x, "float32")
+    return (x - 127.5) / 127.5
+
+
+def class_names(num_classes):
+    """The label list of a 1000- or 21843-class official head."""
+    if num_classes not in LABEL_FILES:
+        raise ValueError(
+            f"No label file for a {num_classes}-class head; registered: "
+            f"{sorted(LABEL_FILES)} (ImageNet-1k, ImageNet-21k). Pass "
+            "`labels=[...]` with your class names."
+        )
+    if num_classes not in _cache:
+        stem = LABEL_FILES[num_classes]
+        url = f"{registry.base_url()}/{stem}"
+        path = fetch(url, "labels--" + stem.split("/")[-1],
+                     hint=f"download {url} and pass labels=[...] read from it")
+        with open(path, encoding="utf-8") as f:
+            names = [line.rstrip("\n") for line in f if line.strip()]
+        if len(names) != num_classes:
+            raise ValueError(
+                f"Label file {path} has {len(names)} names, expected "
+                f"{num_classes}; delete it to download it again."
+            )
+        _cache[num_classes] = names
+    return _cache[num_classes]
+
+
+def decode_predictions(preds, top=5, labels=None):
+    """Decodes a batch of class scores into `(index, name, score)` tuples.
+
+    Args:
+        preds: `(batch, classes)` probabilities or logits.
+        top: how many classes per image.
+        labels: optional list of class names; by default the ImageNet-1k or
+            ImageNet-21k names, chosen by the number of classes.
+
+    Returns:
+        One list per image of `(class_index, class_name, score)`, best first.
+
+    Example:
+
+    >>> decode_predictions(np.array([[0.1, 0.7, 0.2]]), top=2,
+    ...                    labels=["cat", "dog", "fox"])
+    [[(1, 'dog', 0.7), (2, 'fox', 0.2)]]
+    """
+    preds = np.asarray(ops.convert_to_numpy(preds))
+    if preds.ndim != 2:
+        raise ValueError(
+            f"`preds` must be a 2-D (batch, classes) array, got shape {preds.shape}."
+        )
+    if isinstance(top, bool) or not isinstance(top, int) or top <= 0:
+        raise ValueError(f"`top` must be a positive int, got {top!r}.")
+    if labels is None:
+        labels = class_names(preds.shape[1])
+    elif len(labels) != preds.shape[1]:
+        raise ValueError(
+            f"`labels` has {len(labels)} names but `preds` has {preds.shape[1]} "
+            "classes."
+        )
+    results = []
+    for row in preds:
+        order = np.argsort(-row, kind="stable")[:top]
+        results.append([(int(i), labels[i], float(row[i])) for i in order])
+    return results

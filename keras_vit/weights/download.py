@@ -1,0 +1,66 @@
+"""Downloads into the Keras cache (`keras.utils.get_file`, progress bar),
+with an integrity check and one retry for corrupt cached files."""
+
+import logging
+import os
+
+import keras
+
+from keras_vit.weights.official import CorruptCheckpointError, read_checkpoint
+
+logger = logging.getLogger("keras_vit")
+
+CACHE_SUBDIR = os.path.join("models", "keras_vit")
+
+
+class WeightsDownloadError(OSError):
+    """A file could not be downloaded (offline, HTTP error, bad mirror)."""
+
+
+def fetch(url, filename, hint=None):
+    """Returns the local path of `url`, downloading it into
+    `$KERAS_HOME/models/keras_vit/<filename>` on first use.
+
+    Raises:
+        WeightsDownloadError: naming the URL and what to do offline.
+    """
+    try:
+        return keras.utils.get_file(
+            fname=filename, origin=url, cache_subdir=CACHE_SUBDIR
+        )
+    except Exception as error:  # get_file raises a bare Exception
+        hint = hint or f"download it elsewhere and pass its local path"
+        raise WeightsDownloadError(
+            f"Could not download {url} ({error}). If this machine is offline "
+            f"or cannot reach that host, {hint}."
+        ) from error
+
+
+def fetch_checkpoint(url, filename):
+    """Downloads (or reuses from the cache) an official `.npz` and reads it.
+
+    A cached file that fails the integrity check (bad zip, CRC error,
+    truncated) is deleted and downloaded once more; if the new copy is
+    corrupt too, it is deleted as well and a `CorruptCheckpointError` says
+    so. Returns `(path, params)`.
+    """
+    hint = f"download it elsewhere and pass weights='/path/to/{filename}'"
+    path = fetch(url, filename, hint)
+    try:
+        return path, read_checkpoint(path)
+    except CorruptCheckpointError as error:
+        logger.warning(
+            "Cached checkpoint %s failed the integrity check (%s); deleting "
+            "it and downloading it again.", path, error,
+        )
+        os.remove(path)
+    path = fetch(url, filename, hint)
+    try:
+        return path, read_checkpoint(path)
+    except CorruptCheckpointError as error:
+        os.remove(path)
+        raise CorruptCheckpointError(
+            f"The checkpoint downloaded from {url} is corrupt ({error}), "
+            "twice in a row; the file was removed from the cache. Check the "
+            f"URL or your mirror, or {hint}."
+        ) from error

@@ -1,0 +1,410 @@
+"""Official `.npz` checkpoint keys <-> Keras weights, both directions, in
+one place.
+
+The released files (google-research/vision_transformer) are `numpy.savez`
+archives of float32 arrays keyed by '/'-joined Flax parameter paths. ViT
+block children carry the pre-Linen names of the 2020 release
+(`LayerNorm_0`, `MultiHeadDotProductAttention_1`, `LayerNorm_2`,
+`MlpBlock_3`); files written by Linen code use `LayerNorm_0`,
+`MultiHeadDotProductAttention_0`, `LayerNorm_1`, `MlpBlock_0`. Both are
+read (`canonical_keys`). Hybrid GroupNorm parameters are `(C,)` or the
+legacy `(1, 1, 1, C)`.
+
+`official_params(model)` lists, for every weight of a keras_vit model, the
+official key(s), their shapes and the two conversions. Loading checks the
+whole key set first and raises `CheckpointMismatchError` listing every
+missing, unexpected and mis-shaped key: no key is ignored and no weight is
+left at its random initialisation silently.
+"""
+
+import dataclasses
+import logging
+import re
+import zipfile
+import zlib
+
+import numpy as np
+
+from keras_vit.layers import (
+    BottleneckUnit,
+    MixerBlock,
+    PatchEncoder,
+    Patches,
+    ResNetRoot,
+    TransformerBlock,
+)
+from keras_vit.weights.posemb import resize_position_embedding, square_grid
+
+logger = logging.getLogger("keras_vit")
+
+POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
+
+
+class CheckpointMismatchError(ValueError):
+    """The checkpoint's keys or shapes do not fit the model."""
+
+
+class CorruptCheckpointError(ValueError):
+    """The file is not a readable `.npz` archive (bad zip, CRC, pickle)."""
+
+
+@dataclasses.dataclass
+class Param:
+    """One Keras variable and the official array(s) it corresponds to."""
+
+    keys: tuple
+    variable: object
+    to_keras: object      # list of official arrays -> Keras value
+    to_official: object   # Keras value -> list of official arrays
+    kind: str = "plain"   # "posemb" | "groupnorm" | "plain"
+
+    def official_shapes(self):
+        arrays = self.to_official(np.zeros(tuple(self.variable.shape), "float32"))
+        return [tuple(a.shape) for a in arrays]
+
+
+def _same(key, variable):
+    return Param((key,), variable, lambda a: a[0], lambda v: [v])
+
+
+def _dense(prefix, layer):
+    return [_same(f"{prefix}/kernel", layer.kernel), _same(f"{prefix}/bias", layer.bias)]
+
+
+def _layer_norm(prefix, layer):
+    return [_same(f"{prefix}/scale", layer.gamma), _same(f"{prefix}/bias", layer.beta)]
+
+
+def _group_norm(prefix, layer):
+    def flat(a):
+        return a[0].reshape(-1)
+
+    return [
+        Param((f"{prefix}/scale",), layer.gamma, flat, lambda v: [v], "groupnorm"),
+        Param((f"{prefix}/bias",), layer.beta, flat, lambda v: [v], "groupnorm"),
+    ]
+
+
+def _patch_kernel(key, variable, patch_size):
+    ph, pw = patch_size
+
+    def to_official(v):
+        return [v.reshape(ph, pw, v.shape[0] // (ph * pw), v.shape[1])]
+
+    return Param((key,), variable, lambda a: a[0].reshape(-1, a[0].shape[-1]), to_official)
+
+
+def _transformer_block(prefix, block):
+    d, h = block.hidden_size, block.num_heads
+    attn = f"{prefix}/MultiHeadDotProductAttention_1"
+    qkv = tuple(f"{attn}/{n}/kernel" for n in ("query", "key", "value"))
+    qkv_b = tuple(f"{attn}/{n}/bias" for n in ("query", "key", "value"))
+    return [
+        *_layer_norm(f"{prefix}/LayerNorm_0", block.norm1),
+        Param(
+            qkv, block.qkv.kernel,
+            lambda a: np.concatenate([x.reshape(d, d) for x in a], axis=1),
+            lambda v: [x.reshape(d, h, d // h) for x in np.split(v, 3, axis=1)],
+        ),
+        Param(
+            qkv_b, block.qkv.bias,
+            lambda a: np.concatenate([x.reshape(d) for x in a]),
+            lambda v: [x.reshape(h, d // h) for x in np.split(v, 3)],
+        ),
+        Param(
+            (f"{attn}/out/kernel",), block.attention_output.kernel,
+            lambda a: a[0].reshape(d, d), lambda v: [v.reshape(h, d // h, d)],
+        ),
+        _same(f"{attn}/out/bias", block.attention_output.bias),
+        *_layer_norm(f"{prefix}/LayerNorm_2", block.norm2),
+        *_dense(f"{prefix}/MlpBlock_3/Dense_0", block.mlp_dense1),
+        *_dense(f"{prefix}/MlpBlock_3/Dense_1", block.mlp_dense2),
+    ]
+
+
+def _mixer_block(prefix, block):
+    return [
+        *_layer_norm(f"{prefix}/LayerNorm_0", block.norm1),
+        *_dense(f"{prefix}/token_mixing/Dense_0", block.token_mixing1),
+        *_dense(f"{prefix}/token_mixing/Dense_1", block.token_mixing2),
+        *_layer_norm(f"{prefix}/LayerNorm_1", block.norm2),
+        *_dense(f"{prefix}/channel_mixing/Dense_0", block.channel_mixing1),
+        *_dense(f"{prefix}/channel_mixing/Dense_1", block.channel_mixing2),
+    ]
+
+
+def _bottleneck(prefix, unit):
+    params = []
+    parts = [("conv1", "gn1"), ("conv2", "gn2"), ("conv3", "gn3")]
+    if unit.has_projection:
+        parts.append(("conv_proj", "gn_proj"))
+    for conv, norm in parts:
+        params.append(_same(f"{prefix}/{conv}/kernel", getattr(unit, conv).kernel))
+        params += _group_norm(f"{prefix}/{norm}", getattr(unit, norm))
+    return params
+
+
+_BLOCK_INDEX = re.compile(r"_(\d+)$")
+_UNIT_NAME = re.compile(r"^block(\d+)_unit(\d+)$")
+
+
+def official_params(model):
+    """Returns the `Param` list of a keras_vit ViT / hybrid / Mixer model.
+
+    Every weight of the model appears exactly once; the layer names given by
+    `keras_vit.models` identify blocks and units.
+    """
+    try:
+        patch_size = model.get_layer("patches").patch_size
+    except ValueError:
+        raise ValueError(
+            f"Model {model.name!r} has no 'patches' layer: official weights "
+            "map only onto models built by keras_vit.VisionTransformer / "
+            "keras_vit.MLPMixer (pass the inner model if you wrapped it)."
+        ) from None
+    params = []
+    for layer in model.layers:
+        name = layer.name
+        if isinstance(layer, PatchEncoder):
+            params.append(_patch_kernel("embedding/kernel", layer.kernel, patch_size))
+            params.append(_same("embedding/bias", layer.bias))
+            if layer.use_class_token:
+                params.append(_same("cls", layer.class_token))
+            params.append(
+                Param((POSEMB_KEY,), layer.position_embedding,
+                      lambda a: a[0], lambda v: [v], "posemb")
+            )
+        elif isinstance(layer, TransformerBlock):
+            i = int(_BLOCK_INDEX.search(name).group(1))
+            params += _transformer_block(f"Transformer/encoderblock_{i}", layer)
+        elif isinstance(layer, MixerBlock):
+            i = int(_BLOCK_INDEX.search(name).group(1))
+            params += _mixer_block(f"MixerBlock_{i}", layer)
+        elif isinstance(layer, ResNetRoot):
+            params.append(_same("conv_root/kernel", layer.conv_root.kernel))
+            params += _group_norm("gn_root", layer.gn_root)
+        elif isinstance(layer, BottleneckUnit):
+            stage, unit = _UNIT_NAME.match(name).groups()
+            params += _bottleneck(f"block{stage}/unit{unit}", layer)
+        elif name == "stem":
+            params.append(_patch_kernel("stem/kernel", layer.kernel, patch_size))
+            params.append(_same("stem/bias", layer.bias))
+        elif name == "encoder_norm":
+            params += _layer_norm("Transformer/encoder_norm", layer)
+        elif name == "pre_head_layer_norm":
+            params += _layer_norm("pre_head_layer_norm", layer)
+        elif name in ("pre_logits", "head"):
+            params += _dense(name, layer)
+        elif layer.weights and not isinstance(layer, Patches):
+            raise ValueError(
+                f"Layer {name!r} ({type(layer).__name__}) of model "
+                f"{model.name!r} has weights with no official counterpart."
+            )
+    covered = {id(p.variable) for p in params}
+    left = [v.path for v in model.weights if id(v) not in covered]
+    if left:  # internal invariant: the table above covers every layer
+        raise AssertionError(f"weights without an official key: {left}")
+    return params
+
+
+def official_manifest(model):
+    """`[[key, shape], ...]` (sorted) of the official checkpoint that fits
+    `model`: the input `make_official_npz.py` takes."""
+    rows = []
+    for param in official_params(model):
+        for key, shape in zip(param.keys, param.official_shapes()):
+            rows.append([key, list(shape)])
+    return sorted(rows)
+
+
+# --- reading -------------------------------------------------------------
+
+_LINEN_TO_PRE_LINEN = {
+    "LayerNorm_1": "LayerNorm_2",
+    "MultiHeadDotProductAttention_0": "MultiHeadDotProductAttention_1",
+    "MlpBlock_0": "MlpBlock_3",
+}
+_ENCODER_CHILD = re.compile(r"^(Transformer/encoderblock_\d+)/([^/]+)(/.*)$")
+
+
+def canonical_keys(params):
+    """Renames Linen-style encoder-block keys to the pre-Linen names.
+
+    A file is Linen-style when it has `MultiHeadDotProductAttention_0`; then
+    `LayerNorm_1 -> LayerNorm_2`, `MultiHeadDotProductAttention_0 -> _1`,
+    `MlpBlock_0 -> MlpBlock_3` (`LayerNorm_0` is the same in both).
+    """
+    if not any("/MultiHeadDotProductAttention_0/" in k for k in params):
+        return dict(params)
+    out = {}
+    for key, value in params.items():
+        match = _ENCODER_CHILD.match(key)
+        if match:
+            block, child, rest = match.groups()
+            key = f"{block}/{_LINEN_TO_PRE_LINEN.get(child, child)}{rest}"
+        out[key] = value
+    return out
+
+
+def read_checkpoint(path):
+    """Reads an official `.npz` into `{canonical key: float32 array}`.
+
+    Every member is read in full, so the zip CRC of each array is checked.
+    `allow_pickle=False` always.
+
+    Raises:
+        CorruptCheckpointError: not a readable archive, a CRC error, a
+            truncated file, or an entry that is not a numeric array.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            if not hasattr(archive, "files"):
+                raise ValueError("it holds a single array, not a .npz archive")
+            params = {key: archive[key] for key in archive.files}
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError,
+            KeyError) as error:
+        raise CorruptCheckpointError(
+            f"{path} is not a readable .npz checkpoint: {error}"
+        ) from error
+    if not params:
+        raise CorruptCheckpointError(f"{path} is an empty .npz archive.")
+    for key, value in params.items():
+        if value.dtype.kind not in "fiu":
+            raise CorruptCheckpointError(
+                f"{path}: entry {key!r} has dtype {value.dtype}, expected a "
+                "float array."
+            )
+    return canonical_keys(params)
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+    """What the builders need to know about a checkpoint before building."""
+
+    family: str                 # "vit" | "mixer"
+    classes: int                # head width, or None without a head
+    representation_size: int    # pre_logits width, or None
+    classifier: str             # "token" | "gap" (ViT)
+    grid: tuple                 # (gh, gw) the checkpoint was trained at
+
+
+def describe(params):
+    """Reads family, head, pre_logits, classifier and grid from the keys."""
+    head = params.get("head/kernel")
+    classes = int(head.shape[-1]) if head is not None else None
+    pre = params.get("pre_logits/kernel")
+    representation = int(pre.shape[-1]) if pre is not None else None
+    if POSEMB_KEY in params:
+        classifier = "token" if "cls" in params else "gap"
+        prefix = 1 if classifier == "token" else 0
+        tokens = params[POSEMB_KEY].shape[1] - prefix
+        return CheckpointInfo("vit", classes, representation, classifier,
+                              square_grid(tokens))
+    token_kernel = params.get("MixerBlock_0/token_mixing/Dense_0/kernel")
+    if token_kernel is not None:
+        return CheckpointInfo("mixer", classes, None, "gap",
+                              square_grid(int(token_kernel.shape[0])))
+    raise CheckpointMismatchError(
+        "Not an official ViT or Mixer checkpoint: it has neither "
+        f"{POSEMB_KEY!r} nor 'MixerBlock_0/token_mixing/Dense_0/kernel'. "
+        f"First keys: {sorted(params)[:8]}"
+    )
+
+
+def _fmt(keys, limit=30):
+    keys = list(keys)
+    text = ", ".join(keys[:limit])
+    if len(keys) > limit:
+        text += f", ... and {len(keys) - limit} more"
+    return text
+
+
+def load_official_weights(model, params, source="checkpoint", dropped=()):
+    """Assigns official `params` to `model`'s weights.
+
+    Args:
+        model: a keras_vit model.
+        params: `{key: array}` (e.g. from `read_checkpoint`).
+        source: how to name the checkpoint in messages.
+        dropped: key prefixes the caller decided not to load (the head
+            when it is replaced, `pre_logits` when it is dropped); they are
+            neither loaded nor reported as unexpected.
+
+    The position embedding is resized with the official algorithm when the
+    grid differs. Raises `CheckpointMismatchError` listing every missing,
+    unexpected and mis-shaped key before any weight is assigned.
+    """
+    params = canonical_keys(params)
+    table = official_params(model)
+    expected = {k for p in table for k in p.keys}
+    missing, misshaped, assignments = [], [], []
+    for param in table:
+        present = [k for k in param.keys if k in params]
+        missing += [k for k in param.keys if k not in params]
+        if len(present) != len(param.keys):
+            continue
+        arrays = [np.asarray(params[k], dtype="float32") for k in param.keys]
+        wanted = param.official_shapes()
+        bad = []
+        for key, array, shape in zip(param.keys, arrays, wanted):
+            if array.shape == shape:
+                continue
+            if param.kind == "groupnorm" and array.size == int(np.prod(shape)) \
+                    and array.shape[-1] == shape[-1]:
+                continue
+            if param.kind == "posemb" and array.ndim == 3 and \
+                    array.shape[0] == 1 and array.shape[2] == shape[2]:
+                arrays = [_resize_posemb(model, array, source)]
+                continue
+            bad.append(f"{key}: checkpoint {array.shape} vs model {shape}")
+        if bad:
+            misshaped += bad
+            continue
+        assignments.append((param, param.to_keras(arrays)))
+    unexpected = [
+        k for k in sorted(params)
+        if k not in expected and not any(k.startswith(p) for p in dropped)
+    ]
+    if missing or unexpected or misshaped:
+        lines = [f"Checkpoint {source} does not fit model {model.name!r}:"]
+        if missing:
+            lines.append(f"  missing keys ({len(missing)}): {_fmt(missing)}")
+        if unexpected:
+            lines.append(f"  unexpected keys ({len(unexpected)}): {_fmt(unexpected)}")
+        if misshaped:
+            lines.append(f"  mis-shaped keys ({len(misshaped)}): {_fmt(misshaped)}")
+        lines.append(
+            "  Is it a checkpoint of another architecture? `keras-vit models` "
+            "lists which model each family fits."
+        )
+        raise CheckpointMismatchError("\n".join(lines))
+    for param, value in assignments:
+        param.variable.assign(value)
+    return len(assignments)
+
+
+def _resize_posemb(model, posemb, source):
+    encoder = next(l for l in model.layers if isinstance(l, PatchEncoder))
+    prefix = encoder.num_prefix_tokens
+    old = square_grid(posemb.shape[1] - prefix)
+    new = encoder.grid_size
+    logger.info(
+        "Resizing the position embedding of %s from a %dx%d to a %dx%d grid "
+        "(bilinear, aligned corners%s).", source, *old, *new,
+        ", class token kept" if prefix else "",
+    )
+    return resize_position_embedding(posemb, new, prefix, old)
+
+
+def save_official_weights(model, path):
+    """Writes `model`'s weights as an official-format `.npz` (pre-Linen
+    names, float32) and returns the `{key: array}` dict. The file loads
+    back with `weights=path` and into the official JAX code."""
+    arrays = {}
+    for param in official_params(model):
+        value = np.asarray(param.variable.numpy(), dtype="float32")
+        for key, array in zip(param.keys, param.to_official(value)):
+            arrays[key] = np.ascontiguousarray(array, dtype="float32")
+    with open(path, "wb") as f:
+        np.savez(f, **dict(sorted(arrays.items())))
+    return arrays
