@@ -339,6 +339,8 @@ def load_official_weights(model, params, source="checkpoint", dropped=()):
     expected = {k for p in table for k in p.keys}
     missing, misshaped, assignments = [], [], []
     for param in table:
+        if any(k.startswith(tuple(dropped)) for k in param.keys):
+            continue  # e.g. a new head: keeps its (zero) initialisation
         present = [k for k in param.keys if k in params]
         missing += [k for k in param.keys if k not in params]
         if len(present) != len(param.keys):

@@ -1,0 +1,170 @@
+"""The `keras-vit` command.
+
+    keras-vit models [--json]
+    keras-vit predict IMAGE... --model ViTB16 --weights NAME_OR_PATH [--top 5]
+                     [--image-size S] [--labels FILE] [--json]
+"""
+
+import argparse
+import json
+import sys
+
+from keras_vit.models.variants import ALL_VARIANTS
+from keras_vit.weights import registry
+
+
+def _variant_rows():
+    rows = []
+    for function, v in ALL_VARIANTS.items():
+        cfg = dict(v.config)
+        if "resnet_layers" in cfg:
+            cfg["resnet_layers"] = list(cfg["resnet_layers"])
+        rows.append({
+            "function": function,
+            "variant": v.key,
+            "family": v.family,
+            "official_name": v.official_name,
+            "config": cfg,
+            "weights": registry.available_weights(v),
+        })
+    return rows
+
+
+def _family_rows():
+    rows = []
+    for kind, table in (("vit", registry.VIT_FAMILIES), ("mixer", registry.MIXER_FAMILIES)):
+        for f in table.values():
+            rows.append({
+                "weights": f.name,
+                "family": kind,
+                "description": f.description,
+                "resolution": f.resolution,
+                "classes": f.classes,
+                "pre_logits": f.pre_logits,
+                "source": f.source,
+                "models": [ALL_VARIANTS_BY_KEY[kind][k] for k in f.files],
+            })
+    return rows
+
+
+ALL_VARIANTS_BY_KEY = {
+    "vit": {v.key: f for f, v in ALL_VARIANTS.items() if v.family == "vit"},
+    "mixer": {v.key: f for f, v in ALL_VARIANTS.items() if v.family == "mixer"},
+}
+
+
+def cmd_models(args, out):
+    variants, families = _variant_rows(), _family_rows()
+    if args.json:
+        print(json.dumps({"models": variants, "weights": families}), file=out)
+        return 0
+    print("Models (keras_vit.<function>):", file=out)
+    print(f"  {'function':<10} {'variant':<9} {'patch':>5} {'hidden':>6} "
+          f"{'layers':>6} {'heads':>5} {'mlp':>5}  registered weights", file=out)
+    for row in variants:
+        c = row["config"]
+        depth = c.get("num_layers", c.get("num_blocks"))
+        heads = c.get("num_heads", "-")
+        mlp = c.get("mlp_dim", c.get("channels_mlp_dim"))
+        name = ("Mixer-" if row["family"] == "mixer" else "") + row["variant"]
+        print(f"  {row['function']:<10} {name:<9} {c['patch_size']:>5} "
+              f"{c['hidden_size']:>6} {depth:>6} {heads:>5} {mlp:>5}  "
+              f"{', '.join(row['weights']) or '-'}", file=out)
+    print("\nCheckpoint families (weights=...):", file=out)
+    for row in families:
+        print(f"  {row['weights']:<30} {row['family']:<5} {row['resolution']:>3}px "
+              f"{row['classes']:>5} classes  pre_logits={'yes' if row['pre_logits'] else 'no':<3} "
+              f"{', '.join(row['models'])}  ({row['source']})", file=out)
+    print("\nAny AugReg file: weights='augreg:<filename>' (index: "
+          f"{registry.url_for('vit_models/augreg', 'index')[:-4]}.csv).", file=out)
+    return 0
+
+
+def _load_images(paths, size):
+    import tensorflow as tf
+
+    images = []
+    for path in paths:
+        try:
+            data = tf.io.read_file(path)
+            image = tf.io.decode_image(data, channels=3, expand_animations=False)
+        except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as error:
+            raise ValueError(f"Cannot read image {path!r}: {error.message}") from None
+        images.append(tf.image.resize(image, size, method="bilinear").numpy())
+    import numpy as np
+
+    return np.stack(images).astype("float32")
+
+
+def cmd_predict(args, out):
+    import keras_vit
+
+    if args.model not in ALL_VARIANTS:
+        raise ValueError(
+            f"Unknown --model {args.model!r}; choose from {sorted(ALL_VARIANTS)}."
+        )
+    builder = getattr(keras_vit, args.model)
+    shape = (args.image_size, args.image_size, 3) if args.image_size else None
+    model = builder(weights=args.weights, input_shape=shape)
+    size = tuple(model.input_shape[1:3])
+    images = _load_images(args.images, size)
+    probs = model.predict(images, verbose=0)
+    labels = None
+    if args.labels:
+        with open(args.labels, encoding="utf-8") as f:
+            labels = [line.rstrip("\n") for line in f if line.strip()]
+    elif probs.shape[1] not in keras_vit.preprocessing.LABEL_FILES:
+        labels = [f"class_{i}" for i in range(probs.shape[1])]
+    decoded = keras_vit.decode_predictions(probs, top=args.top, labels=labels)
+    results = [
+        {"image": path, "top": [{"index": i, "label": name, "probability": p}
+                                for i, name, p in rows]}
+        for path, rows in zip(args.images, decoded)
+    ]
+    if args.json:
+        print(json.dumps({"model": args.model, "weights": args.weights,
+                          "image_size": list(size), "predictions": results}), file=out)
+        return 0
+    for result in results:
+        print(f"{result['image']}:", file=out)
+        for rank, row in enumerate(result["top"], 1):
+            print(f"  {rank}. {row['label']:<40} {row['probability']:.4f}  "
+                  f"(class {row['index']})", file=out)
+    return 0
+
+
+def build_parser():
+    parser = argparse.ArgumentParser(
+        prog="keras-vit",
+        description="Vision Transformers / MLP-Mixers with the official checkpoints.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("models", help="list model variants and checkpoint families")
+    p.add_argument("--json", action="store_true", help="one JSON document")
+    p.set_defaults(func=cmd_models)
+    p = sub.add_parser("predict", help="top-k classes of images")
+    p.add_argument("images", nargs="+", metavar="IMAGE")
+    p.add_argument("--model", default="ViTB16", help="named model, e.g. ViTB16")
+    p.add_argument("--weights", required=True,
+                   help="registered name, augreg:<file>, URL or path to an official .npz")
+    p.add_argument("--top", type=int, default=5)
+    p.add_argument("--image-size", type=int, default=None,
+                   help="input resolution (default: the checkpoint's)")
+    p.add_argument("--labels", help="text file with one class name per line")
+    p.add_argument("--json", action="store_true", help="one JSON line")
+    p.set_defaults(func=cmd_predict)
+    return parser
+
+
+def main(argv=None, out=None):
+    out = out or sys.stdout
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args, out)
+    except (ValueError, TypeError, OSError) as error:
+        print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
