@@ -29,6 +29,7 @@ from keras_vit.models import (
     ViTS32,
     ViTTi16,
     VisionTransformer,
+    model_from_checkpoint,
 )
 from keras_vit.preprocessing import decode_predictions, preprocess_input
 from keras_vit.weights import (
@@ -54,6 +55,6 @@ __all__ = [
     "R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB16", "ViTB32",
     "ViTB8", "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16",
     "VisionTransformer", "decode_predictions", "layers",
-    "load_official_weights", "official_manifest", "preprocess_input",
+    "load_official_weights", "model_from_checkpoint", "official_manifest", "preprocess_input",
     "resize_position_embedding", "save_official_weights", "weights",
 ]

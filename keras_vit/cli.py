@@ -99,13 +99,21 @@ def _load_images(paths, size):
 def cmd_predict(args, out):
     import keras_vit
 
-    if args.model not in ALL_VARIANTS:
-        raise ValueError(
-            f"Unknown --model {args.model!r}; choose from {sorted(ALL_VARIANTS)}."
-        )
-    builder = getattr(keras_vit, args.model)
     shape = (args.image_size, args.image_size, 3) if args.image_size else None
-    model = builder(weights=args.weights, input_shape=shape)
+    if args.model == "auto":
+        if not args.weights.endswith(".npz"):
+            raise ValueError(
+                "--model auto reads the architecture from a local official .npz; "
+                f"for --weights {args.weights!r} name the model, e.g. --model ViTB16."
+            )
+        model = keras_vit.model_from_checkpoint(args.weights, input_shape=shape)
+    elif args.model in ALL_VARIANTS:
+        model = getattr(keras_vit, args.model)(weights=args.weights, input_shape=shape)
+    else:
+        raise ValueError(
+            f"Unknown --model {args.model!r}; choose from {sorted(ALL_VARIANTS)} "
+            "or 'auto'."
+        )
     size = tuple(model.input_shape[1:3])
     images = _load_images(args.images, size)
     probs = model.predict(images, verbose=0)
@@ -144,7 +152,9 @@ def build_parser():
     p.set_defaults(func=cmd_models)
     p = sub.add_parser("predict", help="top-k classes of images")
     p.add_argument("images", nargs="+", metavar="IMAGE")
-    p.add_argument("--model", default="ViTB16", help="named model, e.g. ViTB16")
+    p.add_argument("--model", default="auto",
+                   help="named model, e.g. ViTB16, or 'auto' (default): the "
+                        "architecture a local official .npz describes")
     p.add_argument("--weights", required=True,
                    help="registered name, augreg:<file>, URL or path to an official .npz")
     p.add_argument("--top", type=int, default=5)

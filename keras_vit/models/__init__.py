@@ -1,5 +1,6 @@
 """ViT, R+ViT hybrid and MLP-Mixer builders and named models."""
 
+from keras_vit.models.auto import architecture_from_checkpoint, model_from_checkpoint
 from keras_vit.models.mixer import (
     MixerB16, MixerB32, MixerL16, MixerS16, MixerS32, MLPMixer,
 )

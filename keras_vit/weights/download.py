@@ -17,6 +17,12 @@ class WeightsDownloadError(OSError):
     """A file could not be downloaded (offline, HTTP error, bad mirror)."""
 
 
+def cache_root():
+    """`$KERAS_HOME` (read at each call, so it can be changed at run time),
+    else `~/.keras`, as Keras itself uses."""
+    return os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
+
+
 def fetch(url, filename, hint=None):
     """Returns the local path of `url`, downloading it into
     `$KERAS_HOME/models/keras_vit/<filename>` on first use.
@@ -26,7 +32,8 @@ def fetch(url, filename, hint=None):
     """
     try:
         return keras.utils.get_file(
-            fname=filename, origin=url, cache_subdir=CACHE_SUBDIR
+            fname=filename, origin=url, cache_subdir=CACHE_SUBDIR,
+            cache_dir=cache_root(),
         )
     except Exception as error:  # get_file raises a bare Exception
         hint = hint or f"download it elsewhere and pass its local path"
