@@ -1,0 +1,34 @@
+"""The README's demo command stays true."""
+
+import json
+import os
+import subprocess
+import sys
+
+from official_fixtures import FIXTURES, REPO_ROOT, require
+
+SCRIPT = REPO_ROOT / "examples" / "classify_photos.py"
+
+
+def run(env_extra):
+    env = dict(os.environ, **env_extra)
+    result = subprocess.run([sys.executable, str(SCRIPT), "--json"], env=env,
+                            capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])["results"]
+
+
+def test_demo_on_the_official_fixtures():
+    require(FIXTURES / "official")
+    rows = run({"KERAS_VIT_FIXTURES": str(FIXTURES)})
+    assert {r["checkpoint"] for r in rows} == {
+        "mixer_tiny", "r26_vit_tiny", "rstem_vit_tiny", "vit_tiny_gap", "vit_tiny_token"}
+    for row in rows:
+        assert row["within_tolerance"] and row["top1_agreement"] == 1.0
+        assert len(row["predictions"]) == 4
+
+
+def test_demo_without_fixtures_writes_its_own_checkpoint(tmp_path):
+    rows = run({"KERAS_VIT_FIXTURES": str(tmp_path)})
+    assert rows[0]["max_abs_diff_vs_original"] == 0.0
+    assert rows[0]["within_tolerance"]
