@@ -4,7 +4,6 @@ handling, the checkpoint/head decisions and the weight loading."""
 import logging
 
 import keras
-from keras.src.ops import operation_utils
 
 from keras_vit.weights.official import CheckpointMismatchError, load_official_weights
 
@@ -99,7 +98,7 @@ def image_input(input_tensor, input_shape, default_size, effective_patch,
     if not keras.backend.is_keras_tensor(input_tensor):
         x = keras.layers.Input(tensor=input_tensor, shape=input_shape)
         return x, x, (height, width)
-    inputs = operation_utils.get_source_inputs(input_tensor)
+    inputs = keras.utils.get_source_inputs(input_tensor)
     return inputs, input_tensor, (height, width)
 
 
@@ -155,6 +154,26 @@ def plan_head(resolved, include_top, pooling, classes, representation_size,
     if info.representation_size and not representation_size:
         dropped.append("pre_logits/")
     return classes, representation_size, tuple(dropped)
+
+
+def classification_head(x, norm_name, pool, representation_size, include_top,
+                        classes, classifier_activation):
+    """Final LayerNorm, pooling, optional `pre_logits` (Dense + tanh) and
+    the zero-initialised head; float32 under a mixed-precision policy."""
+    from keras_vit.layers import SequencePooling
+
+    dtype = mixed_precision_head_dtype()
+    x = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name=norm_name)(x)
+    if pool is not None:
+        x = SequencePooling(pool, dtype=dtype, name="pool")(x)
+        if representation_size:
+            x = keras.layers.Dense(representation_size, activation="tanh",
+                                   dtype=dtype, name="pre_logits")(x)
+    if include_top:
+        x = keras.layers.Dense(classes, activation=classifier_activation,
+                               kernel_initializer="zeros", dtype=dtype,
+                               name="head")(x)
+    return x
 
 
 def finish(inputs, outputs, name, resolved):

@@ -10,7 +10,7 @@ images ─► (x - 127.5) / 127.5 ─► Patches ─► Dense "stem" ─► Mixe
 
 import keras
 
-from keras_vit.layers import MixerBlock, Patches, SequencePooling
+from keras_vit.layers import MixerBlock, Patches
 from keras_vit.layers._utils import check_positive_int, check_rate, to_pair
 from keras_vit.models import _common
 from keras_vit.models.variants import MIXER_VARIANTS, find_variant
@@ -103,15 +103,10 @@ def MLPMixer(
             drop_path_rate=drop_path_rate * i / max(num_blocks - 1, 1),
             name=f"mixerblock_{i}",
         )(x)
-    head_dtype = _common.mixed_precision_head_dtype()
-    x = keras.layers.LayerNormalization(epsilon=1e-6, dtype=head_dtype,
-                                        name="pre_head_layer_norm")(x)
-    if include_top or pooling:
-        x = SequencePooling("gap", dtype=head_dtype, name="pool")(x)
-    if include_top:
-        x = keras.layers.Dense(classes, activation=classifier_activation,
-                               kernel_initializer="zeros", dtype=head_dtype,
-                               name="head")(x)
+    x = _common.classification_head(
+        x, "pre_head_layer_norm", "gap" if include_top else pooling, None,
+        include_top, classes, classifier_activation,
+    )
     if resolved is not None:
         resolved.dropped = dropped
     return _common.finish(inputs, x, name or "mlp_mixer", resolved)

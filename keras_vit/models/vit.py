@@ -17,7 +17,6 @@ from keras_vit.layers import (
     PatchEncoder,
     Patches,
     ResNetRoot,
-    SequencePooling,
     TransformerBlock,
 )
 from keras_vit.layers._utils import check_positive_int, check_rate, to_pair
@@ -187,19 +186,10 @@ def VisionTransformer(
             drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
             name=f"encoderblock_{i}",
         )(x)
-    head_dtype = _common.mixed_precision_head_dtype()
-    x = keras.layers.LayerNormalization(epsilon=1e-6, dtype=head_dtype,
-                                        name="encoder_norm")(x)
-    pool = classifier if include_top else pooling
-    if pool is not None:
-        x = SequencePooling(pool, dtype=head_dtype, name="pool")(x)
-        if representation_size:
-            x = keras.layers.Dense(representation_size, activation="tanh",
-                                   dtype=head_dtype, name="pre_logits")(x)
-    if include_top:
-        x = keras.layers.Dense(classes, activation=classifier_activation,
-                               kernel_initializer="zeros", dtype=head_dtype,
-                               name="head")(x)
+    x = _common.classification_head(
+        x, "encoder_norm", classifier if include_top else pooling,
+        representation_size, include_top, classes, classifier_activation,
+    )
     if resolved is not None:
         resolved.dropped = dropped
     return _common.finish(inputs, x, name or "vision_transformer", resolved)
