@@ -137,16 +137,23 @@ def test_weights_h5_file_loads(tmp_path):
         np.testing.assert_array_equal(a, b)
 
 
+def tiny_hybrid(**kwargs):
+    return keras_vit.VisionTransformer(
+        patch_size=1, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=32,
+        resnet_layers=(1,), input_shape=(16, 16, 3), classes=5, **kwargs)
+
+
 @pytest.mark.backends
-@pytest.mark.parametrize("build", [tiny_vit, tiny_mixer])
-def test_mixed_bfloat16_builds_runs_and_returns_float32(build):
-    keras.config.set_dtype_policy("mixed_bfloat16")
-    model = build(drop_path_rate=0.1) if build is tiny_mixer else build()
+@pytest.mark.parametrize("policy", ["mixed_bfloat16", "mixed_float16"])
+@pytest.mark.parametrize("build", [tiny_vit, tiny_mixer, tiny_hybrid])
+def test_mixed_precision_builds_runs_and_returns_float32(build, policy):
+    keras.config.set_dtype_policy(policy)
+    model = build(drop_path_rate=0.1)
     y = model(np.ones((2, 16, 16, 3), "float32"))
     assert keras.backend.standardize_dtype(y.dtype) == "float32"
     assert model.get_layer("head").compute_dtype == "float32"
-    block = model.layers[4]
-    assert block.compute_dtype == "bfloat16" and block.variable_dtype == "float32"
+    block = model.layers[-4]  # the last Transformer / Mixer block
+    assert block.compute_dtype == policy.split("_")[1] and block.variable_dtype == "float32"
     features = build(include_top=False, pooling="gap")
     assert keras.backend.standardize_dtype(features(np.ones((1, 16, 16, 3))).dtype) == "float32"
 
