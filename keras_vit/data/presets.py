@@ -1,0 +1,81 @@
+"""Preprocessing presets, each with its source.
+
+| preset     | what                                                          | source |
+| ---------- | ------------------------------------------------------------- | ------ |
+| `eval`     | decode, bilinear resize to S                                  | official `vit_jax/input_pipeline.py` eval |
+| `eval_crop`| resize shorter side to S/0.875, central S crop                | big_vision `resize_small(256)|central_crop(224)` |
+| `finetune` | inception crop (area 0.05-1) + horizontal flip at S           | official `vit_jax` fine-tuning train pipeline |
+| `none` ... `strong2` | inception crop + flip + RandAugment + MixUp, the AugReg settings | big_vision `configs/vit_i1k.py` `RANDAUG_DEF` / `MIXUP_DEF` (AugReg, arXiv:2106.10270) |
+
+AugReg settings (RandAugment `(num_ops, magnitude)`, MixUp alpha):
+`none` (-, 0), `light1` ((2, 0), 0) -- magnitude 0 is not "nothing":
+posterize, solarize and the enhance ops are strongest there --, `light2`
+((2, 10), 0.2), `medium1` ((2, 15), 0.2), `medium2` ((2, 15), 0.5),
+`strong1` ((2, 20), 0.5), `strong2` ((2, 20), 0.8).
+"""
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True)
+class Preset:
+    """What one pipeline does to an image.
+
+    Attributes:
+        name: preset name.
+        training: random crops/flips (True) or the deterministic eval path.
+        center_crop: eval only: resize-then-center-crop instead of resize.
+        randaugment: `(num_ops, magnitude)` or None.
+        mixup: MixUp alpha (0: off).
+        cutmix: CutMix alpha (0: off). With both, each batch picks one of
+            the two with probability 1/2.
+        label_smoothing: applied to the one-hot labels.
+        source: where the numbers come from.
+    """
+
+    name: str
+    training: bool
+    center_crop: bool = False
+    randaugment: tuple = None
+    mixup: float = 0.0
+    cutmix: float = 0.0
+    label_smoothing: float = 0.0
+    source: str = ""
+
+    def replace(self, **changes):
+        return dataclasses.replace(self, **changes)
+
+
+_AUGREG = "big_vision configs/vit_i1k.py (AugReg)"
+PRESETS = {
+    p.name: p
+    for p in [
+        Preset("eval", False, source="vit_jax input_pipeline.py (eval: resize)"),
+        Preset("eval_crop", False, center_crop=True,
+               source="big_vision resize_small|central_crop"),
+        Preset("finetune", True, source="vit_jax input_pipeline.py (train: inception crop + flip)"),
+        Preset("none", True, source=_AUGREG),
+        Preset("light1", True, randaugment=(2, 0), source=_AUGREG),
+        Preset("light2", True, randaugment=(2, 10), mixup=0.2, source=_AUGREG),
+        Preset("medium1", True, randaugment=(2, 15), mixup=0.2, source=_AUGREG),
+        Preset("medium2", True, randaugment=(2, 15), mixup=0.5, source=_AUGREG),
+        Preset("strong1", True, randaugment=(2, 20), mixup=0.5, source=_AUGREG),
+        Preset("strong2", True, randaugment=(2, 20), mixup=0.8, source=_AUGREG),
+    ]
+}
+AUGREG_PRESETS = ("none", "light1", "light2", "medium1", "medium2", "strong1", "strong2")
+
+
+def get_preset(preset, training):
+    """A `Preset` from a name, a Preset, or None (`finetune` when training,
+    else `eval`)."""
+    if preset is None:
+        return PRESETS["finetune" if training else "eval"]
+    if isinstance(preset, Preset):
+        return preset
+    if preset not in PRESETS:
+        raise ValueError(
+            f"Unknown preset {preset!r}; allowed: {sorted(PRESETS)} or a "
+            "keras_vit.data.Preset."
+        )
+    return PRESETS[preset]
