@@ -15,6 +15,8 @@ import os
 import queue
 import random
 import time
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 # Fault-injection hook for the tests: seconds to sleep after each record.
 SLOW_WRITE_ENV = "KERAS_VIT_TFRECORDS_SLOW_WRITE"
@@ -76,6 +78,12 @@ def _records(tf, task):
         yield example["image"], int(example["label"]), filename
 
 
+def _record_name(path):
+    """`<class folder>/<file>` for folder sources (unique), else as given."""
+    parent = os.path.basename(os.path.dirname(path))
+    return f"{parent}/{os.path.basename(path)}" if parent else path
+
+
 def write_shard(task, progress):
     """Worker: writes one shard atomically. Returns a result dict."""
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
@@ -104,7 +112,7 @@ def write_shard(task, progress):
                 continue
             writer.write(schema.encode_example(
                 data, label, image_format=kind, text=classes[label],
-                filename=os.path.basename(filename), height=height, width=width))
+                filename=_record_name(filename), height=height, width=width))
             written += 1
             progress.put(1)
             if delay:
@@ -181,16 +189,25 @@ def build(source, split, out, num_shards, workers, data_dir=None,
             else int(total * len(todo) / num_shards) if total else None
         bar = keras.utils.Progbar(remaining, unit_name="image") if verbose else None
         done = 0
-        with context.Pool(min(workers, len(todo))) as pool:
-            pending = [pool.apply_async(write_shard, (t, progress)) for t in todo]
-            while not all(p.ready() for p in pending) or not progress.empty():
-                try:
-                    done += progress.get(timeout=0.2)
-                    if bar:
-                        bar.update(done)
-                except queue.Empty:
-                    pass
-            results = [p.get() for p in pending]
+        try:
+            with ProcessPoolExecutor(min(workers, len(todo)), mp_context=context) as pool:
+                pending = [pool.submit(write_shard, t, progress) for t in todo]
+                while not all(p.done() for p in pending) or not progress.empty():
+                    try:
+                        done += progress.get(timeout=0.2)
+                        if bar:
+                            bar.update(done)
+                    except queue.Empty:
+                        pass
+                results = [p.result() for p in pending]
+        except BrokenProcessPool:
+            raise OSError(
+                "A worker process died while writing (killed or out of memory). "
+                "Finished shards are kept and no partial shard has a final name: "
+                "re-run the same command to resume."
+            ) from None
+        finally:
+            manager.shutdown()
         errors = [r["error"] for r in results if "error" in r]
         if errors:
             raise ValueError(

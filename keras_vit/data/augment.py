@@ -244,12 +244,22 @@ def randaugment(image, num_ops, magnitude, seed):
     check_randaugment(num_ops, magnitude)
     image = tf.round(tf.cast(image, tf.float32))
     level = tf.constant(float(magnitude))
-    seeds = split_seed(seed, 2 * max(num_ops, 1))
+    indices, op_seeds = randaugment_choices(num_ops, seed)
     for i in range(num_ops):
-        index = tf.random.stateless_uniform(
-            [], seeds[2 * i], maxval=len(RANDAUGMENT_OPS), dtype=tf.int32)
-        image = tf.round(_apply_op(index, image, level, seeds[2 * i + 1]))
+        image = tf.round(_apply_op(indices[i], image, level, op_seeds[i]))
     return image
+
+
+def randaugment_choices(num_ops, seed):
+    """The op indices `randaugment` draws for `seed`, and the seeds of the
+    ops' own randomness (signs, cutout position)."""
+    seeds = split_seed(seed, 2 * max(num_ops, 1))
+    indices = [
+        tf.random.stateless_uniform([], seeds[2 * i], maxval=len(RANDAUGMENT_OPS),
+                                    dtype=tf.int32)
+        for i in range(num_ops)
+    ]
+    return indices, [seeds[2 * i + 1] for i in range(num_ops)]
 
 
 # --- batch mixing ---------------------------------------------------------

@@ -35,9 +35,15 @@ class DatasetInfo:
         return int(self._skipped.numpy()) if self._skipped is not None else 0
 
 
-def _byte_pair_in(data, first, second):
+def _contains(data, needle):
+    """Whether the byte string `data` contains `needle` (binary-safe)."""
     chars = tf.strings.bytes_split(data)
-    return tf.reduce_any((chars[:-1] == first) & (chars[1:] == second))
+    n = len(needle)
+    length = tf.size(chars) - n + 1
+    found = tf.ones([tf.maximum(length, 0)], tf.bool)
+    for i in range(n):
+        found &= chars[i:i + tf.maximum(length, 0)] == needle[i:i + 1]
+    return tf.reduce_any(found)
 
 
 def looks_like_image(encoded):
@@ -48,10 +54,8 @@ def looks_like_image(encoded):
     size = tf.strings.length(encoded)
     tail = tf.strings.substr(encoded, tf.maximum(size - 32, 0), 32)
     jpeg = tf.logical_and(tf.strings.substr(head, 0, 3) == b"\xff\xd8\xff",
-                          _byte_pair_in(tail, b"\xff", b"\xd9"))
-    png = tf.logical_and(head == b"\x89PNG\r\n\x1a\n",
-                         tf.strings.regex_full_match(tf.strings.substr(tail, 0, 32),
-                                                     "(?s).*IEND.*"))
+                          _contains(tail, b"\xff\xd9"))
+    png = tf.logical_and(head == b"\x89PNG\r\n\x1a\n", _contains(tail, b"IEND"))
     gif = tf.strings.substr(head, 0, 4) == b"GIF8"
     bmp = tf.strings.substr(head, 0, 2) == b"BM"
     return tf.reduce_any(tf.stack([jpeg, png, gif, bmp]))
@@ -202,12 +206,12 @@ def make_dataset(
         if preset.training:
             image = augment.decode_and_inception_crop(encoded, size, crop_seed)
             image = augment.random_flip(image, flip_seed)
-            if preset.randaugment is not None:
-                image = augment.randaugment(image, *preset.randaugment, ra_seed)
         else:
             image = augment.decode_image(encoded)
             image = (augment.resize_and_center_crop(image, size) if preset.center_crop
                      else augment.resize(image, size))
+        if preset.randaugment is not None:
+            image = augment.randaugment(image, *preset.randaugment, ra_seed)
         with tf.control_dependencies([tf.debugging.Assert(
                 tf.logical_and(label >= 0, label < k),
                 [f"Label out of range [0, {k}) for", name, "label", label])]):

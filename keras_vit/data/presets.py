@@ -23,7 +23,8 @@ class Preset:
 
     Attributes:
         name: preset name.
-        training: random crops/flips (True) or the deterministic eval path.
+        training: inception crop + flip (True) or the eval resize (False).
+            RandAugment, MixUp and CutMix apply in either case when set.
         center_crop: eval only: resize-then-center-crop instead of resize.
         randaugment: `(num_ops, magnitude)` or None.
         mixup: MixUp alpha (0: off).

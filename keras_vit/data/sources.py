@@ -170,14 +170,6 @@ def tfds_source(spec, split, data_dir=None):
         builder = tfds.builder(full_name, data_dir=data_dir)
     except Exception as error:  # DatasetNotFoundError and friends
         raise ValueError(f"Unknown TFDS dataset {full_name!r}: {error}") from None
-    if not builder.is_prepared():
-        raise ValueError(
-            f"TFDS dataset {full_name!r} is not prepared in "
-            f"{builder.data_dir!r} and cannot be downloaded here. Prepare it "
-            f"where the data is reachable (`tfds build {name}` or "
-            f"`tfds.builder('{full_name}').download_and_prepare()`), then pass "
-            "`data_dir=` pointing at that TFDS data directory."
-        )
     features = builder.info.features
     image_key = next((k for k in ("image",) if k in features), None)
     label_key = next((k for k in ("label",) if k in features), None)
@@ -186,13 +178,25 @@ def tfds_source(spec, split, data_dir=None):
             f"TFDS dataset {full_name!r} has no 'image' and 'label' features "
             f"(it has {sorted(features.keys())})."
         )
-    dataset = builder.as_dataset(
-        split=split, shuffle_files=False,
-        decoders={image_key: tfds.decode.SkipDecoding()},
-    )
-    dataset = dataset.map(
-        lambda ex: (ex[image_key], tf.cast(ex[label_key], tf.int64),
-                    ex.get("file_name", tf.constant(""))),
+    try:
+        dataset = builder.as_dataset(
+            split=split, shuffle_files=False,
+            decoders={image_key: tfds.decode.SkipDecoding()},
+        )
+    except Exception as error:
+        if builder.is_prepared():
+            raise
+        raise ValueError(
+            f"TFDS dataset {full_name!r} is not prepared in "
+            f"{builder.data_dir!r} and cannot be downloaded here. Prepare it "
+            f"where the data is reachable (`tfds build {name}` or "
+            f"`tfds.builder('{full_name}').download_and_prepare()`), then pass "
+            "`data_dir=` pointing at that TFDS data directory."
+        ) from error
+    dataset = dataset.enumerate().map(
+        lambda i, ex: (ex[image_key], tf.cast(ex[label_key], tf.int64),
+                       ex["file_name"] if "file_name" in ex else
+                       tf.strings.format("tfds:{}[{}] #{}", (full_name, split, i))),
         num_parallel_calls=tf.data.AUTOTUNE,
     )
     try:
