@@ -76,9 +76,9 @@ def decode_and_inception_crop(encoded, size, seed, area_range=(0.05, 1.0),
 
 
 def resize(image, size):
-    """Bilinear resize to `size`, float32 in [0, 255] (the official eval)."""
-    image = tf.image.resize(image, size, method="bilinear")
-    return tf.clip_by_value(image, 0.0, 255.0)
+    """Bilinear resize to `size`, float32 in [0, 255] (the official eval).
+    Bilinear weights are convex, so the result needs no clipping."""
+    return tf.image.resize(image, size, method="bilinear")
 
 
 def resize_and_center_crop(image, size, crop_fraction=0.875):

@@ -180,15 +180,6 @@ def make_dataset(
                 return tf.identity(ok)
 
         dataset = dataset.filter(keep)
-    else:
-        def check(encoded, label, name):
-            ok = looks_like_image(encoded)
-            with tf.control_dependencies([tf.debugging.Assert(ok, [
-                    "Corrupt or non-image file (pass skip_corrupt=True to skip "
-                    "and count such records):", name])]):
-                return tf.identity(encoded), label, name
-
-        dataset = dataset.map(check, num_parallel_calls=AUTOTUNE)
 
     if cache:
         dataset = dataset.cache(cache if isinstance(cache, str) else "")
@@ -197,29 +188,38 @@ def make_dataset(
     if repeat:
         dataset = dataset.repeat()
 
-    seeds = tf.data.Dataset.random(seed=seed).batch(2)
-    dataset = tf.data.Dataset.zip((dataset, seeds))
-
     def preprocess(record, element_seed):
         encoded, label, name = record
-        crop_seed, flip_seed, ra_seed = tf.unstack(augment.split_seed(element_seed, 3))
+        checks = [tf.debugging.Assert(
+            tf.logical_and(label >= 0, label < k),
+            [f"Label out of range [0, {k}) for", name, "label", label])]
+        if not skip_corrupt:  # skip_corrupt filtered these out already
+            checks.append(tf.debugging.Assert(looks_like_image(encoded), [
+                "Corrupt or non-image file (pass skip_corrupt=True to skip and "
+                "count such records):", name]))
+        with tf.control_dependencies(checks):
+            encoded = tf.identity(encoded)
         if preset.training:
+            crop_seed, flip_seed, ra_seed = tf.unstack(augment.split_seed(element_seed, 3))
             image = augment.decode_and_inception_crop(encoded, size, crop_seed)
             image = augment.random_flip(image, flip_seed)
         else:
+            ra_seed = element_seed
             image = augment.decode_image(encoded)
             image = (augment.resize_and_center_crop(image, size) if preset.center_crop
                      else augment.resize(image, size))
         if preset.randaugment is not None:
             image = augment.randaugment(image, *preset.randaugment, ra_seed)
-        with tf.control_dependencies([tf.debugging.Assert(
-                tf.logical_and(label >= 0, label < k),
-                [f"Label out of range [0, {k}) for", name, "label", label])]):
-            one_hot = tf.one_hot(label, k, dtype=tf.float32)
         image = tf.ensure_shape(image, size + (3,))
-        return image, one_hot
+        return image, tf.one_hot(label, k, dtype=tf.float32)
 
-    dataset = dataset.map(preprocess, num_parallel_calls=AUTOTUNE)
+    if preset.training or preset.randaugment is not None:
+        seeds = tf.data.Dataset.random(seed=seed).batch(2)
+        dataset = tf.data.Dataset.zip((dataset, seeds))
+        dataset = dataset.map(preprocess, num_parallel_calls=AUTOTUNE)
+    else:  # the eval path draws no random numbers
+        dataset = dataset.map(lambda *record: preprocess(record, None),
+                              num_parallel_calls=AUTOTUNE)
     dataset = dataset.batch(local_batch, drop_remainder=drop_remainder,
                             num_parallel_calls=AUTOTUNE)
 
@@ -246,7 +246,9 @@ def make_dataset(
             return images, labels
 
         dataset = dataset.map(mix, num_parallel_calls=AUTOTUNE)
-    dataset = dataset.prefetch(AUTOTUNE)
+    options = tf.data.Options()
+    options.experimental_optimization.map_fusion = True
+    dataset = dataset.with_options(options).prefetch(AUTOTUNE)
     if skip_corrupt:
         logger.info("%s: corrupt records are skipped and counted in "
                     "info.skipped_corrupt.", src.description)
