@@ -201,8 +201,10 @@ def make_dataset(
             encoded = tf.identity(encoded)
         if preset.training:
             crop_seed, flip_seed, ra_seed = tf.unstack(augment.split_seed(element_seed, 3))
-            image = augment.decode_and_inception_crop(encoded, size, crop_seed)
-            image = augment.random_flip(image, flip_seed)
+            image = augment.decode_and_inception_crop(encoded, size, crop_seed,
+                                                      area_range=preset.crop_area)
+            if preset.flip:
+                image = augment.random_flip(image, flip_seed)
         else:
             ra_seed = element_seed
             image = augment.decode_image(encoded)

@@ -26,6 +26,8 @@ class Preset:
         training: inception crop + flip (True) or the eval resize (False).
             RandAugment, MixUp and CutMix apply in either case when set.
         center_crop: eval only: resize-then-center-crop instead of resize.
+        crop_area: area range of the inception crop (official: 0.05-1).
+        flip: random horizontal flips when training.
         randaugment: `(num_ops, magnitude)` or None.
         mixup: MixUp alpha (0: off).
         cutmix: CutMix alpha (0: off). With both, each batch picks one of
@@ -37,6 +39,8 @@ class Preset:
     name: str
     training: bool
     center_crop: bool = False
+    crop_area: tuple = (0.05, 1.0)
+    flip: bool = True
     randaugment: tuple = None
     mixup: float = 0.0
     cutmix: float = 0.0
@@ -55,6 +59,8 @@ PRESETS = {
         Preset("eval_crop", False, center_crop=True,
                source="big_vision resize_small|central_crop"),
         Preset("finetune", True, source="vit_jax input_pipeline.py (train: inception crop + flip)"),
+        Preset("digits", True, crop_area=(0.65, 1.0), flip=False,
+               source="keras_vit quickstart: digits are not mirror-symmetric"),
         Preset("none", True, source=_AUGREG),
         Preset("light1", True, randaugment=(2, 0), source=_AUGREG),
         Preset("light2", True, randaugment=(2, 10), mixup=0.2, source=_AUGREG),

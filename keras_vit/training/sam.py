@@ -1,0 +1,110 @@
+"""Sharpness-aware minimisation (Foret et al. 2021; for ViTs: Chen et al.,
+"When Vision Transformers Outperform ResNets without Pre-training").
+
+`SAMModel(model, rho)` wraps any Keras model; `fit` then takes SAM steps
+with whatever optimizer is compiled:
+
+```
+g    = grad L(w)                         # at the current weights
+e    = rho * g / ||g||                   # ascent to the worst nearby point
+g_sam = grad L(w + e)                    # a second forward/backward pass
+w    = optimizer.apply(g_sam)            # the weights themselves never moved
+```
+
+The perturbed forward pass reads `w + e` through `keras.StatelessScope`, so
+the weights are never modified and restored (no assign, nothing to undo),
+and under a distribution strategy every replica perturbs with its own
+gradient: m-sharpness with m = the per-replica batch, as the SAM papers and
+big_vision do. TensorFlow backend.
+"""
+
+import keras
+import tensorflow as tf
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class SAMModel(keras.Model):
+    """Wraps `model` so that `fit` takes sharpness-aware steps.
+
+    Args:
+        model: the model to train (its weights are the trained ones; save
+            `sam.model`).
+        rho: neighbourhood radius (SAM for ViT: 0.05 fine-tuning, up to 0.2
+            from scratch).
+        epsilon: added to the gradient norm.
+
+    Example:
+
+    ```python
+    sam = keras_vit.training.SAMModel(keras_vit.ViTB16(weights=None, classes=10), rho=0.05)
+    sam.compile(keras.optimizers.SGD(0.03, momentum=0.9), loss=..., metrics=["accuracy"])
+    sam.fit(train_dataset)
+    sam.model.save("model.keras")
+    ```
+    """
+
+    def __init__(self, model, rho=0.05, epsilon=1e-12, **kwargs):
+        super().__init__(**kwargs)
+        if not isinstance(rho, (int, float)) or isinstance(rho, bool) or rho <= 0:
+            raise ValueError(f"SAM rho must be a positive float, got {rho!r}.")
+        if keras.backend.backend() != "tensorflow":
+            raise ValueError(
+                "SAMModel implements train_step for the TensorFlow backend; "
+                f"KERAS_BACKEND is {keras.backend.backend()!r}."
+            )
+        self.model = model
+        self.rho = float(rho)
+        self.epsilon = float(epsilon)
+
+    def call(self, inputs, training=None):
+        return self.model(inputs, training=training)
+
+    def _loss(self, x, y, sample_weight, values=None):
+        if values is None:
+            y_pred = self(x, training=True)
+        else:
+            with keras.StatelessScope(state_mapping=list(zip(self.trainable_variables, values))):
+                y_pred = self(x, training=True)
+        # Keras' own train_step uses the private `_compute_loss` (it scales the
+        # loss for distribution); fall back to the public one.
+        compute = getattr(self, "_compute_loss", self.compute_loss)
+        loss = compute(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+        return loss, y_pred
+
+    def train_step(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        variables = self.trainable_variables
+        with tf.GradientTape() as tape:
+            loss, y_pred = self._loss(x, y, sample_weight)
+            scaled = self.optimizer.scale_loss(loss)
+        tracker = getattr(self, "_loss_tracker", None)
+        if tracker is not None:  # the "loss" that fit() logs: at w, not w + e
+            from keras.src.losses import loss as loss_module
+
+            batch = tf.shape(tf.nest.flatten(x)[0])[0]
+            tracker.update_state(loss_module.unscale_loss_for_distribution(loss),
+                                 sample_weight=batch)
+        grads = tape.gradient(scaled, variables)
+        grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
+                 for g, v in zip(grads, variables)]
+        norm = tf.linalg.global_norm(grads)
+        scale = self.rho / (norm + self.epsilon)
+        perturbed = [tf.convert_to_tensor(v.value) + tf.cast(g * scale, v.dtype)
+                     for g, v in zip(grads, variables)]
+        with tf.GradientTape() as tape:
+            tape.watch(perturbed)
+            perturbed_loss, _ = self._loss(x, y, sample_weight, perturbed)
+            scaled = self.optimizer.scale_loss(perturbed_loss)
+        sam_grads = tape.gradient(scaled, perturbed)
+        self.optimizer.apply(sam_grads, variables)
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def get_config(self):
+        return {"model": keras.saving.serialize_keras_object(self.model),
+                "rho": self.rho, "epsilon": self.epsilon, "name": self.name}
+
+    @classmethod
+    def from_config(cls, config):
+        config = dict(config)
+        config["model"] = keras.saving.deserialize_keras_object(config["model"])
+        return cls(**config)

@@ -1,0 +1,67 @@
+"""Learning-rate schedules of the official code, as serializable Keras
+`LearningRateSchedule`s."""
+
+import math
+
+import keras
+from keras import ops
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
+    """Linear warmup, then cosine or linear decay: `vit_jax/hyper.py`
+    `create_learning_rate_schedule`.
+
+    ```
+    progress = clip((step - warmup_steps) / (total_steps - warmup_steps), 0, 1)
+    cosine:  lr = base * 0.5 * (1 + cos(pi * progress))
+    linear:  lr = linear_end + (base - linear_end) * (1 - progress)
+    lr *= min(1, step / warmup_steps)            # when warmup_steps > 0
+    ```
+
+    Args:
+        base_lr: peak learning rate.
+        total_steps: steps of the whole run.
+        warmup_steps: linear warmup steps (official fine-tuning: 500).
+        decay: `"cosine"` or `"linear"`.
+        linear_end: final value of the linear decay (official: 1e-5).
+
+    Example:
+
+    >>> schedule = WarmupDecay(0.03, total_steps=1000, warmup_steps=100)
+    >>> float(schedule(50)), float(schedule(100)), float(schedule(1000))
+    (0.015, 0.03, 0.0)
+    """
+
+    def __init__(self, base_lr, total_steps, warmup_steps=0, decay="cosine",
+                 linear_end=1e-5):
+        if decay not in ("cosine", "linear"):
+            raise ValueError(f"Unknown decay {decay!r}; allowed: ('cosine', 'linear').")
+        if total_steps <= warmup_steps:
+            raise ValueError(
+                f"total_steps={total_steps} must exceed warmup_steps={warmup_steps}."
+            )
+        self.base_lr = float(base_lr)
+        self.total_steps = int(total_steps)
+        self.warmup_steps = int(warmup_steps)
+        self.decay = decay
+        self.linear_end = float(linear_end)
+
+    def __call__(self, step):
+        step = ops.cast(step, "float32")
+        progress = (step - self.warmup_steps) / float(self.total_steps - self.warmup_steps)
+        progress = ops.clip(progress, 0.0, 1.0)
+        if self.decay == "cosine":
+            lr = self.base_lr * 0.5 * (1.0 + ops.cos(math.pi * progress))
+        else:
+            lr = self.linear_end + (self.base_lr - self.linear_end) * (1.0 - progress)
+        if self.warmup_steps:
+            lr = lr * ops.minimum(1.0, step / self.warmup_steps)
+        return lr
+
+    def get_config(self):
+        return {
+            "base_lr": self.base_lr, "total_steps": self.total_steps,
+            "warmup_steps": self.warmup_steps, "decay": self.decay,
+            "linear_end": self.linear_end,
+        }

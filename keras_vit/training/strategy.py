@@ -1,0 +1,77 @@
+"""`get_strategy`: pick the distribution strategy for this machine."""
+
+import json
+import logging
+import os
+
+import tensorflow as tf
+
+logger = logging.getLogger("keras_vit")
+STRATEGIES = ("auto", "tpu", "multiworker", "mirrored", "default")
+
+
+def _tpu_resolver():
+    try:
+        resolver = tf.distribute.cluster_resolver.TPUClusterResolver(
+            tpu=os.environ.get("TPU_NAME", ""))
+        tf.config.experimental_connect_to_cluster(resolver)
+        tf.tpu.experimental.initialize_tpu_system(resolver)
+        return resolver
+    except (ValueError, tf.errors.NotFoundError, tf.errors.InvalidArgumentError,
+            tf.errors.UnavailableError, RuntimeError):
+        return None
+
+
+def _workers_in_tf_config():
+    try:
+        config = json.loads(os.environ.get("TF_CONFIG", "{}"))
+    except json.JSONDecodeError as error:
+        raise ValueError(f"TF_CONFIG is not valid JSON: {error}") from None
+    return len(config.get("cluster", {}).get("worker", []))
+
+
+def get_strategy(name="auto"):
+    """Returns a `tf.distribute.Strategy` and logs which.
+
+    `"auto"`: a TPU when a `TPUClusterResolver` connects (Cloud TPU VM,
+    `TPU_NAME`, Colab); `MultiWorkerMirroredStrategy` when `TF_CONFIG` names
+    several workers; `MirroredStrategy` with more than one GPU; else the
+    default strategy. The names `"tpu"`, `"multiworker"`, `"mirrored"`,
+    `"default"` force one (a forced TPU that cannot connect is an error).
+    """
+    if name not in STRATEGIES:
+        raise ValueError(f"Unknown strategy {name!r}; allowed: {STRATEGIES}.")
+    if name in ("auto", "tpu"):
+        is_tpu_host = bool(os.environ.get("TPU_NAME") or os.environ.get("COLAB_TPU_ADDR")
+                           or os.path.exists("/dev/accel0") or name == "tpu")
+        resolver = _tpu_resolver() if is_tpu_host else None
+        if resolver is not None:
+            strategy = tf.distribute.TPUStrategy(resolver)
+            logger.info("Strategy: TPUStrategy, %d replicas.", strategy.num_replicas_in_sync)
+            return strategy
+        if name == "tpu":
+            raise ValueError("strategy='tpu' but no TPU answered (TPU_NAME=%r)."
+                             % os.environ.get("TPU_NAME", ""))
+    if name == "multiworker" or (name == "auto" and _workers_in_tf_config() > 1):
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+        logger.info("Strategy: MultiWorkerMirroredStrategy, %d replicas.",
+                    strategy.num_replicas_in_sync)
+        return strategy
+    gpus = tf.config.list_logical_devices("GPU")
+    if name == "mirrored" or (name == "auto" and len(gpus) > 1):
+        strategy = tf.distribute.MirroredStrategy()
+        logger.info("Strategy: MirroredStrategy over %d devices.", strategy.num_replicas_in_sync)
+        return strategy
+    strategy = tf.distribute.get_strategy()
+    logger.info("Strategy: default (one device: %s).", gpus[0].name if gpus else "CPU")
+    return strategy
+
+
+def uses_only_cpus(strategy):
+    """True when every replica of `strategy` runs on a CPU."""
+    try:
+        devices = list(strategy.extended.worker_devices)
+    except RuntimeError:  # the default strategy: this process's devices
+        devices = [d.name for d in tf.config.list_logical_devices()
+                   if d.device_type in ("GPU", "TPU")] or ["/cpu:0"]
+    return all("CPU" in d.upper() for d in devices)
