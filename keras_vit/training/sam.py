@@ -55,6 +55,8 @@ class SAMModel(keras.Model):
         self.model = model
         self.rho = float(rho)
         self.epsilon = float(epsilon)
+        if getattr(model, "built", False):
+            self.built = True  # its weights are the inner model's, all created
 
     def call(self, inputs, training=None):
         return self.model(inputs, training=training)

@@ -1,0 +1,101 @@
+"""Runs distributed-training scenarios in a fresh process (logical CPU
+devices must be configured before TensorFlow starts). Prints one JSON line.
+
+    python tests/strategy_runs.py mirrored|sam_mirrored|sam_m_sharpness
+"""
+
+import json
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+import tensorflow as tf  # noqa: E402
+
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(
+    cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+import keras  # noqa: E402
+import numpy as np  # noqa: E402
+
+import keras_vit  # noqa: E402
+from keras_vit.training import SAMModel  # noqa: E402
+
+STEPS, GLOBAL_BATCH = 3, 8
+
+
+def data():
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 255, (STEPS * GLOBAL_BATCH, 16, 16, 3)).astype("float32")
+    y = keras.utils.to_categorical(rng.integers(0, 4, STEPS * GLOBAL_BATCH), 4)
+    return tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
+
+
+def run(strategy, sam_rho=None):
+    keras.utils.set_random_seed(1)
+    with strategy.scope():
+        model = keras_vit.VisionTransformer(
+            patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+            input_shape=(16, 16, 3), classes=4, classifier_activation=None)
+        rng = np.random.default_rng(2)
+        model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.2
+                           for w in model.get_weights()])
+        trainable = SAMModel(model, rho=sam_rho) if sam_rho else model
+        trainable.compile(keras.optimizers.SGD(0.1),
+                          keras.losses.CategoricalCrossentropy(from_logits=True),
+                          jit_compile=False)
+    history = trainable.fit(data(), epochs=1, verbose=0)
+    return model.get_weights(), history.history["loss"][-1]
+
+
+def m_sharpness_reference(rho=0.05, lr=0.1):
+    """One SAM step by hand: each half of the batch (one replica) perturbs
+    with its own gradient; the SAM gradients are averaged."""
+    keras.utils.set_random_seed(1)
+    model = keras_vit.VisionTransformer(
+        patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+        input_shape=(16, 16, 3), classes=4, classifier_activation=None)
+    rng = np.random.default_rng(2)
+    model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.2
+                       for w in model.get_weights()])
+    x, y = next(iter(data()))
+    variables = model.trainable_variables
+    loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True)
+    sam_grads = []
+    for half in (slice(0, GLOBAL_BATCH // 2), slice(GLOBAL_BATCH // 2, None)):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y[half], model(x[half], training=True))
+        grads = tape.gradient(loss, variables)
+        scale = rho / (tf.linalg.global_norm(grads) + 1e-12)
+        values = [v.value + g * scale for v, g in zip(variables, grads)]
+        with tf.GradientTape() as tape:
+            tape.watch(values)
+            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+                loss = loss_fn(y[half], model(x[half], training=True))
+        sam_grads.append(tape.gradient(loss, values))
+    return [v.numpy() - lr * (a.numpy() + b.numpy()) / 2
+            for v, a, b in zip(variables, *sam_grads)]
+
+
+def main(scenario):
+    if scenario == "sam_m_sharpness":
+        global STEPS
+        STEPS = 1
+        expected = m_sharpness_reference()
+        got, _ = run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), 0.05)
+        diff = max(float(np.abs(a - b).max()) for a, b in zip(got, expected))
+        print(json.dumps({"scenario": scenario, "max_weight_diff": diff}))
+        return
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    single = tf.distribute.get_strategy()
+    rho = 0.05 if scenario == "sam_mirrored" else None
+    w_multi, loss_multi = run(mirrored, rho)
+    w_single, loss_single = run(single, rho)
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(w_multi, w_single))
+    print(json.dumps({"scenario": scenario, "replicas": mirrored.num_replicas_in_sync,
+                      "max_weight_diff": diff, "loss_multi": float(loss_multi),
+                      "loss_single": float(loss_single)}))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
