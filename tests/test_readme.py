@@ -12,6 +12,10 @@ def test_readme_test_command_is_what_ci_runs():
     assert CI.rstrip().splitlines()[-1] == TEST_COMMAND
 
 
+def test_readme_main_command_is_the_quickstart():
+    assert 'pip install -e ".[train]" && keras-vit quickstart' in README
+
+
 def test_readme_demo_command_is_tested():
     assert "python examples/classify_photos.py" in README
     assert (REPO_ROOT / "examples" / "classify_photos.py").is_file()
