@@ -32,3 +32,26 @@ def test_demo_without_fixtures_writes_its_own_checkpoint(tmp_path):
     rows = run({"KERAS_VIT_FIXTURES": str(tmp_path)})
     assert rows[0]["max_abs_diff_vs_original"] == 0.0
     assert rows[0]["within_tolerance"]
+
+
+def test_training_examples_parse_their_arguments():
+    for name in ("finetune_cifar10.py", "train_from_scratch.py", "sam_finetune.py",
+                 "tpu_finetune.py"):
+        result = subprocess.run([sys.executable, str(REPO_ROOT / "examples" / name), "--help"],
+                                capture_output=True, text=True, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert "usage:" in result.stdout
+
+
+def test_train_from_scratch_example_runs(tmp_path):
+    from keras_vit.training.quickstart import write_digits
+
+    write_digits(str(tmp_path / "digits"))
+    result = subprocess.run(
+        [sys.executable, str(REPO_ROOT / "examples" / "train_from_scratch.py"),
+         "--data", f"folder:{tmp_path / 'digits'}", "--classes", "10", "--epochs", "1",
+         "--num-layers", "1", "--preset", "digits", "--out", str(tmp_path / "run")],
+        capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr[-3000:]
+    results = json.loads(result.stdout.strip().splitlines()[-1])
+    assert results["epochs"] == 1 and results["classes"] == 10

@@ -226,3 +226,17 @@ def test_quickstart_reduced(tmp_path):
     assert os.path.exists(results["model"])
     loaded = keras.saving.load_model(results["model"])
     assert loaded.output_shape == (None, 10)
+
+
+def test_mixed_bfloat16_training_runs(digits, tmp_path):
+    training.set_precision("mixed_bfloat16")
+    model = keras_vit.VisionTransformer(patch_size=4, hidden_size=32, num_layers=1,
+                                        num_heads=2, mlp_dim=32, input_shape=(32, 32, 3),
+                                        classes=10, classifier_activation=None)
+    assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
+    results = training.train(model, f"folder:{digits}", recipe="scratch", image_size=32,
+                             batch_size=32, epochs=1, steps_per_epoch=4,
+                             precision="mixed_bfloat16", strategy="default",
+                             out=str(tmp_path / "run"), verbose=0)
+    assert np.isfinite(results["val_loss"]) and results["precision"] == "mixed_bfloat16"
+    keras.config.set_dtype_policy("float32")

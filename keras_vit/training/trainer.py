@@ -6,6 +6,8 @@ import math
 import os
 import time
 
+import logging
+
 import keras
 
 from keras_vit.training.callbacks import default_callbacks
@@ -14,6 +16,7 @@ from keras_vit.training.sam import SAMModel
 from keras_vit.training.strategy import get_strategy, uses_only_cpus
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
+logger = logging.getLogger("keras_vit")
 
 
 def set_precision(precision):
@@ -29,10 +32,18 @@ def _build_model(model, weights, classes, image_size, recipe, dropout_rate, drop
     import keras_vit
     from keras_vit.models.variants import ALL_VARIANTS
 
-    if isinstance(model, keras.Model):
-        return model
     if isinstance(model, str) and model.endswith(".keras"):
-        return keras.saving.load_model(model)
+        model = keras.saving.load_model(model)
+    if isinstance(model, keras.Model):
+        wanted = keras.config.dtype_policy().name
+        used = {layer.dtype_policy.name for layer in model.layers if layer.weights}
+        if wanted not in used:
+            logger.warning(
+                "The model's layers use the dtype policies %s, not %r: a model "
+                "(or .keras file) keeps the policy it was built with. Build it "
+                "after keras_vit.training.set_precision(%r) to train in that "
+                "precision.", sorted(used), wanted, wanted)
+        return model
     if model not in ALL_VARIANTS:
         raise ValueError(f"Unknown model {model!r}; choose from {sorted(ALL_VARIANTS)}, a "
                          ".keras file or a keras.Model.")
