@@ -162,12 +162,13 @@ def make_dataset(
             "`num_classes=`."
         )
 
-    dataset = src.dataset
+    dataset = src.records
     local_batch = batch_size
-    if input_context is not None:
+    if input_context is not None:  # shard before reading: each worker reads its own
         dataset = dataset.shard(input_context.num_input_pipelines,
                                 input_context.input_pipeline_id)
         local_batch = input_context.get_per_replica_batch_size(batch_size)
+    dataset = dataset.map(src.read, num_parallel_calls=AUTOTUNE)
 
     skipped = None
     if skip_corrupt:

@@ -20,7 +20,12 @@ IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 
 @dataclasses.dataclass
 class Source:
-    dataset: tf.data.Dataset     # (encoded, label, name)
+    """`records`: the cheap, undecoded elements (file names, serialized
+    examples); `read` maps one to `(encoded, label, name)`. Shard `records`
+    before `read` so that a worker reads only its own files."""
+
+    records: tf.data.Dataset
+    read: object
     num_examples: int            # None when unknown
     class_names: list
     description: str
@@ -28,6 +33,11 @@ class Source:
     @property
     def num_classes(self):
         return len(self.class_names)
+
+    @property
+    def dataset(self):
+        """`(encoded, label, name)` records."""
+        return self.records.map(self.read, num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def parse_source(source):
@@ -100,11 +110,11 @@ def list_folder(directory, split="train"):
 def folder_source(directory, split):
     files, labels, classes = list_folder(directory, split)
     paths = tf.data.Dataset.from_tensor_slices((files, labels))
-    dataset = paths.map(
-        lambda path, label: (tf.io.read_file(path), tf.cast(label, tf.int64), path),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
-    return Source(dataset, len(files), classes, f"folder:{directory} ({split})")
+
+    def read(path, label):
+        return tf.io.read_file(path), tf.cast(label, tf.int64), path
+
+    return Source(paths, read, len(files), classes, f"folder:{directory} ({split})")
 
 
 # --- TFRecords ------------------------------------------------------------
@@ -150,8 +160,8 @@ def tfrecord_source(spec, split, label_offset=0):
                 example["image/class/label"] + label_offset,
                 example["image/filename"])
 
-    dataset = dataset.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    return Source(dataset, num_examples, class_names or [], f"tfrecord:{spec} ({split})")
+    return Source(dataset, parse, num_examples, class_names or [],
+                  f"tfrecord:{spec} ({split})")
 
 
 # --- TFDS -----------------------------------------------------------------
@@ -193,15 +203,15 @@ def tfds_source(spec, split, data_dir=None):
             f"`tfds.builder('{full_name}').download_and_prepare()`), then pass "
             "`data_dir=` pointing at that TFDS data directory."
         ) from error
-    dataset = dataset.enumerate().map(
-        lambda i, ex: (ex[image_key], tf.cast(ex[label_key], tf.int64),
-                       ex["file_name"] if "file_name" in ex else
-                       tf.strings.format("tfds:{}[{}] #{}", (full_name, split, i))),
-        num_parallel_calls=tf.data.AUTOTUNE,
-    )
+    def read(i, ex):
+        name = ex["file_name"] if "file_name" in ex else \
+            tf.strings.format("tfds:{}[{}] #{}", (full_name, split, i))
+        return ex[image_key], tf.cast(ex[label_key], tf.int64), name
+
+    records = dataset.enumerate()
     try:
         num_examples = builder.info.splits[split].num_examples
     except (KeyError, ValueError):
         num_examples = None
     class_names = list(features[label_key].names)
-    return Source(dataset, num_examples, class_names, f"tfds:{full_name} ({split})")
+    return Source(records, read, num_examples, class_names, f"tfds:{full_name} ({split})")
