@@ -31,15 +31,21 @@ def data():
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
 
 
-def run(strategy, sam_rho=None):
+def tiny_vit():
+    """The same tiny ViT with the same random weights every call."""
     keras.utils.set_random_seed(1)
+    model = keras_vit.VisionTransformer(
+        patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+        input_shape=(16, 16, 3), classes=4, classifier_activation=None)
+    rng = np.random.default_rng(2)
+    model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.2
+                       for w in model.get_weights()])
+    return model
+
+
+def run(strategy, sam_rho=None):
     with strategy.scope():
-        model = keras_vit.VisionTransformer(
-            patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
-            input_shape=(16, 16, 3), classes=4, classifier_activation=None)
-        rng = np.random.default_rng(2)
-        model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.2
-                           for w in model.get_weights()])
+        model = tiny_vit()
         trainable = SAMModel(model, rho=sam_rho) if sam_rho else model
         trainable.compile(keras.optimizers.SGD(0.1),
                           keras.losses.CategoricalCrossentropy(from_logits=True),
@@ -51,13 +57,7 @@ def run(strategy, sam_rho=None):
 def m_sharpness_reference(rho=0.05, lr=0.1):
     """One SAM step by hand: each half of the batch (one replica) perturbs
     with its own gradient; the SAM gradients are averaged."""
-    keras.utils.set_random_seed(1)
-    model = keras_vit.VisionTransformer(
-        patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
-        input_shape=(16, 16, 3), classes=4, classifier_activation=None)
-    rng = np.random.default_rng(2)
-    model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.2
-                       for w in model.get_weights()])
+    model = tiny_vit()
     x, y = next(iter(data()))
     variables = model.trainable_variables
     loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True)
