@@ -22,20 +22,14 @@ from concurrent.futures.process import BrokenProcessPool
 SLOW_WRITE_ENV = "KERAS_VIT_TFRECORDS_SLOW_WRITE"
 
 
-def _examples_from_folder(directory, split):
-    from keras_vit.data.sources import list_folder
-
-    files, labels, classes = list_folder(directory, split)
-    return [(f, l) for f, l in zip(files, labels)], classes
-
-
 def plan(source, split, data_dir=None, seed=0):
     """Returns `(kind, examples_or_name, class_names, num_examples)`."""
-    from keras_vit.data.sources import parse_source, tfds_source
+    from keras_vit.data.sources import list_folder, parse_source, tfds_source
 
     scheme, rest = parse_source(source)
     if scheme == "folder":
-        examples, classes = _examples_from_folder(rest, split)
+        files, labels, classes = list_folder(rest, split)
+        examples = list(zip(files, labels))
         random.Random(seed).shuffle(examples)  # mix classes across shards
         return "folder", examples, classes, len(examples)
     if scheme == "tfds":
@@ -157,6 +151,7 @@ def build(source, split, out, num_shards, workers, data_dir=None,
 
     import keras
     from keras_vit.data import schema
+    from keras_vit.data.sources import read_info
 
     for name, value in (("num_shards", num_shards), ("workers", workers)):
         if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -235,8 +230,3 @@ def build(source, split, out, num_shards, workers, data_dir=None,
         "skipped_files": skipped, "class_names": class_names,
     }
 
-
-def read_info(out):
-    from keras_vit.data.sources import read_info as _read
-
-    return _read(out)

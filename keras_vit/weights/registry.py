@@ -154,7 +154,6 @@ class RemoteCheckpoint:
     weights: str      # the name the user passed
     url: str
     filename: str     # cache file name
-    family: Family = None
 
 
 def families_for(variant):
@@ -217,8 +216,7 @@ def resolve(weights, variant, model_description):
         stem = _file_stem(variant, stem)
     folder_tag = family.folder.replace("/", "--").replace("+", "_")
     return RemoteCheckpoint(
-        weights, url_for(family.folder, stem), f"{folder_tag}--{stem}.npz",
-        family,
+        weights, url_for(family.folder, stem), f"{folder_tag}--{stem}.npz"
     )
 
 
