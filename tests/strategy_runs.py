@@ -1,7 +1,10 @@
 """Runs distributed-training scenarios in a fresh process (logical CPU
 devices must be configured before TensorFlow starts). Prints one JSON line.
 
-    python tests/strategy_runs.py mirrored|sam_mirrored|sam_m_sharpness
+    python tests/strategy_runs.py mirrored|sam_mirrored|sam_m_sharpness|single
+    TF_CONFIG=... python tests/strategy_runs.py multiworker  (one per worker)
+
+`single` and `multiworker` save the final weights to `$WEIGHTS_OUT` (.npz).
 """
 
 import json
@@ -11,15 +14,16 @@ import sys
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
-cpu = tf.config.list_physical_devices("CPU")[0]
-tf.config.set_logical_device_configuration(
-    cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+if "TF_CONFIG" not in os.environ:
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
-from keras_vit.training import SAMModel  # noqa: E402
+from keras_vit.training import SAMModel, prepare_model  # noqa: E402
 
 STEPS, GLOBAL_BATCH = 3, 8
 
@@ -50,6 +54,7 @@ def run(strategy, sam_rho=None):
         trainable.compile(keras.optimizers.SGD(0.1),
                           keras.losses.CategoricalCrossentropy(from_logits=True),
                           jit_compile=False)
+    prepare_model(trainable, strategy)
     history = trainable.fit(data(), epochs=1, verbose=0)
     return model.get_weights(), history.history["loss"][-1]
 
@@ -78,6 +83,14 @@ def m_sharpness_reference(rho=0.05, lr=0.1):
 
 
 def main(scenario):
+    if scenario in ("single", "multiworker"):
+        strategy = (tf.distribute.MultiWorkerMirroredStrategy() if scenario == "multiworker"
+                    else tf.distribute.get_strategy())
+        weights, loss = run(strategy)
+        np.savez(os.environ["WEIGHTS_OUT"], *weights)
+        print(json.dumps({"scenario": scenario, "loss": float(loss),
+                          "replicas": strategy.num_replicas_in_sync}))
+        return
     if scenario == "sam_m_sharpness":
         global STEPS
         STEPS = 1

@@ -5,6 +5,7 @@ import csv
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -135,6 +136,75 @@ def test_mirrored_on_two_cpu_devices_matches_single_device():
     result = strategy_run("mirrored")
     assert result["replicas"] == 2
     assert result["max_weight_diff"] < 1e-5  # float32 summation order only
+
+
+def free_ports(n):
+    sockets = [socket.socket() for _ in range(n)]
+    for s in sockets:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in sockets]
+    for s in sockets:
+        s.close()
+    return ports
+
+
+def run_workers(command, n=2, outputs=None):
+    """Starts `command` as `n` MultiWorkerMirrored workers on 127.0.0.1
+    (TF_CONFIG, free ports); returns their stdouts."""
+    cluster = {"worker": [f"127.0.0.1:{port}" for port in free_ports(n)]}
+    processes = []
+    for index in range(n):
+        env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", TF_CONFIG=json.dumps(
+            {"cluster": cluster, "task": {"type": "worker", "index": index}}))
+        if outputs:
+            env["WEIGHTS_OUT"] = str(outputs[index])
+        processes.append(subprocess.Popen(command, cwd=REPO_ROOT, env=env, text=True,
+                                          stdout=subprocess.PIPE, stderr=subprocess.PIPE))
+    stdouts = []
+    for process in processes:
+        stdout, stderr = process.communicate(timeout=600)
+        assert process.returncode == 0, stdout[-2000:] + stderr[-3000:]
+        stdouts.append(stdout)
+    return stdouts
+
+
+def load_npz(path):
+    arrays = np.load(path)
+    return [arrays[f"arr_{i}"] for i in range(len(arrays.files))]
+
+
+def test_multi_worker_mirrored_two_processes_match_single_process(tmp_path):
+    """Two worker processes (global batch 8, 4 per worker) end with
+    identical weights, equal to one process taking the same 3 steps."""
+    script = [sys.executable, str(REPO_ROOT / "tests" / "strategy_runs.py")]
+    outputs = [tmp_path / "worker0.npz", tmp_path / "worker1.npz"]
+    results = [json.loads(out.strip().splitlines()[-1])
+               for out in run_workers(script + ["multiworker"], outputs=outputs)]
+    assert [r["replicas"] for r in results] == [2, 2]
+    single = subprocess.run(script + ["single"], capture_output=True, text=True, timeout=600,
+                            env=dict(os.environ, WEIGHTS_OUT=str(tmp_path / "single.npz")))
+    assert single.returncode == 0, single.stderr[-3000:]
+    worker0, worker1, alone = (load_npz(p) for p in outputs + [tmp_path / "single.npz"])
+    assert all(np.array_equal(a, b) for a, b in zip(worker0, worker1))
+    assert max(float(np.abs(a - b).max()) for a, b in zip(worker0, alone)) < 1e-6
+
+
+def test_cli_train_on_two_workers(digits, tmp_path):
+    """`keras-vit train` under TF_CONFIG: the chief writes the run, the
+    other worker writes under out/workers/1, and both models are equal."""
+    model = tiny_keras_file(tmp_path / "start.keras")
+    out = tmp_path / "run"
+    stdouts = run_workers([sys.executable, "-m", "keras_vit.cli", "train", "--model", model,
+                           "--data", f"folder:{digits}", "--recipe", "scratch",
+                           "--image-size", "32", "--batch-size", "32", "--epochs", "2",
+                           "--steps-per-epoch", "3", "--out", str(out), "--quiet"])
+    chief, other = (json.loads(s.strip().splitlines()[-1]) for s in stdouts)
+    assert chief["replicas"] == other["replicas"] == 2
+    assert chief["model"] == str(out / "model.keras")
+    assert other["model"] == str(out / "workers" / "1" / "model.keras")
+    assert chief["val_accuracy"] == other["val_accuracy"]
+    weights = [keras.saving.load_model(r["model"]).get_weights() for r in (chief, other)]
+    assert all(np.array_equal(a, b) for a, b in zip(*weights))
 
 
 def test_sam_under_mirrored_is_per_replica_m_sharpness():

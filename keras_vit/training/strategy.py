@@ -75,3 +75,60 @@ def uses_only_cpus(strategy):
         devices = [d.name for d in tf.config.list_logical_devices()
                    if d.device_type in ("GPU", "TPU")] or ["/cpu:0"]
     return all("CPU" in d.upper() for d in devices)
+
+
+def is_multi_worker(strategy):
+    """True for a `MultiWorkerMirroredStrategy` that spans several workers."""
+    return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
+            and strategy.extended._in_multi_worker_mode())
+
+
+def worker_task(strategy):
+    """`(is_chief, task_id)` of this process: the chief writes the run's
+    files; other workers write theirs to a scratch folder."""
+    if not is_multi_worker(strategy):
+        return True, 0
+    resolver = strategy.cluster_resolver
+    task_type, task_id = resolver.task_type, resolver.task_id or 0
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    is_chief = task_type == "chief" or (task_type == "worker" and task_id == 0
+                                        and not has_chief)
+    return is_chief, task_id
+
+
+def prepare_model(model, strategy):
+    """Makes `model.fit`/`evaluate` work under a multi-worker
+    `MultiWorkerMirroredStrategy` in Keras 3 (keras-team/keras#20585).
+
+    Keras 3.15's TensorFlow trainer fails there twice:
+    `_maybe_symbolic_build` all-reduces the whole first batch structure at
+    once (a tuple of `PerReplica` cannot be converted to a tensor), and the
+    step outputs are reduced with `strategy.reduce("MEAN", v, axis=0)`, which
+    rejects scalar logs. This builds from the first local replica's batch
+    (only shapes and dtypes are used) and returns the step logs as
+    1-element vectors, which the reduction averages back to scalars. Only
+    this model instance changes; any other strategy leaves it untouched.
+    Returns `model`.
+    """
+    if not is_multi_worker(strategy):
+        return model
+
+    def maybe_symbolic_build(iterator=None, data_batch=None):
+        if iterator is not None:
+            for _, _, it in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda v: strategy.experimental_local_results(v)[0], next(it))
+                break
+        with strategy.scope():
+            model._symbolic_build(data_batch=data_batch)
+
+    def as_vectors(step):
+        def wrapped(data):
+            return tf.nest.map_structure(
+                lambda t: tf.reshape(t, [1]) if t.shape.rank == 0 else t, step(data))
+        return wrapped
+
+    model._maybe_symbolic_build = maybe_symbolic_build
+    model.train_step = as_vectors(model.train_step)
+    model.test_step = as_vectors(model.test_step)
+    return model

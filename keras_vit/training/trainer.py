@@ -13,7 +13,7 @@ import keras
 from keras_vit.training.callbacks import default_callbacks
 from keras_vit.training.recipes import get_recipe, make_optimizer
 from keras_vit.training.sam import SAMModel
-from keras_vit.training.strategy import get_strategy, uses_only_cpus
+from keras_vit.training.strategy import get_strategy, prepare_model, uses_only_cpus, worker_task
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 logger = logging.getLogger("keras_vit")
@@ -78,6 +78,8 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
             other arguments override its values.
         out: run directory: `model.keras` (final), `best.keras`, `log.csv`,
             `tensorboard/`, `backup/` (resume: run the same call again).
+            Under a multi-worker strategy the chief writes there and the
+            other workers under `out/workers/<task id>/`.
         steps: total optimizer steps (or give `epochs`).
         sam_rho: train with SAM at this radius.
         precision: `float32`, `mixed_bfloat16`, `mixed_float16`.
@@ -131,6 +133,10 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
             loss=keras.losses.CategoricalCrossentropy(from_logits=True,
                                                       label_smoothing=smoothing),
             metrics=["accuracy"], jit_compile=jit_compile)
+    prepare_model(trainable, strategy)
+    is_chief, task_id = worker_task(strategy)
+    if not is_chief:  # every worker saves; only the chief's files are the run's
+        out = os.path.join(out, "workers", str(task_id))
     history = trainable.fit(train_ds, epochs=epochs, steps_per_epoch=steps_per_epoch,
                             validation_data=val_ds, callbacks=default_callbacks(out),
                             verbose=verbose)
