@@ -32,6 +32,7 @@ from keras_vit.models import (
     model_from_checkpoint,
 )
 from keras_vit.preprocessing import decode_predictions, preprocess_input
+from keras_vit.training import schedules as _schedules  # noqa: F401  (registers WarmupDecay for load_model)
 from keras_vit.weights import (
     load_official_weights,
     official_manifest,

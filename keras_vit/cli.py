@@ -3,6 +3,12 @@
     keras-vit models [--json]
     keras-vit predict IMAGE... --model ViTB16 --weights NAME_OR_PATH [--top 5]
                      [--image-size S] [--labels FILE] [--json]
+    keras-vit train --model ViTB16 --weights imagenet21k --data tfds:cifar10 ...
+    keras-vit evaluate MODEL.keras --data SOURCE
+    keras-vit export MODEL.keras --format saved_model|tflite
+                     [--quantize none|float16|dynamic|int8] [--calibration SOURCE]
+                     [--validation SOURCE] --out PATH [--json]
+    keras-vit quickstart
 """
 
 import argparse
@@ -167,6 +173,30 @@ def cmd_evaluate(args, out):
     return 0
 
 
+def cmd_export(args, out):
+    import keras
+
+    from keras_vit import export
+
+    model = keras.saving.load_model(args.model_path)
+    common = dict(outputs=args.outputs, validation_data=args.validation,
+                  validation_split=args.validation_split, check=not args.no_check,
+                  verbose=not args.json)
+    if args.format == "saved_model":
+        if args.quantize != "none":
+            raise ValueError(f"--quantize {args.quantize} applies to --format tflite; "
+                             "a SavedModel keeps the model's float weights.")
+        report = export.to_saved_model(model, args.out, resize=args.resize,
+                                       top_k=args.top_k, **common)
+    else:
+        report = export.to_tflite(model, args.out, quantization=args.quantize,
+                                  representative_data=args.calibration,
+                                  batch_size=args.batch_size, **common)
+    if args.json:
+        print(report.to_json(), file=out)
+    return 0
+
+
 def cmd_quickstart(args, out):
     from keras_vit.training import quickstart
 
@@ -236,6 +266,29 @@ def build_parser():
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--data-dir")
     p.set_defaults(func=cmd_evaluate)
+
+    p = sub.add_parser("export", help="SavedModel or TFLite, verified against Keras")
+    p.add_argument("model_path", metavar="MODEL.keras")
+    p.add_argument("--format", required=True, choices=["saved_model", "tflite"])
+    p.add_argument("--quantize", default="none", choices=["none", "float16", "dynamic", "int8"],
+                   help="TFLite quantization (int8 needs --calibration)")
+    p.add_argument("--calibration", help="int8 calibration images: a data source "
+                                         "(folder:DIR, tfrecord:..., tfds:...), train split")
+    p.add_argument("--validation", help="images to verify on: a data source (default: "
+                                        "the calibration source's test split, else random "
+                                        "pixels)")
+    p.add_argument("--validation-split", default="test")
+    p.add_argument("--batch-size", type=int, default=1, help="static TFLite batch")
+    p.add_argument("--resize", action="store_true",
+                   help="SavedModel: accept uint8 images of any size")
+    p.add_argument("--top-k", type=int, default=5, help="SavedModel: top_k outputs")
+    p.add_argument("--outputs", default="auto", choices=["auto", "logits", "probabilities"],
+                   help="what the model outputs (auto reads its head)")
+    p.add_argument("--no-check", action="store_true",
+                   help="keep an export that misses its accuracy bar")
+    p.add_argument("--out", required=True, help="SavedModel directory or .tflite file")
+    p.add_argument("--json", action="store_true", help="the report as one JSON line")
+    p.set_defaults(func=cmd_export)
 
     p = sub.add_parser("quickstart", help="train a small ViT on the digits (offline)")
     p.add_argument("--out", default="runs/quickstart")

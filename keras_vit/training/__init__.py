@@ -1,17 +1,36 @@
 """Training: recipes, schedules, SAM, strategies, callbacks, `train`.
-TensorFlow backend (tf.data, tf.distribute)."""
+TensorFlow backend (tf.data, tf.distribute).
 
-from keras_vit.training.callbacks import TerminateOnNaNWithAdvice, default_callbacks
-from keras_vit.training.quickstart import quickstart
-from keras_vit.training.recipes import NO_DECAY, RECIPES, Recipe, get_recipe, make_optimizer
-from keras_vit.training.sam import SAMModel
-from keras_vit.training.schedules import WarmupDecay
-from keras_vit.training.strategy import get_strategy, is_multi_worker, prepare_model, worker_task
-from keras_vit.training.trainer import PRECISIONS, evaluate, set_precision, train
+The names load on first use (PEP 562), so `import keras_vit` can register
+the serializable `WarmupDecay` (needed to load a trained `.keras` file)
+without importing TensorFlow under another backend.
+"""
 
-__all__ = [
-    "NO_DECAY", "PRECISIONS", "RECIPES", "Recipe", "SAMModel",
-    "TerminateOnNaNWithAdvice", "WarmupDecay", "default_callbacks", "evaluate",
-    "get_recipe", "get_strategy", "is_multi_worker", "make_optimizer",
-    "prepare_model", "quickstart", "set_precision", "train", "worker_task",
-]
+import importlib
+
+_EXPORTS = {
+    "TerminateOnNaNWithAdvice": "callbacks", "default_callbacks": "callbacks",
+    "quickstart": "quickstart",
+    "NO_DECAY": "recipes", "RECIPES": "recipes", "Recipe": "recipes",
+    "get_recipe": "recipes", "make_optimizer": "recipes",
+    "SAMModel": "sam",
+    "WarmupDecay": "schedules",
+    "get_strategy": "strategy", "is_multi_worker": "strategy",
+    "prepare_model": "strategy", "worker_task": "strategy",
+    "PRECISIONS": "trainer", "evaluate": "trainer", "set_precision": "trainer",
+    "train": "trainer",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name):
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'keras_vit.training' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"keras_vit.training.{_EXPORTS[name]}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(list(globals()) + __all__)

@@ -1,0 +1,258 @@
+"""keras_vit.export: SavedModel and TFLite/LiteRT exports of every family,
+verified against Keras; quantization modes; errors; the CLI."""
+
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import keras_vit
+from keras_vit import export
+from keras_vit.export._common import check as check_report
+from official_fixtures import REPO_ROOT
+
+pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
+                                reason="export needs the TensorFlow backend")
+SIZE = 32
+
+
+def tiny(family, classifier_activation=None, classes=5):
+    kw = dict(input_shape=(SIZE, SIZE, 3), classes=classes,
+              classifier_activation=classifier_activation)
+    if family == "mixer":
+        model = keras_vit.MLPMixer(patch_size=8, hidden_size=16, num_blocks=2,
+                                   tokens_mlp_dim=8, channels_mlp_dim=32, **kw)
+    elif family == "hybrid":
+        model = keras_vit.VisionTransformer(patch_size=1, hidden_size=16, num_layers=1,
+                                            num_heads=2, mlp_dim=32, resnet_layers=(1,), **kw)
+    else:
+        model = keras_vit.VisionTransformer(patch_size=8, hidden_size=16, num_layers=2,
+                                            num_heads=2, mlp_dim=32, classifier=family, **kw)
+    rng = np.random.default_rng(0)
+    model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.2
+                       for w in model.get_weights()])
+    return model
+
+
+def pixels(n, size=SIZE, seed=1):
+    return np.random.default_rng(seed).uniform(0, 255, (n, size, size, 3)).astype("float32")
+
+
+def logits(model, images):
+    return keras.ops.convert_to_numpy(model(images, training=False))
+
+
+FAMILIES = ["token", "gap", "hybrid", "mixer"]
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_saved_model_reloads_identical(family, tmp_path):
+    model = tiny(family)
+    images = pixels(6)
+    report = export.to_saved_model(model, tmp_path / "sm", validation_data=images,
+                                   verbose=False)
+    assert report.passed and report.validation_images == 6
+    served = tf.saved_model.load(str(tmp_path / "sm")).signatures["serving_default"]
+    uint8 = images.astype("uint8")
+    got = served(images=tf.constant(uint8))
+    serve, spec = export.serving_function(model)
+    before_saving = tf.function(serve, input_signature=[spec])(tf.constant(uint8))
+    for key in ("logits", "probabilities", "top_k_indices", "top_k_probabilities"):
+        assert np.array_equal(got[key].numpy(), before_saving[key].numpy()), key
+    np.testing.assert_allclose(got["logits"], logits(model, uint8.astype("float32")),
+                               atol=1e-5)
+    np.testing.assert_allclose(got["probabilities"].numpy().sum(-1), 1.0, atol=1e-6)
+    expected_top = np.argsort(-got["probabilities"].numpy(), axis=-1)[:, :5]
+    assert np.array_equal(got["top_k_indices"].numpy(), expected_top)
+    assert report.signature["outputs"]["top_k_indices"] == "int32 [None, 5]"
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_tflite_float32_matches_keras_with_builtin_ops_only(family, tmp_path):
+    model = tiny(family)
+    report = export.to_tflite(model, tmp_path / "m.tflite", validation_data=pixels(8),
+                              latency_repeats=3, verbose=False)
+    assert report.passed and report.max_abs_diff <= 1e-4
+    assert report.top1_agreement == 1.0
+    assert report.builtin_ops_only
+    assert not any(op.startswith("Flex") or op == "CUSTOM" for op in report.ops)
+    assert report.ops.get("FULLY_CONNECTED", 0) > 0 and report.ops.get("SOFTMAX", 0) > 0
+    assert report.size_bytes == os.path.getsize(tmp_path / "m.tflite")
+    got = export.run_tflite(str(tmp_path / "m.tflite"), pixels(3, seed=5))
+    np.testing.assert_allclose(got, logits(model, pixels(3, seed=5)), atol=1e-4)
+
+
+def test_static_batch_and_a_partial_last_batch(tmp_path):
+    model = tiny("token")
+    path = str(tmp_path / "b4.tflite")
+    report = export.to_tflite(model, path, batch_size=4, validation_data=pixels(6),
+                              latency_repeats=3, verbose=False)
+    assert report.batch_size == 4 and report.validation_images == 6
+    np.testing.assert_allclose(export.run_tflite(path, pixels(6)), logits(model, pixels(6)),
+                               atol=1e-4)
+
+
+@pytest.mark.parametrize("quantization", ["float16", "dynamic", "int8"])
+def test_quantized_exports_run_and_their_figures_are_measured(quantization, tmp_path):
+    model = tiny("token", classes=10)
+    calibration, validation = pixels(32, seed=2), pixels(24, seed=3)
+    path = str(tmp_path / f"{quantization}.tflite")
+    report = export.to_tflite(model, path, quantization=quantization,
+                              representative_data=calibration, validation_data=validation,
+                              latency_repeats=3, check=False, verbose=False)
+    fp32 = export.to_tflite(model, tmp_path / "fp32.tflite", validation_data=validation,
+                            latency_repeats=3, verbose=False)
+    assert report.quantization == quantization and report.latency_ms > 0
+    assert 0 < report.max_abs_diff < 1.0  # quantized: not bit-exact, but close
+    assert report.size_bytes < fp32.size_bytes
+    if quantization == "int8":
+        assert report.float_ops == list(export.INT8_FLOAT_OPS)
+        assert report.ops.get("QUANTIZE", 0) > 0 and report.ops.get("DEQUANTIZE", 0) > 0
+    # The same file against a perturbed Keras model: the figures move.
+    perturbed = tiny("token", classes=10)
+    head = perturbed.get_layer("head")
+    rng = np.random.default_rng(9)
+    head.kernel.assign(rng.normal(size=head.kernel.shape).astype("float32"))
+    max_diff, agreement, _ = export.verify_tflite(path, perturbed, validation)
+    assert agreement < report.top1_agreement and max_diff > 10 * report.max_abs_diff
+
+
+def test_int8_needs_calibration_data(tmp_path):
+    with pytest.raises(ValueError, match="quantization='int8' needs representative_data"):
+        export.to_tflite(tiny("token"), tmp_path / "m.tflite", quantization="int8")
+
+
+def test_bad_arguments_name_the_value(tmp_path):
+    model = tiny("token")
+    with pytest.raises(ValueError, match=r"quantization='int4'; allowed: \('none', "
+                                         r"'float16', 'dynamic', 'int8'\)"):
+        export.to_tflite(model, tmp_path / "m.tflite", quantization="int4")
+    with pytest.raises(ValueError, match="path='m.tfl': a TFLite file name ends with"):
+        export.to_tflite(model, "m.tfl")
+    with pytest.raises(ValueError, match=r"validation_data must be RGB images .* got "
+                                         r"shape \(4, 32, 32\)"):
+        export.to_tflite(model, tmp_path / "m.tflite", validation_data=np.zeros((4, 32, 32)))
+    with pytest.raises(ValueError, match="top_k=0; give a positive int"):
+        export.to_saved_model(model, tmp_path / "sm", top_k=0)
+
+
+def test_serving_resizes_any_size_and_rejects_wrong_channels(tmp_path):
+    model = tiny("gap", classifier_activation="softmax")
+    export.to_saved_model(model, tmp_path / "sm", resize=True, top_k=3, verbose=False)
+    served = tf.saved_model.load(str(tmp_path / "sm")).signatures["serving_default"]
+    big = np.random.default_rng(4).integers(0, 256, (2, 48, 40, 3)).astype("uint8")
+    got = served(images=tf.constant(big))
+    resized = tf.image.resize(big.astype("float32"), (SIZE, SIZE)).numpy()
+    np.testing.assert_allclose(got["probabilities"], logits(model, resized), atol=1e-5)
+    assert got["top_k_indices"].shape == (2, 3)
+    # softmax head: the logits are its pre-activation
+    features = keras.Model(model.input, model.get_layer("head").input)(resized)
+    head = model.get_layer("head")
+    expected_logits = features.numpy() @ head.kernel.numpy() + head.bias.numpy()
+    np.testing.assert_allclose(got["logits"], expected_logits, atol=1e-4)
+    for channels in (1, 4):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match="`images` must be RGB, uint8 .*got this many channels"):
+            served(images=tf.zeros((1, 48, 40, channels), tf.uint8))
+
+
+def test_fixed_size_signature_rejects_another_size(tmp_path):
+    export.to_saved_model(tiny("token"), tmp_path / "sm", verbose=False)
+    served = tf.saved_model.load(str(tmp_path / "sm")).signatures["serving_default"]
+    with pytest.raises(tf.errors.InvalidArgumentError,
+                       match=r"`images` must be 32x32 \(export with resize=True"):
+        served(images=tf.zeros((1, 48, 48, 3), tf.uint8))
+
+
+class ErfInv(keras.layers.Layer):
+    def call(self, x):
+        return keras.ops.erfinv(x / 300.0)
+
+
+def test_an_op_without_a_builtin_kernel_is_named(tmp_path):
+    inputs = keras.Input((8, 8, 3))
+    x = keras.layers.GlobalAveragePooling2D()(ErfInv()(inputs))
+    model = keras.Model(inputs, keras.layers.Dense(3)(x), name="special")
+    with pytest.raises(ValueError, match="'special' cannot be exported to TFLite with "
+                                         "built-in ops only: Erfinv has no TFLite"):
+        export.to_tflite(model, tmp_path / "m.tflite")
+    assert not (tmp_path / "m.tflite").exists()
+
+
+def test_ambiguous_outputs_must_be_named(tmp_path):
+    inputs = keras.Input((SIZE, SIZE, 3))
+    x = keras.layers.Dense(3)(keras.layers.GlobalAveragePooling2D()(inputs))
+    model = keras.Model(inputs, keras.layers.Activation("sigmoid")(x), name="sig")
+    with pytest.raises(ValueError, match="Cannot tell whether 'sig' outputs logits or "
+                                         "probabilities .*pass outputs='logits'"):
+        export.to_tflite(model, tmp_path / "m.tflite")
+    report = export.to_tflite(model, tmp_path / "m.tflite", outputs="logits",
+                              latency_repeats=3, verbose=False)
+    assert report.passed
+
+
+def test_a_failing_check_raises_and_keeps_the_file_aside(tmp_path):
+    path = tmp_path / "m.tflite"
+    path.write_bytes(b"model")
+    report = export.ExportReport(format="tflite", path=str(path), quantization="int8",
+                                 size_bytes=5, validation="given", validation_images=100,
+                                 max_abs_diff=0.5, top1_agreement=0.9, max_abs_logit=3.0)
+    with pytest.raises(export.ExportVerificationError,
+                       match=r"fails its check \(top-1 agreement >= 97%\).*90.00%") as error:
+        check_report(report, **export.CHECKS["int8"])
+    assert error.value.report.passed is False
+    assert not path.exists() and (tmp_path / "m.tflite.rejected").read_bytes() == b"model"
+    scaled = export.ExportReport(format="tflite", path=str(path), quantization="none",
+                                 size_bytes=5, validation="given", validation_images=1,
+                                 max_abs_diff=2e-2, top1_agreement=1.0, max_abs_logit=100.0)
+    path.write_bytes(b"model")
+    with pytest.raises(export.ExportVerificationError, match=r"max \|diff\| <= 0.0001 x max \|logit\| 100"):
+        check_report(scaled, **export.CHECKS["none"])
+    scaled.max_abs_diff = 5e-3  # within 1e-4 x 100 = 1e-2: passes
+    path.write_bytes(b"model")
+    scaled.path = str(path)
+    assert check_report(scaled, **export.CHECKS["none"]).passed
+
+
+def test_report_prints_and_serialises(tmp_path):
+    report = export.to_tflite(tiny("token"), tmp_path / "m.tflite", latency_repeats=3,
+                              verbose=False)
+    text = str(report)
+    assert "top-1 agreement with Keras  100.00%" in text and "built-in ops only" in text
+    data = json.loads(report.to_json())
+    assert data["format"] == "tflite" and data["ops"] == report.ops
+    assert data["validation"] == "random pixels" and data["keras_latency_ms"] > 0
+
+
+def test_cli_export_json(tmp_path):
+    model = tiny("token", classes=3)
+    model.save(tmp_path / "m.keras")
+    folder = tmp_path / "images"
+    rng = np.random.default_rng(0)
+    for split in ("train", "test"):
+        for label in ("a", "b", "c"):
+            (folder / split / label).mkdir(parents=True)
+            for i in range(4):
+                keras.utils.save_img(folder / split / label / f"{i}.png",
+                                     rng.integers(0, 256, (40, 40, 3)).astype("uint8"))
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    base = [sys.executable, "-m", "keras_vit.cli", "export", str(tmp_path / "m.keras")]
+    result = subprocess.run(base + ["--format", "tflite", "--quantize", "dynamic",
+                                    "--calibration", f"folder:{folder}", "--out",
+                                    str(tmp_path / "m.tflite"), "--json"],
+                            capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout.strip().splitlines()[-1])
+    assert report["quantization"] == "dynamic" and report["validation_images"] == 12
+    assert report["validation"] == f"folder:{folder} (the calibration data)"
+    assert os.path.getsize(report["path"]) == report["size_bytes"]
+    result = subprocess.run(base + ["--format", "saved_model", "--quantize", "int8", "--out",
+                                    str(tmp_path / "sm")],
+                            capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
+    assert result.returncode == 2
+    assert "--quantize int8 applies to --format tflite" in result.stderr
