@@ -13,7 +13,10 @@
 
 import argparse
 import json
+import os
 import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
 
 from keras_vit.models.variants import ALL_VARIANTS
 from keras_vit.weights import registry
@@ -202,9 +205,16 @@ def cmd_quickstart(args, out):
 
     print("keras-vit quickstart: a ViT (4 blocks, width 64) from scratch on "
           "scikit-learn's digits (1,797 real scans), 32x32, fixed 80/20 split.", file=out)
-    results = quickstart(args.out, epochs=args.epochs, verbose=2)
+    results = quickstart(args.out, epochs=args.epochs, verbose=2,
+                         export_tflite=not args.no_export)
     print(f"test accuracy {results['test_accuracy']:.2%} in {results['seconds']:.0f} s; "
           f"model saved to {results['model']}", file=out)
+    if "tflite_report" in results:
+        from keras_vit.export import ExportReport
+
+        print("\nTFLite export (dynamic-range int8), verified against Keras:", file=out)
+        fields = {k: v for k, v in results["tflite_report"].items() if k != "size_mb"}
+        print(ExportReport(**fields), file=out)
     print(json.dumps(results), file=out)
     return 0
 
@@ -293,6 +303,7 @@ def build_parser():
     p = sub.add_parser("quickstart", help="train a small ViT on the digits (offline)")
     p.add_argument("--out", default="runs/quickstart")
     p.add_argument("--epochs", type=int, default=40)
+    p.add_argument("--no-export", action="store_true", help="skip the TFLite export")
     p.set_defaults(func=cmd_quickstart)
     return parser
 

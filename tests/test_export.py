@@ -211,7 +211,8 @@ def test_a_failing_check_raises_and_keeps_the_file_aside(tmp_path):
                                  size_bytes=5, validation="given", validation_images=1,
                                  max_abs_diff=2e-2, top1_agreement=1.0, max_abs_logit=100.0)
     path.write_bytes(b"model")
-    with pytest.raises(export.ExportVerificationError, match=r"max \|diff\| <= 0.0001 x max \|logit\| 100"):
+    with pytest.raises(export.ExportVerificationError,
+                       match=r"max \|diff\| <= 0.0001 x max \|logit\| 100"):
         check_report(scaled, **export.CHECKS["none"])
     scaled.max_abs_diff = 5e-3  # within 1e-4 x 100 = 1e-2: passes
     path.write_bytes(b"model")

@@ -37,7 +37,11 @@ CHECKS = {
 
 
 def _interpreter(model_path=None, model_content=None, num_threads=None, delegates=True):
-    from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    try:
+        from ai_edge_litert.interpreter import Interpreter, OpResolverType
+    except ImportError:
+        raise ImportError("Running and verifying TFLite files needs the LiteRT runtime: "
+                          "pip install ai-edge-litert (or keras-vit[export]).") from None
 
     kwargs = {} if delegates else {
         "experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}

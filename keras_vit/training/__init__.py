@@ -8,9 +8,12 @@ without importing TensorFlow under another backend.
 
 import importlib
 
+# Eager (it imports only numpy): the function must shadow its own
+# submodule's name, which importing the submodule would bind here.
+from keras_vit.training.quickstart import quickstart
+
 _EXPORTS = {
     "TerminateOnNaNWithAdvice": "callbacks", "default_callbacks": "callbacks",
-    "quickstart": "quickstart",
     "NO_DECAY": "recipes", "RECIPES": "recipes", "Recipe": "recipes",
     "get_recipe": "recipes", "make_optimizer": "recipes",
     "SAMModel": "sam",
@@ -21,7 +24,7 @@ _EXPORTS = {
     "train": "trainer",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "quickstart"])
 
 
 def __getattr__(name):
