@@ -32,7 +32,8 @@ from keras_vit.models import (
     model_from_checkpoint,
 )
 from keras_vit.preprocessing import decode_predictions, preprocess_input
-from keras_vit.training import schedules as _schedules  # noqa: F401  (registers WarmupDecay for load_model)
+# Registers WarmupDecay so load_model reads trained files (no TensorFlow import).
+from keras_vit.training import schedules as _schedules  # noqa: F401
 from keras_vit.weights import (
     load_official_weights,
     official_manifest,

@@ -125,6 +125,10 @@ def test_quantized_exports_run_and_their_figures_are_measured(quantization, tmp_
 def test_int8_needs_calibration_data(tmp_path):
     with pytest.raises(ValueError, match="quantization='int8' needs representative_data"):
         export.to_tflite(tiny("token"), tmp_path / "m.tflite", quantization="int8")
+    with pytest.raises(ValueError, match="representative_data holds 2 images; int8 "
+                                         "calibration needs at least batch_size=4"):
+        export.to_tflite(tiny("token"), tmp_path / "m.tflite", quantization="int8",
+                         representative_data=pixels(2), batch_size=4)
 
 
 def test_bad_arguments_name_the_value(tmp_path):

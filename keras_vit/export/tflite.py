@@ -121,6 +121,9 @@ def convert(model, *, quantization="none", representative_data=None, batch_size=
             raise ValueError("quantization='int8' needs representative_data: real images "
                              "(array, tf.data.Dataset or a keras_vit.data source such as "
                              "'folder:DIR') to calibrate the activation ranges.")
+        if len(calibration) < batch_size:
+            raise ValueError(f"representative_data holds {len(calibration)} images; "
+                             f"int8 calibration needs at least batch_size={batch_size}.")
     float_ops = list(INT8_FLOAT_OPS if float_ops == "auto" else float_ops or ())
 
     def serve(images):
