@@ -1,0 +1,226 @@
+"""The numbers behind the ViT paper's pictures (Fig. 6 and 7), for any
+keras_vit ViT: pretrained, fine-tuned with a new head, at another
+resolution, or nested inside a user's functional model. NumPy results; no
+plotting library needed."""
+
+import keras
+import numpy as np
+
+from keras_vit.layers import PatchEncoder, Patches, ResNetRoot, TransformerBlock
+
+
+def find_vit(model):
+    """The keras_vit ViT inside `model` (itself or nested, depth first):
+    the functional model that holds the `PatchEncoder`."""
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"Expected a keras.Model, got {type(model).__name__}.")
+    if any(isinstance(layer, PatchEncoder) for layer in model.layers):
+        return model
+    for layer in model.layers:
+        if isinstance(layer, keras.Model):
+            try:
+                return find_vit(layer)
+            except ValueError:
+                continue
+    raise ValueError(
+        f"{model.name!r} holds no keras_vit ViT (no PatchEncoder layer). MLP-Mixers "
+        "have no attention or position embedding to inspect.")
+
+
+class _Parts:
+    def __init__(self, model):
+        self.vit = find_vit(model)
+        layers = self.vit.layers
+        self.encoder = next(layer for layer in layers if isinstance(layer, PatchEncoder))
+        self.blocks = [layer for layer in layers if isinstance(layer, TransformerBlock)]
+        self.patches = next((layer for layer in layers if isinstance(layer, Patches)), None)
+        self.image_size = tuple(self.vit.input_shape[1:3])
+        self.grid = tuple(self.encoder.grid_size)
+        self.prefix = self.encoder.num_prefix_tokens
+        # Pixels per token: the patch size, times the ResNet stride in hybrids.
+        self.pixels = (self.image_size[0] / self.grid[0], self.image_size[1] / self.grid[1])
+
+
+def _run(probe, images, batch_size):
+    """Runs a multi-output probe in batches; a list of NumPy arrays."""
+    chunks = []
+    for i in range(0, len(images), batch_size):
+        out = probe(images[i:i + batch_size], training=False)
+        out = out if isinstance(out, (list, tuple)) else [out]
+        chunks.append([keras.ops.convert_to_numpy(o) for o in out])
+    return [np.concatenate(parts) for parts in zip(*chunks)]
+
+
+def _images(images, parts):
+    array = np.asarray(images, dtype="float32")
+    if array.ndim == 3:
+        array = array[None]
+    if array.ndim != 4 or tuple(array.shape[1:3]) != parts.image_size:
+        raise ValueError(
+            f"images must be (N, {parts.image_size[0]}, {parts.image_size[1]}, C) for "
+            f"{parts.vit.name!r}; got shape {array.shape}.")
+    return array
+
+
+class _AttentionOf(keras.layers.Layer):
+    """A block's attention probabilities as a layer output (a functional
+    graph keeps only the first output of a re-called block)."""
+
+    def __init__(self, block):
+        super().__init__(name=f"{block.name}_attention")
+        self.block = block
+
+    def call(self, x):
+        return self.block(x, training=False, return_attention_scores=True)[1]
+
+
+def attention_weights(model, images, batch_size=16):
+    """Attention probabilities of every block: a list over layers of
+    arrays `(N, heads, tokens, tokens)` (query, key), inference mode."""
+    parts = _Parts(model)
+    images = _images(images, parts)
+    probe = keras.Model(parts.vit.input, [
+        _AttentionOf(block)(block.input) for block in parts.blocks])
+    return [a.astype("float32") for a in _run(probe, images, batch_size)]
+
+
+def rollout(attentions, num_prefix_tokens, grid, token=None):
+    """Attention rollout (Abnar & Zuidema 2020) from attention arrays.
+
+    Heads are averaged, the identity is added (residual), rows are
+    renormalised and the layers multiplied, first layer rightmost. The map
+    is the rolled-out attention of `token` (an index into the whole
+    sequence) to every patch; `token=None` takes the class token when there
+    is one, else the mean over all tokens. Returns `(N, grid_h, grid_w)`.
+    """
+    tokens = attentions[0].shape[-1]
+    result = np.broadcast_to(np.eye(tokens, dtype="float64"),
+                             (attentions[0].shape[0], tokens, tokens))
+    for attention in attentions:
+        a = attention.astype("float64").mean(axis=1) + np.eye(tokens)
+        a /= a.sum(axis=-1, keepdims=True)
+        result = a @ result
+    if token is None:
+        rows = result[:, 0] if num_prefix_tokens else result.mean(axis=1)
+    else:
+        if not 0 <= token < tokens:
+            raise ValueError(f"token={token} is outside the {tokens} tokens.")
+        rows = result[:, token]
+    return rows[:, num_prefix_tokens:].reshape(-1, *grid).astype("float32")
+
+
+def attention_rollout(model, images, token=None, upsample=True):
+    """Attention-rollout maps of `images` (ViT paper Fig. 6).
+
+    Returns `(N, H, W)` maps at the image size (bilinear upsampling of the
+    patch grid), or `(N, grid_h, grid_w)` with `upsample=False`. See
+    `rollout` for `token`.
+
+    Example:
+
+    >>> maps = keras_vit.inspect.attention_rollout(model, images)  # doctest: +SKIP
+    """
+    parts = _Parts(model)
+    grid_maps = rollout(attention_weights(model, images), parts.prefix, parts.grid, token)
+    if not upsample:
+        return grid_maps
+    resized = keras.ops.image.resize(grid_maps[..., None], parts.image_size,
+                                     interpolation="bilinear")
+    return keras.ops.convert_to_numpy(resized)[..., 0]
+
+
+def patch_centres(grid, pixels):
+    """`(grid_h * grid_w, 2)` centres of the patches in pixels (row, col)."""
+    rows, cols = np.meshgrid(np.arange(grid[0]), np.arange(grid[1]), indexing="ij")
+    return np.stack([(rows.ravel() + 0.5) * pixels[0], (cols.ravel() + 0.5) * pixels[1]], -1)
+
+
+def mean_distance(attentions, num_prefix_tokens, grid, pixels):
+    """Mean attention distance `(layers, heads)` in pixels from attention
+    arrays: patch-to-patch attention (prefix tokens dropped, rows
+    renormalised over the patches) weights the distance between query and
+    key patch centres; averaged over queries and images."""
+    centres = patch_centres(grid, pixels)
+    distances = np.linalg.norm(centres[:, None] - centres[None], axis=-1)
+    result = []
+    for attention in attentions:
+        a = attention[:, :, num_prefix_tokens:, num_prefix_tokens:].astype("float64")
+        a = a / np.maximum(a.sum(axis=-1, keepdims=True), 1e-30)
+        result.append((a * distances).sum(-1).mean(axis=(0, 2)))
+    return np.stack(result).astype("float32")
+
+
+def attention_distance(model, images):
+    """Mean attention distance in pixels per (layer, head), as in the ViT
+    paper's Fig. 7 (right). Returns `(layers, heads)`."""
+    parts = _Parts(model)
+    return mean_distance(attention_weights(model, images), parts.prefix, parts.grid,
+                         parts.pixels)
+
+
+def position_embedding_similarity(model):
+    """Cosine similarity of every patch's position embedding with every
+    other one (ViT paper Fig. 7, centre): `(grid_h, grid_w, grid_h,
+    grid_w)`; `[i, j]` is the map of patch (i, j)."""
+    parts = _Parts(model)
+    embedding = keras.ops.convert_to_numpy(parts.encoder.position_embedding)[0]
+    patches = embedding[parts.prefix:].astype("float64")
+    unit = patches / np.maximum(np.linalg.norm(patches, axis=-1, keepdims=True), 1e-12)
+    similarity = unit @ unit.T
+    return similarity.reshape(*parts.grid, *parts.grid).astype("float32")
+
+
+def principal_filters(kernel, patch_size, channels, n):
+    """Top `n` principal components of linear-embedding filters.
+
+    `kernel`: `(patch_h * patch_w * channels, D)`, one filter per column.
+    Returns `(components (n, patch_h, patch_w, channels), explained
+    variance ratios (n,))`; components are unit vectors (sign arbitrary)."""
+    filters = kernel.T.astype("float64")           # (D, P)
+    filters = filters - filters.mean(axis=0)
+    _, singular, vt = np.linalg.svd(filters, full_matrices=False)
+    n = min(n, vt.shape[0])
+    variance = singular ** 2
+    ratios = variance[:n] / max(variance.sum(), 1e-30)
+    return (vt[:n].reshape(n, *patch_size, channels).astype("float32"),
+            ratios.astype("float32"))
+
+
+def embedding_filters(model, n=28):
+    """The top `n` principal components of the patch-embedding filters
+    (ViT paper Fig. 7, left) as `(n, patch_h, patch_w, 3)` arrays, and
+    their explained-variance ratios. Hybrids embed ResNet features, not
+    pixels: a ValueError says so."""
+    parts = _Parts(model)
+    if parts.patches is None or any(isinstance(layer, ResNetRoot)
+                                    for layer in parts.vit.layers):
+        raise ValueError(f"{parts.vit.name!r} is a hybrid: its embedding filters act on "
+                         "ResNet features, not on pixels.")
+    kernel = keras.ops.convert_to_numpy(parts.encoder.kernel)
+    channels = kernel.shape[0] // (parts.patches.patch_size[0] * parts.patches.patch_size[1])
+    return principal_filters(kernel, parts.patches.patch_size, channels, n)
+
+
+def intermediate_features(model, images, layers=None, batch_size=16):
+    """Token features after the given blocks: `{block name: (N, tokens, D)}`.
+
+    `layers`: block indices (negative counts from the end) or names;
+    default: every block."""
+    parts = _Parts(model)
+    images = _images(images, parts)
+    names = [block.name for block in parts.blocks]
+    if layers is None:
+        chosen = parts.blocks
+    else:
+        chosen = []
+        for layer in layers:
+            if isinstance(layer, str):
+                if layer not in names:
+                    raise ValueError(f"No block {layer!r}; blocks: {names}.")
+                chosen.append(parts.blocks[names.index(layer)])
+            elif isinstance(layer, int) and -len(names) <= layer < len(names):
+                chosen.append(parts.blocks[layer])
+            else:
+                raise ValueError(f"Block {layer!r} is out of range for {len(names)} blocks.")
+    probe = keras.Model(parts.vit.input, [block.output for block in chosen])
+    return dict(zip([block.name for block in chosen], _run(probe, images, batch_size)))
