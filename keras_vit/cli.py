@@ -3,6 +3,7 @@
     keras-vit models [--json]
     keras-vit predict IMAGE... --model ViTB16 --weights NAME_OR_PATH [--top 5]
                      [--image-size S] [--labels FILE] [--json]
+    keras-vit explain IMAGE... --model auto --weights CKPT.npz --out DIR [--json]
     keras-vit train --model ViTB16 --weights imagenet21k --data tfds:cifar10 ...
     keras-vit evaluate MODEL.keras --data SOURCE
     keras-vit export MODEL.keras --format saved_model|tflite
@@ -105,24 +106,37 @@ def _load_images(paths, size):
     return np.stack(images).astype("float32")
 
 
-def cmd_predict(args, out):
+def _model_from_args(args):
+    """The model of `--model` / `--weights` / `--image-size` (predict, explain)."""
     import keras_vit
 
     shape = (args.image_size, args.image_size, 3) if args.image_size else None
+    if args.model.endswith(".keras"):
+        import keras
+
+        return keras.saving.load_model(args.model)
+    if args.weights is None:
+        raise ValueError(f"--model {args.model!r} needs --weights (a registered name, "
+                         "augreg:<file>, URL or path).")
     if args.model == "auto":
         if not args.weights.endswith(".npz"):
             raise ValueError(
                 "--model auto reads the architecture from a local official .npz; "
                 f"for --weights {args.weights!r} name the model, e.g. --model ViTB16."
             )
-        model = keras_vit.model_from_checkpoint(args.weights, input_shape=shape)
-    elif args.model in ALL_VARIANTS:
-        model = getattr(keras_vit, args.model)(weights=args.weights, input_shape=shape)
-    else:
-        raise ValueError(
-            f"Unknown --model {args.model!r}; choose from {sorted(ALL_VARIANTS)} "
-            "or 'auto'."
-        )
+        return keras_vit.model_from_checkpoint(args.weights, input_shape=shape)
+    if args.model in ALL_VARIANTS:
+        return getattr(keras_vit, args.model)(weights=args.weights, input_shape=shape)
+    raise ValueError(
+        f"Unknown --model {args.model!r}; choose from {sorted(ALL_VARIANTS)}, "
+        "'auto' or a .keras file."
+    )
+
+
+def cmd_predict(args, out):
+    import keras_vit
+
+    model = _model_from_args(args)
     size = tuple(model.input_shape[1:3])
     images = _load_images(args.images, size)
     probs = model.predict(images, verbose=0)
@@ -147,6 +161,27 @@ def cmd_predict(args, out):
         for rank, row in enumerate(result["top"], 1):
             print(f"  {rank}. {row['label']:<40} {row['probability']:.4f}  "
                   f"(class {row['index']})", file=out)
+    return 0
+
+
+def cmd_explain(args, out):
+    import pathlib
+
+    from keras_vit.inspect import find_vit
+    from keras_vit.inspect.plots import explain
+
+    model = _model_from_args(args)
+    size = tuple(find_vit(model).input_shape[1:3])
+    images = _load_images(args.images, size)
+    names = [pathlib.Path(p).stem for p in args.images]
+    written = explain(model, images, args.out, names=names)
+    if args.json:
+        print(json.dumps({"out": args.out, "image_size": list(size), "pictures": written}),
+              file=out)
+        return 0
+    for kind, paths in written.items():
+        for path in paths:
+            print(f"{kind:<31} {path}", file=out)
     return 0
 
 
@@ -233,7 +268,7 @@ def build_parser():
     p.add_argument("--model", default="auto",
                    help="named model, e.g. ViTB16, or 'auto' (default): the "
                         "architecture a local official .npz describes")
-    p.add_argument("--weights", required=True,
+    p.add_argument("--weights",
                    help="registered name, augreg:<file>, URL or path to an official .npz")
     p.add_argument("--top", type=int, default=5)
     p.add_argument("--image-size", type=int, default=None,
@@ -241,6 +276,18 @@ def build_parser():
     p.add_argument("--labels", help="text file with one class name per line")
     p.add_argument("--json", action="store_true", help="one JSON line")
     p.set_defaults(func=cmd_predict)
+
+    p = sub.add_parser("explain", help="attention rollout, attention distance, position "
+                                       "embeddings and filters as PNG pictures")
+    p.add_argument("images", nargs="+", metavar="IMAGE")
+    p.add_argument("--model", default="auto",
+                   help="named model (ViTB16), 'auto' (the architecture of a local official "
+                        ".npz) or a .keras file")
+    p.add_argument("--weights", help="registered name, augreg:<file>, URL or .npz path")
+    p.add_argument("--image-size", type=int, default=None)
+    p.add_argument("--out", required=True, help="folder for the PNG files")
+    p.add_argument("--json", action="store_true", help="one JSON line listing the files")
+    p.set_defaults(func=cmd_explain)
 
     p = sub.add_parser("train", help="train or fine-tune with a recipe; ends with a JSON line")
     p.add_argument("--model", default="ViTB16", help="named model or a .keras file")

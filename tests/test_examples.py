@@ -55,3 +55,23 @@ def test_train_from_scratch_example_runs(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     results = json.loads(result.stdout.strip().splitlines()[-1])
     assert results["epochs"] == 1 and results["classes"] == 10
+
+
+def test_explain_digits_example_writes_the_pictures(tmp_path):
+    import keras_vit
+    from keras_vit.training.quickstart import QUICKSTART_MODEL, write_digits
+
+    write_digits(str(tmp_path / "digits"))
+    model = keras_vit.VisionTransformer(**QUICKSTART_MODEL, input_shape=(32, 32, 3),
+                                        classes=10, classifier_activation=None)
+    model.save(tmp_path / "model.keras")
+    result = subprocess.run([sys.executable, str(REPO_ROOT / "examples" / "explain_digits.py"),
+                             "--model", str(tmp_path / "model.keras"), "--out",
+                             str(tmp_path / "pictures"), "--images", "2"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    written = sorted(p.name for p in (tmp_path / "pictures").iterdir())
+    assert written == ["attention_distance.png", "embedding_filters.png",
+                       "position_embedding_similarity.png", "rollout_digit0.png",
+                       "rollout_digit2.png"]  # every 90th test digit
+    assert "mean attention distance (pixels)" in result.stdout

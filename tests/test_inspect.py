@@ -2,6 +2,8 @@
 position-embedding similarity and embedding filters; any ViT (new head,
 another resolution, nested in a user's model)."""
 
+import os
+
 import keras
 import numpy as np
 import pytest
@@ -158,3 +160,46 @@ def test_errors_name_the_problem():
     with pytest.raises(ValueError, match="is a hybrid"):
         inspect.embedding_filters(hybrid)
     assert inspect.attention_distance(hybrid, images()).shape == (1, 2)
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="CLI image loading uses tf")
+@pytest.mark.parametrize("name", ["vit_tiny_token", "r26_vit_tiny"])
+def test_cli_explain_writes_the_pictures_of_a_fixture_checkpoint(name, tmp_path):
+    """Real photos (the fixture's) through an official-format checkpoint:
+    every PNG is non-empty and has the figure's pixel size."""
+    import io
+    import json
+
+    from PIL import Image
+
+    from keras_vit import cli
+    from official_fixtures import Fixture
+
+    fixture = Fixture(name)
+    paths = []
+    for i, image in enumerate(fixture.io["images_uint8"]):
+        paths.append(str(tmp_path / f"photo{i}.png"))
+        Image.fromarray(image).save(paths[-1])
+    out = io.StringIO()
+    code = cli.main(["explain", *paths, "--weights", fixture.checkpoint,
+                     "--out", str(tmp_path / "pictures"), "--json"], out=out)
+    assert code == 0
+    result = json.loads(out.getvalue().strip().splitlines()[-1])
+    pictures = result["pictures"]
+    assert len(pictures["rollout"]) == len(paths)
+    assert ("embedding_filters" in pictures) == (name == "vit_tiny_token")  # not for hybrids
+    model = fixture.build()
+    grid = model.get_layer("patch_encoder").grid_size
+    expected = {"rollout": (640, 340), "attention_distance": (500, 400),
+                "position_embedding_similarity": (
+                    int(100 * max(4, grid[1] * 0.45)), int(100 * max(4, grid[0] * 0.45)))}
+    if "embedding_filters" in pictures:
+        n = min(28, model.get_layer("patch_encoder").kernel.shape[-1],
+                model.get_layer("patch_encoder").kernel.shape[0])
+        cols = min(n, 7)
+        expected["embedding_filters"] = (int(cols * 90), int(-(-n // cols) * 90))
+    for kind, size in expected.items():
+        for path in pictures[kind]:
+            assert os.path.getsize(path) > 1000
+            with Image.open(path) as picture:
+                assert picture.size == size, (kind, picture.size, size)
