@@ -143,6 +143,21 @@ def as_images(data, image_size, limit, split="test", name="validation_data"):
     return array
 
 
+def validation_images(data, size, limit, split, calibration=None):
+    """`(images, description)` to verify an export on: `data`; else the
+    calibration data (its `split` when it is a source string); else 8 (at
+    most `limit`) seeded random pixel images."""
+    images = as_images(data, size, limit, split=split)
+    if images is not None:
+        return images, data if isinstance(data, str) else "given"
+    images = as_images(calibration, size, limit, split=split, name="representative_data")
+    if images is not None:
+        name = calibration if isinstance(calibration, str) else "given"
+        return images, f"{name} (the calibration data)"
+    rng = np.random.default_rng(0)
+    return rng.uniform(0, 255, (min(limit, 8), *size, 3)).astype("float32"), "random pixels"
+
+
 def median_ms(fn, repeats, warmup=2):
     """Median wall time of `fn()` in milliseconds."""
     for _ in range(warmup):

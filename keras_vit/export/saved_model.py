@@ -5,13 +5,13 @@ import numpy as np
 
 from keras_vit.export._common import (
     ExportReport,
-    as_images,
     check as check_report,
     compare,
     directory_size,
     logits_and_probabilities,
     model_image_size,
     require_tensorflow_backend,
+    validation_images,
 )
 
 
@@ -107,8 +107,8 @@ def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outpu
     archive.add_endpoint("serving_default", serve, input_signature=[spec])
     archive.write_out(str(path), verbose=False)
 
-    images, source = _validation_images(validation_data, size, num_validation,
-                                        validation_split)
+    images, source = validation_images(validation_data, size, num_validation,
+                                       validation_split)
     pixels = np.clip(np.round(images), 0, 255).astype("uint8")
     reference, _ = logits_and_probabilities(model, outputs)(pixels.astype("float32"))
     signature = tf.saved_model.load(str(path)).signatures["serving_default"]
@@ -128,10 +128,3 @@ def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outpu
         print(report)
     return report
 
-
-def _validation_images(data, size, limit, split):
-    images = as_images(data, size, limit, split=split)
-    if images is not None:
-        return images, "given" if not isinstance(data, str) else data
-    rng = np.random.default_rng(0)
-    return rng.uniform(0, 255, (min(limit, 8), *size, 3)).astype("float32"), "random pixels"

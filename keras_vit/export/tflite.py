@@ -20,6 +20,7 @@ from keras_vit.export._common import (
     median_ms,
     model_image_size,
     require_tensorflow_backend,
+    validation_images,
 )
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
@@ -34,6 +35,10 @@ CHECKS = {
     "dynamic": {"min_top1_agreement": 0.99},
     "int8": {"min_top1_agreement": 0.97},
 }
+
+
+def _float_ops(float_ops):
+    return list(INT8_FLOAT_OPS if float_ops == "auto" else float_ops or ())
 
 
 def _interpreter(model_path=None, model_content=None, num_threads=None, delegates=True):
@@ -72,13 +77,13 @@ def run_tflite(model_path, images, *, num_threads=None, output="logits"):
     return np.concatenate(results)
 
 
-def verify_tflite(path, model, images, *, outputs="auto", num_threads=None):
+def verify_tflite(path, model, images, *, image_size=None, outputs="auto", num_threads=None):
     """Compares a `to_tflite` file with a Keras model on `images`.
 
     Returns `(max |logit diff|, top-1 agreement, max |Keras logit|)`; use
     it to check a file shipped earlier against the model it came from.
     """
-    size = model_image_size(model)
+    size = model_image_size(model, image_size)
     images = as_images(images, size, len(images), name="images")
     reference, _ = logits_and_probabilities(model, outputs)(images)
     return compare(reference, run_tflite(path, images, num_threads=num_threads))
@@ -124,7 +129,7 @@ def convert(model, *, quantization="none", representative_data=None, batch_size=
         if len(calibration) < batch_size:
             raise ValueError(f"representative_data holds {len(calibration)} images; "
                              f"int8 calibration needs at least batch_size={batch_size}.")
-    float_ops = list(INT8_FLOAT_OPS if float_ops == "auto" else float_ops or ())
+    float_ops = _float_ops(float_ops)
 
     def serve(images):
         logits, probabilities = call(images)
@@ -234,10 +239,10 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
     if foreign:
         raise ValueError(f"{path} uses ops outside the TFLite built-ins: {foreign}.")
 
-    images, source = _validation(validation_data, representative_data, size, num_validation,
-                                 validation_split)
-    max_diff, agreement, max_logit = verify_tflite(path, model, images, outputs=outputs,
-                                                   num_threads=num_threads)
+    images, source = validation_images(validation_data, size, num_validation,
+                                       validation_split, calibration=representative_data)
+    max_diff, agreement, max_logit = verify_tflite(path, model, images, image_size=size,
+                                                   outputs=outputs, num_threads=num_threads)
 
     interpreter = _interpreter(path, num_threads=num_threads)
     runner = interpreter.get_signature_runner("serving_default")
@@ -247,8 +252,7 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
         size_bytes=os.path.getsize(path), validation=source,
         validation_images=len(images), max_abs_diff=max_diff, top1_agreement=agreement,
         max_abs_logit=max_logit, batch_size=batch_size, ops=ops, builtin_ops_only=True,
-        float_ops=list(INT8_FLOAT_OPS if float_ops == "auto" else float_ops or ())
-        if quantization == "int8" else None,
+        float_ops=_float_ops(float_ops) if quantization == "int8" else None,
         latency_ms=median_ms(lambda: runner(images=batch), latency_repeats),
         keras_latency_ms=keras_latency_ms(model, batch, latency_repeats),
         signature={"inputs": {"images": f"float32 [{batch_size}, {size[0]}, {size[1]}, 3]"},
@@ -259,16 +263,3 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
         print(report)
     return report
 
-
-def _validation(validation_data, representative_data, size, limit, split):
-    images = as_images(validation_data, size, limit, split=split)
-    if images is not None:
-        return images, validation_data if isinstance(validation_data, str) else "given"
-    images = as_images(representative_data, size, limit, split=split,
-                       name="representative_data")
-    if images is not None:
-        name = representative_data if isinstance(representative_data, str) else "given"
-        return images, f"{name} (the calibration data)"
-    rng = np.random.default_rng(0)
-    return (rng.uniform(0, 255, (min(limit, 8), *size, 3)).astype("float32"),
-            "random pixels")
