@@ -18,10 +18,11 @@ from keras_vit.inspect.analysis import (
     position_embedding_similarity,
     principal_filters,
     rollout,
+    upsample_maps,
 )
 
 __all__ = [
     "attention_distance", "attention_rollout", "attention_weights", "embedding_filters",
     "find_vit", "intermediate_features", "mean_distance", "patch_centres",
-    "position_embedding_similarity", "principal_filters", "rollout",
+    "position_embedding_similarity", "principal_filters", "rollout", "upsample_maps",
 ]

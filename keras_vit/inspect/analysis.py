@@ -122,9 +122,12 @@ def attention_rollout(model, images, token=None, upsample=True):
     """
     parts = _Parts(model)
     grid_maps = rollout(attention_weights(model, images), parts.prefix, parts.grid, token)
-    if not upsample:
-        return grid_maps
-    resized = keras.ops.image.resize(grid_maps[..., None], parts.image_size,
+    return upsample_maps(grid_maps, parts.image_size) if upsample else grid_maps
+
+
+def upsample_maps(grid_maps, image_size):
+    """`(N, grid_h, grid_w)` maps to `(N, H, W)`, bilinear."""
+    resized = keras.ops.image.resize(grid_maps[..., None], image_size,
                                      interpolation="bilinear")
     return keras.ops.convert_to_numpy(resized)[..., 0]
 

@@ -102,13 +102,15 @@ def explain(model, images, out, names=None, n_filters=28):
     `embedding_filters.png`."""
     images = np.asarray(images, "float32")
     names = names or [f"{i:03d}" for i in range(len(images))]
-    maps = analysis.attention_rollout(model, images)
+    parts = analysis._Parts(model)
+    attentions = analysis.attention_weights(model, images)  # once, for both pictures
+    maps = analysis.upsample_maps(
+        analysis.rollout(attentions, parts.prefix, parts.grid), parts.image_size)
     written = {"rollout": [plot_rollout(image, m, os.path.join(out, f"rollout_{name}.png"))
                            for image, m, name in zip(images, maps, names)]}
-    parts = analysis._Parts(model)
+    distance = analysis.mean_distance(attentions, parts.prefix, parts.grid, parts.pixels)
     written["attention_distance"] = [plot_attention_distance(
-        analysis.attention_distance(model, images),
-        os.path.join(out, "attention_distance.png"), parts.image_size)]
+        distance, os.path.join(out, "attention_distance.png"), parts.image_size)]
     written["position_embedding_similarity"] = [plot_position_similarity(
         analysis.position_embedding_similarity(model),
         os.path.join(out, "position_embedding_similarity.png"))]

@@ -8,7 +8,7 @@ without importing TensorFlow under another backend.
 
 import importlib
 
-# Eager (it imports only numpy): the function must shadow its own
+# Eager (its module imports only os at load): the function must shadow its own
 # submodule's name, which importing the submodule would bind here.
 from keras_vit.training.quickstart import quickstart
 

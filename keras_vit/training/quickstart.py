@@ -11,8 +11,6 @@ digits (`keras_vit.export.to_tflite`).
 
 import os
 
-import numpy as np
-
 QUICKSTART_MODEL = dict(patch_size=4, hidden_size=64, num_layers=4, num_heads=4,
                         mlp_dim=128, classifier="gap")
 
