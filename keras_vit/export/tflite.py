@@ -22,6 +22,7 @@ from keras_vit.export._common import (
     require_tensorflow_backend,
     validation_images,
 )
+from keras_vit.layers._fused import portable_graph
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
 # Full int8: these TFLite ops stay in float (measured on the quickstart's
@@ -136,11 +137,13 @@ def convert(model, *, quantization="none", representative_data=None, batch_size=
         return {"logits": logits, "probabilities": probabilities}
 
     with tempfile.TemporaryDirectory() as saved_model_dir:
-        archive = keras.export.ExportArchive()
-        archive.track(model)
-        archive.add_endpoint("serving_default", serve, input_signature=[
-            tf.TensorSpec((batch_size, *size, 3), tf.float32, name="images")])
-        archive.write_out(saved_model_dir, verbose=False)
+        # TFLite has no training-mode FusedBatchNormV3: trace the standard ops.
+        with portable_graph():
+            archive = keras.export.ExportArchive()
+            archive.track(model)
+            archive.add_endpoint("serving_default", serve, input_signature=[
+                tf.TensorSpec((batch_size, *size, 3), tf.float32, name="images")])
+            archive.write_out(saved_model_dir, verbose=False)
         converter = tf.lite.TFLiteConverter.from_saved_model(saved_model_dir)
         converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS]
         if quantization != "none":

@@ -3,9 +3,9 @@
 import keras
 from keras import ops
 
+from keras_vit.layers._fused import dense, layer_norm
 from keras_vit.layers._utils import check_positive_int, check_rate
 from keras_vit.layers.drop_path import DropPath
-from keras_vit.layers.transformer import gelu_tanh
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -93,10 +93,16 @@ class MixerBlock(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
-        y = ops.swapaxes(self.norm1(inputs), 1, 2)
-        y = self.token_mixing2(gelu_tanh(self.token_mixing1(y)))
-        x = inputs + self.drop_path(ops.swapaxes(y, 1, 2), training=training)
-        y = self.channel_mixing2(gelu_tanh(self.channel_mixing1(self.norm2(x))))
+        _, tokens, channels = inputs.shape
+        # Token mixing: one MLP over the token axis, shared by all channels.
+        y = ops.reshape(ops.swapaxes(layer_norm(self.norm1, inputs), 1, 2), (-1, tokens))
+        y = dense(self.token_mixing2, dense(self.token_mixing1, y, gelu=True))
+        y = ops.swapaxes(ops.reshape(y, (-1, channels, tokens)), 1, 2)
+        x = inputs + self.drop_path(y, training=training)
+        # Channel mixing: one MLP over the channels, shared by all tokens.
+        y = ops.reshape(layer_norm(self.norm2, x), (-1, channels))
+        y = dense(self.channel_mixing2, dense(self.channel_mixing1, y, gelu=True))
+        y = ops.reshape(y, (-1, tokens, channels))
         return x + self.drop_path(y, training=training)
 
     def compute_output_shape(self, input_shape):

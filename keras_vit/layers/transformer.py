@@ -1,18 +1,11 @@
 """TransformerBlock: the pre-LN encoder block of the ViT paper (Eq. 2-3)."""
 
-import math
-
 import keras
 from keras import ops
 
+from keras_vit.layers._fused import dense, layer_norm, softmax_attention
 from keras_vit.layers._utils import check_positive_int, check_rate
 from keras_vit.layers.drop_path import DropPath
-
-
-def gelu_tanh(x):
-    """GELU with the tanh approximation, as `flax.linen.gelu` (the official
-    models) computes it. Exact-erf GELU changes official logits by ~2e-4."""
-    return ops.gelu(x, approximate=True)
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -146,31 +139,31 @@ class TransformerBlock(keras.layers.Layer):
         self.built = True
 
     def _attention(self, x, training):
+        """Attention branch on normalized `x` (batch, tokens, hidden):
+        returns `(output (batch, tokens, hidden), softmax weights)`."""
         tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
-        qkv = ops.reshape(
-            self.qkv(x), (-1, tokens, 3, self.num_heads, self.head_dim)
+        rows = ops.reshape(x, (-1, self.hidden_size))
+        out, weights = softmax_attention(
+            dense(self.qkv, rows), tokens, self.num_heads,
+            self.attention_dropout, training,
         )
-        query, key, value = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]
-        query = query / ops.cast(math.sqrt(self.head_dim), query.dtype)
-        logits = ops.einsum("bqhd,bkhd->bhqk", query, key)
-        weights = ops.softmax(ops.cast(logits, "float32"), axis=-1)
-        dropped = self.attention_dropout(weights, training=training)
-        out = ops.einsum(
-            "bhqk,bkhd->bqhd", ops.cast(dropped, value.dtype), value
-        )
-        out = ops.reshape(out, (-1, tokens, self.hidden_size))
-        return self.attention_output(out), weights
+        out = dense(self.attention_output, out)
+        return ops.reshape(out, (-1, tokens, self.hidden_size)), weights
+
+    def _mlp(self, x, training):
+        rows = ops.reshape(x, (-1, self.hidden_size))
+        y = self.dropout(dense(self.mlp_dense1, rows, gelu=True), training=training)
+        y = dense(self.mlp_dense2, y)
+        return ops.reshape(y, ops.shape(x))
 
     def call(self, inputs, training=None, return_attention_scores=False):
-        y, weights = self._attention(self.norm1(inputs), training)
+        y, weights = self._attention(layer_norm(self.norm1, inputs), training)
         y = self.drop_path(self.dropout(y, training=training), training=training)
         x = inputs + y
-        y = gelu_tanh(self.mlp_dense1(self.norm2(x)))
-        y = self.dropout(y, training=training)
-        y = self.dropout(self.mlp_dense2(y), training=training)
+        y = self.dropout(self._mlp(layer_norm(self.norm2, x), training), training=training)
         x = x + self.drop_path(y, training=training)
         if return_attention_scores:
-            return x, weights
+            return x, ops.cast(weights, "float32")
         return x
 
     def get_config(self):

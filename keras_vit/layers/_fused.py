@@ -1,0 +1,159 @@
+"""The dense and attention arithmetic of the encoder blocks, written so that
+each backend's compiler fuses it.
+
+On TensorFlow with oneDNN (the default on x86 CPUs) grappler's remapper
+turns `MatMul -> BiasAdd [-> Gelu(approximate)]` on 2-D operands into one
+`_MklNativeFusedMatMul`: the bias and the GELU run inside the matmul's
+output pass instead of as 7-10 separate element-wise ops over the
+activations. That needs `tf.nn.bias_add` (not `+`) and a 2-D matmul (not the
+reshape-`Tensordot`-reshape a Keras `Dense` emits for a 3-D input).
+Measured on ViT-B/16 (`benchmarks/bench_models.py`), the un-fused GELU and
+bias adds took 30% of a bfloat16 forward pass.
+
+On the other backends the same code is `ops.matmul` + `ops.add`, which XLA
+(JAX) fuses by itself. Float32 results equal `keras.layers.Dense` to within
+float32 rounding on every backend.
+"""
+
+import contextlib
+import os
+import threading
+
+import keras
+from keras import ops
+
+_state = threading.local()
+
+
+@contextlib.contextmanager
+def portable_graph():
+    """Within this context the blocks trace only standard ops (no
+    training-mode `FusedBatchNormV3`, no `Bitcast`), for graphs that leave
+    the TensorFlow runtime: TFLite, ONNX. Results are the same."""
+    previous = getattr(_state, "portable", False)
+    _state.portable = True
+    try:
+        yield
+    finally:
+        _state.portable = previous
+
+
+def _tensorflow():
+    import tensorflow as tf
+
+    return tf
+
+
+def _onednn_tensorflow():
+    """True on the TensorFlow backend with its oneDNN kernels enabled."""
+    return (keras.backend.backend() == "tensorflow"
+            and os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0")
+
+
+def layer_norm(layer, x):
+    """`layer(x)` for a `keras.layers.LayerNormalization` over the last axis
+    of `x`, fused into one oneDNN `_MklLayerNorm` kernel on TensorFlow.
+
+    Grappler rewrites LayerNorm into `_MklLayerNorm` only for the pattern
+    `Reshape -> FusedBatchNormV3(scale=Fill(1), offset=Fill(0)) -> Reshape
+    -> Mul(gamma) -> AddV2(beta)` with a row count it cannot constant-fold
+    (with a folded count the `Fill`s become constants and the pattern no
+    longer matches). The count is made opaque by adding a zero computed from
+    gamma's bits, which is exact for every gamma value. Statistics are
+    computed in float32 for any input dtype; 6x faster than the 10
+    element-wise ops of the plain formula on ViT-B/16 rows.
+    """
+    if (not _onednn_tensorflow() or getattr(_state, "portable", False)
+            or layer.rms_scaling or not (layer.center and layer.scale)
+            or layer.axis not in (-1, len(x.shape) - 1, [-1], [len(x.shape) - 1])):
+        return layer(x)
+    tf = _tensorflow()
+    gamma = tf.cast(layer.gamma, x.dtype)
+    beta = tf.cast(layer.beta, x.dtype)
+    width = x.shape[-1]
+    bits = tf.bitcast(tf.cast(layer.gamma[0], tf.float32), tf.int32)
+    rows = tf.size(x) // width + tf.bitwise.bitwise_and(bits, 0)
+    y = tf.reshape(x, tf.stack([1, rows, width, 1]))
+    ones = tf.fill(tf.reshape(rows, [1]), tf.constant(1.0, tf.float32))
+    zeros = tf.fill(tf.reshape(rows, [1]), tf.constant(0.0, tf.float32))
+    y, _, _ = tf.compat.v1.nn.fused_batch_norm(
+        y, ones, zeros, epsilon=layer.epsilon, data_format="NCHW")
+    return tf.reshape(y, tf.shape(x)) * gamma + beta
+
+
+def gelu_tanh(x):
+    """GELU with the tanh approximation, as `flax.linen.gelu` (the official
+    models) computes it. Exact-erf GELU changes official logits by ~2e-4."""
+    return ops.gelu(x, approximate=True)
+
+
+def dense(layer, x, gelu=False):
+    """`layer(x)`, then GELU-tanh if `gelu`, for a `keras.layers.Dense`
+    without its own activation and a 2-D `x` of shape `(rows, features)`.
+
+    Must be called from inside the owning layer's `call`, so that the
+    mixed-precision autocast scope casts the kernel to the compute dtype.
+    A quantized `Dense` (`layer.quantize(...)`) is simply called.
+    """
+    if layer.quantization_mode or layer.activation is not keras.activations.linear:
+        y = layer(x)
+        return gelu_tanh(y) if gelu else y
+    kernel = ops.cast(layer.kernel, x.dtype)
+    if keras.backend.backend() == "tensorflow":
+        tf = _tensorflow()
+        y = tf.matmul(x, kernel)
+        if layer.bias is None:
+            return tf.nn.gelu(y, approximate=True) if gelu else y
+        bias = tf.cast(layer.bias, x.dtype)
+        if gelu or x.dtype == tf.float32:
+            y = tf.nn.bias_add(y, bias)
+        else:
+            # oneDNN's bfloat16/float16 matmul with a fused bias (and no
+            # activation) is 15-25% slower than the matmul plus a separate
+            # add; a (1, units) bias is not fused.
+            y = y + tf.reshape(bias, (1, -1))
+        return tf.nn.gelu(y, approximate=True) if gelu else y
+    y = ops.matmul(x, kernel)
+    if layer.bias is not None:
+        y = ops.add(y, ops.cast(layer.bias, x.dtype))
+    return gelu_tanh(y) if gelu else y
+
+
+def softmax_attention(qkv, tokens, num_heads, dropout, training):
+    """Multi-head softmax attention from a fused `(batch * tokens, 3 * width)`
+    query-key-value projection.
+
+    One transpose puts the heads first (`(3, batch, heads, tokens, dim)`), so
+    both products are plain batched matmuls and the output needs one
+    transpose back. The query is divided by `sqrt(dim)` before the
+    product, as in the official model.
+
+    The softmax is computed in float32: under a mixed policy the logits are
+    cast up, except on TensorFlow with oneDNN, whose bfloat16/float16
+    softmax kernel already accumulates in float32 (same result, two fewer
+    casts over `(batch, heads, tokens, tokens)`).
+
+    Returns:
+        `(output, weights)`: output `(batch * tokens, width)` in the compute
+        dtype; weights `(batch, heads, tokens, tokens)` before dropout, in
+        the dtype the softmax ran in.
+    """
+    width = qkv.shape[-1] // 3
+    head_dim = width // num_heads
+    dtype = qkv.dtype
+    qkv = ops.reshape(qkv, (-1, tokens, 3, num_heads, head_dim))
+    # Unstack, not qkv[i]: the gradient of three slices is three scatters
+    # into zero tensors of the full size (15% of a ViT-S training step).
+    query, key, value = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
+    query = query / ops.cast(head_dim ** 0.5, dtype)
+    if keras.backend.backend() == "tensorflow":
+        logits = _tensorflow().matmul(query, key, transpose_b=True)
+    else:
+        logits = ops.matmul(query, ops.swapaxes(key, -1, -2))
+    if dtype != "float32" and not _onednn_tensorflow():
+        logits = ops.cast(logits, "float32")
+    weights = ops.softmax(logits, axis=-1)
+    dropped = dropout(weights, training=training)
+    out = ops.matmul(ops.cast(dropped, dtype), value)
+    out = ops.transpose(out, (0, 2, 1, 3))
+    return ops.reshape(out, (-1, width)), weights
