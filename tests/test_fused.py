@@ -104,6 +104,21 @@ def test_fused_and_portable_graphs_agree_in_value_and_gradient(block):
     assert "Mean" in portable_ops  # the standard LayerNorm formula
 
 
+def test_xla_compiled_blocks_use_the_plain_layer_norm():
+    """jit_compile=True (and TPUs) need static shapes: the fused LayerNorm
+    pattern's opaque row count must not reach XLA."""
+    import tensorflow as tf
+
+    x = np.random.default_rng(8).normal(size=(2, 9, 16)).astype("float32")
+    for block in (layers.TransformerBlock(num_heads=2, mlp_dim=24),
+                  layers.MixerBlock(tokens_mlp_dim=6, channels_mlp_dim=20)):
+        block.build(x.shape)
+        _random_weights(block, 9)
+        compiled = tf.function(lambda x: block(x, training=False), jit_compile=True)
+        np.testing.assert_allclose(compiled(x).numpy(), ops.convert_to_numpy(block(x)),
+                                   rtol=1e-5, atol=1e-5)
+
+
 def test_mixed_bfloat16_block_follows_the_float32_block():
     x = np.random.default_rng(6).normal(size=(2, 9, 32)).astype("float32")
     full = layers.TransformerBlock(num_heads=4, mlp_dim=64)

@@ -50,6 +50,18 @@ def _onednn_tensorflow():
             and os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1") != "0")
 
 
+def _in_xla_context():
+    """True while tracing for XLA (`jit_compile=True`, TPUs): XLA needs
+    the row count of `layer_norm`'s fused pattern as a compile-time
+    constant. Without TensorFlow's internal helper, assume XLA."""
+    try:
+        from tensorflow.python.ops import control_flow_util
+    except ImportError:
+        return True
+    graph = _tensorflow().compat.v1.get_default_graph()
+    return control_flow_util.GraphOrParentsInXlaContext(graph)
+
+
 def layer_norm(layer, x):
     """`layer(x)` for a `keras.layers.LayerNormalization` over the last axis
     of `x`, fused into one oneDNN `_MklLayerNorm` kernel on TensorFlow.
@@ -61,10 +73,11 @@ def layer_norm(layer, x):
     longer matches). The count is made opaque by adding a zero computed from
     gamma's bits, which is exact for every gamma value. Statistics are
     computed in float32 for any input dtype; 6x faster than the 10
-    element-wise ops of the plain formula on ViT-B/16 rows.
+    element-wise ops of the plain formula on ViT-B/16 rows. Under XLA and
+    in `portable_graph()` it is the plain `layer(x)`.
     """
     if (not _onednn_tensorflow() or getattr(_state, "portable", False)
-            or layer.rms_scaling or not (layer.center and layer.scale)
+            or _in_xla_context() or layer.rms_scaling or not (layer.center and layer.scale)
             or layer.axis not in (-1, len(x.shape) - 1, [-1], [len(x.shape) - 1])):
         return layer(x)
     tf = _tensorflow()
