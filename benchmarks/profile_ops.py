@@ -131,10 +131,10 @@ def main():
     print(f"{args.model} batch {args.batch} {args.dtype} {args.mode}: {wall * 1e3:.0f} ms "
           f"per step (ops {total * 1e3:.0f} ms); matmuls {matmul_s * 1e3:.0f} ms = "
           f"{result['matmul_gflops']:.0f} GFLOP/s on the counted {gflop:.0f} GFLOP")
-    print(f"\n| op type | ms/step | share |\n| --- | ---: | ---: |")
+    print("\n| op type | ms/step | share |\n| --- | ---: | ---: |")
     for op_type, seconds in by_type.most_common(args.top):
         print(f"| {op_type} | {seconds * 1e3:.1f} | {100 * seconds / total:.1f}% |")
-    print(f"\n| op | type | ms/step |\n| --- | --- | ---: |")
+    print("\n| op | type | ms/step |\n| --- | --- | ---: |")
     for name, ms in result["top_ops_ms"].items():
         op, op_type = name.rsplit(":", 1)
         print(f"| {op} | {op_type} | {ms:.1f} |")
