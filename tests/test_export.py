@@ -10,10 +10,12 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
 
 import keras_vit
 from keras_vit import export
 from keras_vit.export._common import check as check_report
+from keras_vit.layers._fused import portable_graph
 from official_fixtures import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
@@ -61,9 +63,15 @@ def test_saved_model_reloads_identical(family, tmp_path):
     uint8 = images.astype("uint8")
     got = served(images=tf.constant(uint8))
     serve, spec = export.serving_function(model)
-    before_saving = tf.function(serve, input_signature=[spec])(tf.constant(uint8))
+    with portable_graph():  # the graph to_saved_model traces
+        before_saving = tf.function(serve, input_signature=[spec])(tf.constant(uint8))
     for key in ("logits", "probabilities", "top_k_indices", "top_k_probabilities"):
         assert np.array_equal(got[key].numpy(), before_saving[key].numpy()), key
+    saved = saved_model_pb2.SavedModel()
+    saved.ParseFromString((tmp_path / "sm" / "saved_model.pb").read_bytes())
+    saved_ops = {node.op for function in saved.meta_graphs[0].graph_def.library.function
+                 for node in function.node_def}
+    assert not {"FusedBatchNormV3", "Bitcast"} & saved_ops  # converts anywhere
     np.testing.assert_allclose(got["logits"], logits(model, uint8.astype("float32")),
                                atol=1e-5)
     np.testing.assert_allclose(got["probabilities"].numpy().sum(-1), 1.0, atol=1e-6)

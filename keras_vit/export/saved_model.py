@@ -13,6 +13,7 @@ from keras_vit.export._common import (
     require_tensorflow_backend,
     validation_images,
 )
+from keras_vit.layers._fused import portable_graph
 
 
 def serving_function(model, *, resize=False, top_k=5, image_size=None, outputs="auto"):
@@ -102,10 +103,12 @@ def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outpu
     size = model_image_size(model, image_size)
     serve, spec = serving_function(model, resize=resize, top_k=top_k, image_size=size,
                                    outputs=outputs)
-    archive = keras.export.ExportArchive()
-    archive.track(model)
-    archive.add_endpoint("serving_default", serve, input_signature=[spec])
-    archive.write_out(str(path), verbose=False)
+    # Standard ops only, so that the file also converts (TFLite, ONNX, TF.js).
+    with portable_graph():
+        archive = keras.export.ExportArchive()
+        archive.track(model)
+        archive.add_endpoint("serving_default", serve, input_signature=[spec])
+        archive.write_out(str(path), verbose=False)
 
     images, source = validation_images(validation_data, size, num_validation,
                                        validation_split)

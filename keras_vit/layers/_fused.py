@@ -7,7 +7,7 @@ turns `MatMul -> BiasAdd [-> Gelu(approximate)]` on 2-D operands into one
 output pass instead of as 7-10 separate element-wise ops over the
 activations. That needs `tf.nn.bias_add` (not `+`) and a 2-D matmul (not the
 reshape-`Tensordot`-reshape a Keras `Dense` emits for a 3-D input).
-Measured on ViT-B/16 (`benchmarks/bench_models.py`), the un-fused GELU and
+Measured on ViT-B/16 (`benchmarks/profile_ops.py`), the un-fused GELU and
 bias adds took 30% of a bfloat16 forward pass.
 
 On the other backends the same code is `ops.matmul` + `ops.add`, which XLA
@@ -28,8 +28,9 @@ _state = threading.local()
 @contextlib.contextmanager
 def portable_graph():
     """Within this context the blocks trace only standard ops (no
-    training-mode `FusedBatchNormV3`, no `Bitcast`), for graphs that leave
-    the TensorFlow runtime: TFLite, ONNX. Results are the same."""
+    training-mode `FusedBatchNormV3`, no `Bitcast`), for graphs that may
+    leave the TensorFlow runtime: `keras_vit.export` traces SavedModel and
+    TFLite exports in it. Results are the same."""
     previous = getattr(_state, "portable", False)
     _state.portable = True
     try:
