@@ -855,7 +855,7 @@ def main(argv=None):
         "skipped": skipped,
         "settings": {k: getattr(args, k) for k in (
             "models", "frameworks", "batch", "dtypes", "modes", "image_size", "rounds",
-            "warmup", "iters", "round_seconds", "peak_seconds")},
+            "warmup", "iters", "round_seconds", "peak_seconds", "settle")},
         "gflop_per_image": {m: gflop_per_image(m, args.image_size, "infer")
                             for m in args.models},
         "peaks": peaks,
