@@ -111,25 +111,15 @@ def dense(layer, x, gelu=False):
     """
     if layer.quantization_mode or layer.activation is not keras.activations.linear:
         y = layer(x)
-        return gelu_tanh(y) if gelu else y
-    kernel = ops.cast(layer.kernel, x.dtype)
-    if keras.backend.backend() == "tensorflow":
-        tf = _tensorflow()
-        y = tf.matmul(x, kernel)
-        if layer.bias is None:
-            return tf.nn.gelu(y, approximate=True) if gelu else y
-        bias = tf.cast(layer.bias, x.dtype)
-        if gelu or x.dtype == tf.float32:
-            y = tf.nn.bias_add(y, bias)
-        else:
-            # oneDNN's bfloat16/float16 matmul with a fused bias (and no
-            # activation) is 15-25% slower than the matmul plus a separate
-            # add; a (1, units) bias is not fused.
-            y = y + tf.reshape(bias, (1, -1))
-        return tf.nn.gelu(y, approximate=True) if gelu else y
-    y = ops.matmul(x, kernel)
-    if layer.bias is not None:
-        y = ops.add(y, ops.cast(layer.bias, x.dtype))
+    else:
+        y = ops.matmul(x, ops.cast(layer.kernel, x.dtype))
+        if layer.bias is not None:
+            bias = ops.cast(layer.bias, x.dtype)
+            if keras.backend.backend() == "tensorflow":
+                y = _tensorflow().nn.bias_add(y, bias)
+            else:
+                y = ops.add(y, bias)
+    # On TensorFlow ops.gelu is tf.nn.gelu, the op grappler fuses.
     return gelu_tanh(y) if gelu else y
 
 
