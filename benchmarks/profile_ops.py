@@ -30,10 +30,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import numpy as np  # noqa: E402
 
+from bench_models import MODELS as BENCH_MODELS, gflop_per_image  # noqa: E402
+
+# keras_vit builder name -> bench_models' model key
+MODELS = {spec["keras_vit"]: key for key, spec in BENCH_MODELS.items()}
+
 MATMUL_TYPES = ("MatMul", "_MklMatMul", "_MklNativeFusedMatMul", "_MklBatchMatMulV2",
                 "BatchMatMulV2", "_FusedMatMul")
-MODELS = {"ViTTi16": "vit_ti16", "ViTS16": "vit_s16", "ViTB16": "vit_b16",
-          "MixerB16": "mixer_b16"}
 
 
 def profile(step, steps):
@@ -83,7 +86,6 @@ def main():
     import keras
 
     import keras_vit
-    from bench_models import gflop_per_image
 
     if args.dtype == "bfloat16":
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
