@@ -2,6 +2,7 @@
 TensorFlow, JAX and PyTorch backends."""
 
 from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.head import ClassifierHead
 from keras_vit.layers.mixer import MixerBlock
 from keras_vit.layers.patch_encoder import PatchEncoder
 from keras_vit.layers.patches import Patches
@@ -11,6 +12,7 @@ from keras_vit.layers.transformer import TransformerBlock
 
 __all__ = [
     "BottleneckUnit",
+    "ClassifierHead",
     "DropPath",
     "MixerBlock",
     "PatchEncoder",

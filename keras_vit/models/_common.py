@@ -160,7 +160,7 @@ def classification_head(x, norm_name, pool, representation_size, include_top,
                         classes, classifier_activation):
     """Final LayerNorm, pooling, optional `pre_logits` (Dense + tanh) and
     the zero-initialised head; float32 under a mixed-precision policy."""
-    from keras_vit.layers import SequencePooling
+    from keras_vit.layers import ClassifierHead, SequencePooling
 
     dtype = mixed_precision_head_dtype()
     x = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name=norm_name)(x)
@@ -170,9 +170,8 @@ def classification_head(x, norm_name, pool, representation_size, include_top,
             x = keras.layers.Dense(representation_size, activation="tanh",
                                    dtype=dtype, name="pre_logits")(x)
     if include_top:
-        x = keras.layers.Dense(classes, activation=classifier_activation,
-                               kernel_initializer="zeros", dtype=dtype,
-                               name="head")(x)
+        x = ClassifierHead(classes, activation=classifier_activation,
+                           kernel_initializer="zeros", dtype=dtype, name="head")(x)
     return x
 
 
