@@ -1,26 +1,46 @@
 """The `keras-vit` command.
 
+    keras-vit [--verbose] [--debug] COMMAND ...
     keras-vit models [--json]
-    keras-vit predict IMAGE... --model ViTB16 --weights NAME_OR_PATH [--top 5]
-                     [--image-size S] [--labels FILE] [--json]
+    keras-vit predict IMAGE_OR_DIR... --model ViTB16|auto|MODEL.keras [--weights NAME_OR_PATH]
+                     [--top 5] [--image-size S] [--labels FILE] [--outputs auto|logits|probabilities]
+                     [--skip-corrupt] [--json]
     keras-vit explain IMAGE... --model auto --weights CKPT.npz --out DIR [--json]
-    keras-vit train --model ViTB16 --weights imagenet21k --data tfds:cifar10 ...
-    keras-vit evaluate MODEL.keras --data SOURCE
+    keras-vit train --model ViTB16 --weights imagenet21k --data tfds:cifar10 ... [--json]
+    keras-vit evaluate MODEL.keras --data SOURCE [--split S] [--skip-corrupt] [--json]
     keras-vit export MODEL.keras --format saved_model|tflite
                      [--quantize none|float16|dynamic|int8] [--calibration SOURCE]
                      [--validation SOURCE] --out PATH [--json]
-    keras-vit quickstart
+    keras-vit quickstart [--json]
+
+Errors are one line on stderr, `keras-vit: error: <message>`, exit status 2
+(`--debug` adds the traceback). TensorFlow is imported only by the commands
+that need it, after `keras_vit._console.quiet()` (`--verbose` keeps its logs).
 """
 
 import argparse
+import contextlib
 import json
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # before TensorFlow loads
-
+from keras_vit import _console
 from keras_vit.models.variants import ALL_VARIANTS
 from keras_vit.weights import registry
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+
+
+def _keras():
+    """Imports TensorFlow and Keras quietly and registers keras_vit's
+    serializable classes (the command runs with a lazy `keras_vit`)."""
+    _console.load_tensorflow()
+    import keras_vit
+
+    keras_vit._load_all()
+    import keras
+
+    return keras
 
 
 def _variant_rows():
@@ -90,91 +110,229 @@ def cmd_models(args, out):
     return 0
 
 
-def _load_images(paths, size):
-    import tensorflow as tf
 
-    images = []
+def _check_model_file(path, what="MODEL"):
+    """A `.keras` file argument: a clear sentence for anything else."""
+    path = str(path)
+    if path.endswith(".npz"):
+        raise ValueError(
+            f"{what} must be a .keras file written by keras-vit train or model.save; got "
+            f"{path!r} (an official checkpoint: use keras-vit predict --model auto "
+            f"--weights {path}).")
+    if not path.endswith(".keras"):
+        raise ValueError(f"{what} must be a .keras file written by keras-vit train or "
+                         f"model.save; got {path!r}.")
+    if os.path.isdir(path):
+        raise ValueError(f"{what} {path!r} is a directory, not a .keras file.")
+    if not os.path.exists(path):
+        raise ValueError(f"Model not found: {path!r}.")
+    return path
+
+
+def _load_keras_model(path, what="MODEL"):
+    path = _check_model_file(path, what)
+    keras = _keras()
+    try:
+        return keras.saving.load_model(path)
+    except (ValueError, TypeError, OSError, KeyError) as error:
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise ValueError(f"Cannot load {path!r} as a Keras model: {first}") from error
+
+
+def _image_files(inputs):
+    """The image files of IMAGE arguments: files as given, directories as
+    their image files (recursively, sorted)."""
+    files = []
+    for item in inputs:
+        if os.path.isdir(item):
+            found = sorted(
+                os.path.join(root, name)
+                for root, dirs, names in os.walk(item)
+                for name in names if name.lower().endswith(IMAGE_EXTENSIONS))
+            if not found:
+                raise ValueError(f"No image files ({', '.join(IMAGE_EXTENSIONS)}) under "
+                                 f"{item!r}.")
+            files.extend(found)
+        elif os.path.exists(item):
+            files.append(item)
+        else:
+            raise ValueError(f"Image not found: {item!r}.")
+    return files
+
+
+def _decode_images(paths, skip_corrupt=False):
+    """(decoded uint8 arrays, kept paths, skipped paths)."""
+    tf = _console.load_tensorflow()
+    images, kept, skipped = [], [], []
     for path in paths:
         try:
-            data = tf.io.read_file(path)
+            with open(path, "rb") as f:
+                data = f.read()
             image = tf.io.decode_image(data, channels=3, expand_animations=False)
-        except (tf.errors.NotFoundError, tf.errors.InvalidArgumentError) as error:
-            raise ValueError(f"Cannot read image {path!r}: {error.message}") from None
-        images.append(tf.image.resize(image, size, method="bilinear").numpy())
-    import numpy as np
+        except (tf.errors.OpError, OSError) as error:
+            if skip_corrupt:
+                skipped.append(path)
+                continue
+            reason = (_console._op_error_message(error) if isinstance(error, tf.errors.OpError)
+                      else (error.strerror or str(error)))
+            raise ValueError(f"Cannot decode {path!r} as an image ({reason}); pass "
+                             "--skip-corrupt to skip such files.") from error
+        images.append(image)
+        kept.append(path)
+    return images, kept, skipped
 
-    return np.stack(images).astype("float32")
+
+def _resize(images, size):
+    import numpy as np
+    import tensorflow as tf
+
+    return np.stack([tf.image.resize(image, size, method="bilinear").numpy()
+                     for image in images]).astype("float32")
+
+
+def _load_images(paths, size):
+    images, _, _ = _decode_images(_image_files(paths))
+    return _resize(images, size)
+
+
+def _check_model_args(args):
+    """Validates `--model` / `--weights` without importing TensorFlow."""
+    model = args.model
+    if model.endswith(".keras"):
+        _check_model_file(model, "--model")
+        return
+    if model.endswith(".npz"):
+        raise ValueError(f"--model takes a named model (e.g. ViTB16), 'auto' or a .keras "
+                         f"file; got {model!r} (an official checkpoint: use --model auto "
+                         f"--weights {model}).")
+    if model != "auto" and model not in ALL_VARIANTS:
+        if os.path.splitext(model)[1] or os.sep in model:
+            _check_model_file(model, "--model")
+        raise ValueError(f"Unknown --model {model!r}; choose from {sorted(ALL_VARIANTS)}, "
+                         "'auto' or a .keras file.")
+    if args.weights is None:
+        raise ValueError(f"--model {model!r} needs --weights (a registered name, "
+                         "augreg:<file>, URL or path).")
+    if model == "auto" and not args.weights.endswith(".npz"):
+        raise ValueError(
+            "--model auto reads the architecture from a local official .npz; "
+            f"for --weights {args.weights!r} name the model, e.g. --model ViTB16.")
+    if model == "auto" and not os.path.isfile(args.weights):
+        raise ValueError(f"Checkpoint not found: {args.weights!r}.")
 
 
 def _model_from_args(args):
     """The model of `--model` / `--weights` / `--image-size` (predict, explain)."""
+    _check_model_args(args)
+    if args.model.endswith(".keras"):
+        return _load_keras_model(args.model, "--model")
+    _keras()
     import keras_vit
 
     shape = (args.image_size, args.image_size, 3) if args.image_size else None
-    if args.model.endswith(".keras"):
-        import keras
-
-        return keras.saving.load_model(args.model)
-    if args.weights is None:
-        raise ValueError(f"--model {args.model!r} needs --weights (a registered name, "
-                         "augreg:<file>, URL or path).")
     if args.model == "auto":
-        if not args.weights.endswith(".npz"):
-            raise ValueError(
-                "--model auto reads the architecture from a local official .npz; "
-                f"for --weights {args.weights!r} name the model, e.g. --model ViTB16."
-            )
         return keras_vit.model_from_checkpoint(args.weights, input_shape=shape)
-    if args.model in ALL_VARIANTS:
-        return getattr(keras_vit, args.model)(weights=args.weights, input_shape=shape)
-    raise ValueError(
-        f"Unknown --model {args.model!r}; choose from {sorted(ALL_VARIANTS)}, "
-        "'auto' or a .keras file."
-    )
+    return getattr(keras_vit, args.model)(weights=args.weights, input_shape=shape)
+
+
+def _read_labels(path, num_classes):
+    try:
+        with open(path, encoding="utf-8") as f:
+            labels = [line.rstrip("\n") for line in f if line.strip()]
+    except FileNotFoundError:
+        raise ValueError(f"Labels file not found: {path!r}.") from None
+    if len(labels) != num_classes:
+        raise ValueError(f"--labels {path!r} has {len(labels)} names; the model has "
+                         f"{num_classes} classes (one name per line, in label order).")
+    return labels
+
+
+def _class_labels(model, args, num_classes):
+    """--labels, else the names stored in the model's head, else the
+    ImageNet label files (1000 / 21843 classes), else class_<i>."""
+    import keras_vit
+
+    if args.labels:
+        return _read_labels(args.labels, num_classes)
+    names = keras_vit.labels.class_names(model)
+    if names and len(names) == num_classes:
+        return list(names)
+    if num_classes in keras_vit.preprocessing.LABEL_FILES:
+        return list(keras_vit.preprocessing.class_names(num_classes))
+    return [f"class_{i}" for i in range(num_classes)]
+
+
+def _probabilities(model, raw, outputs):
+    """Softmax of logits; probabilities as they are."""
+    import numpy as np
+
+    from keras_vit.export._common import output_kind
+
+    try:
+        kind = output_kind(model, outputs)
+    except ValueError as error:
+        raise ValueError(
+            f"{str(error).split('; pass ')[0]}; pass --outputs logits or "
+            "--outputs probabilities.") from None
+    raw = np.asarray(raw, dtype="float64")
+    if kind == "logits":
+        raw = np.exp(raw - raw.max(axis=1, keepdims=True))
+        raw /= raw.sum(axis=1, keepdims=True)
+    return raw, kind
 
 
 def cmd_predict(args, out):
-    import keras_vit
+    import numpy as np
 
+    if args.top <= 0:
+        raise ValueError(f"--top must be a positive number, got {args.top}.")
+    paths = _image_files(args.images)
+    _check_model_args(args)
+    images, kept, skipped = _decode_images(paths, skip_corrupt=args.skip_corrupt)
     model = _model_from_args(args)
     size = tuple(model.input_shape[1:3])
-    images = _load_images(args.images, size)
-    probs = model.predict(images, verbose=0)
-    labels = None
-    if args.labels:
-        with open(args.labels, encoding="utf-8") as f:
-            labels = [line.rstrip("\n") for line in f if line.strip()]
-    elif probs.shape[1] not in keras_vit.preprocessing.LABEL_FILES:
-        labels = [f"class_{i}" for i in range(probs.shape[1])]
-    decoded = keras_vit.decode_predictions(probs, top=args.top, labels=labels)
-    results = [
-        {"image": path, "top": [{"index": i, "label": name, "probability": p}
-                                for i, name, p in rows]}
-        for path, rows in zip(args.images, decoded)
-    ]
+    results = []
+    if images:
+        raw = model.predict(_resize(images, size), batch_size=32, verbose=0)
+        probs, _ = _probabilities(model, raw, args.outputs)
+        labels = _class_labels(model, args, probs.shape[1])
+        top = min(args.top, probs.shape[1])
+        for path, row in zip(kept, probs):
+            order = np.argsort(-row, kind="stable")[:top]
+            results.append({"image": path, "top": [
+                {"label": labels[i], "index": int(i), "probability": float(row[i])}
+                for i in order]})
     if args.json:
         print(json.dumps({"model": args.model, "weights": args.weights,
-                          "image_size": list(size), "predictions": results}), file=out)
-        return 0
-    for result in results:
-        print(f"{result['image']}:", file=out)
-        for rank, row in enumerate(result["top"], 1):
-            print(f"  {rank}. {row['label']:<40} {row['probability']:.4f}  "
-                  f"(class {row['index']})", file=out)
+                          "image_size": list(size), "predictions": results,
+                          "skipped": skipped}), file=out)
+    else:
+        for result in results:
+            print(f"{result['image']}:", file=out)
+            for rank, row in enumerate(result["top"], 1):
+                print(f"  {rank}. {row['label']:<40} {row['probability']:.4f}  "
+                      f"(class {row['index']})", file=out)
+    if skipped:
+        print(f"{_console.PROG}: skipped {len(skipped)} unreadable image file(s): "
+              f"{', '.join(skipped)}", file=sys.stderr)
+    if not results:
+        raise ValueError(f"None of the {len(paths)} image file(s) could be read.")
     return 0
 
 
 def cmd_explain(args, out):
     import pathlib
 
+    paths = _image_files(args.images)
+    _check_model_args(args)
+    images, _, _ = _decode_images(paths)
+    model = _model_from_args(args)
     from keras_vit.inspect import find_vit
     from keras_vit.inspect.plots import explain
 
-    model = _model_from_args(args)
     size = tuple(find_vit(model).input_shape[1:3])
-    images = _load_images(args.images, size)
-    names = [pathlib.Path(p).stem for p in args.images]
-    written = explain(model, images, args.out, names=names)
+    names = [pathlib.Path(p).stem for p in paths]
+    written = explain(model, _resize(images, size), args.out, names=names)
     if args.json:
         print(json.dumps({"out": args.out, "image_size": list(size), "pictures": written}),
               file=out)
@@ -185,100 +343,151 @@ def cmd_explain(args, out):
     return 0
 
 
+def _optional(args, **names):
+    """{parameter: value} of the flags the user gave (None: not given), so a
+    flag reaches a function only when set (its default applies otherwise)."""
+    return {param: getattr(args, attr) for param, attr in names.items()
+            if getattr(args, attr, None) is not None}
+
+
 def cmd_train(args, out):
+    if args.model.endswith((".keras", ".npz")) or os.path.splitext(args.model)[1]:
+        _check_model_file(args.model, "--model")
+    _keras()
     from keras_vit.training import train
 
-    results = train(
-        args.model, args.data, weights=args.weights, recipe=args.recipe, out=args.out,
-        image_size=args.image_size, batch_size=args.batch_size, steps=args.steps,
-        epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
-        learning_rate=args.learning_rate, sam_rho=args.sam_rho, precision=args.precision,
-        strategy=args.strategy, seed=args.seed, train_split=args.train_split,
-        val_split=args.val_split, preset=args.preset, data_dir=args.data_dir,
-        gradient_accumulation_steps=args.gradient_accumulation_steps,
-        verbose=2 if args.quiet else 1)
+    extra = _optional(args, holdout="holdout", val_split="val_split")
+    if args.skip_corrupt:
+        extra["skip_corrupt"] = True
+    # --json: stdout carries only the JSON line; Keras' progress goes to stderr.
+    progress = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with progress:
+        results = train(
+            args.model, args.data, weights=args.weights, recipe=args.recipe, out=args.out,
+            image_size=args.image_size, batch_size=args.batch_size, steps=args.steps,
+            epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
+            learning_rate=args.learning_rate, sam_rho=args.sam_rho, precision=args.precision,
+            strategy=args.strategy, seed=args.seed, train_split=args.train_split,
+            preset=args.preset, data_dir=args.data_dir,
+            gradient_accumulation_steps=args.gradient_accumulation_steps,
+            verbose=2 if args.quiet else 1, **extra)
     print(json.dumps(results), file=out)
     return 0
 
 
 def cmd_evaluate(args, out):
+    _check_model_file(args.model_path)
+    _keras()
     from keras_vit.training import evaluate
 
+    extra = _optional(args, holdout="holdout")
+    if args.skip_corrupt:
+        extra["skip_corrupt"] = True
     results = evaluate(args.model_path, args.data, split=args.split,
                        image_size=args.image_size, batch_size=args.batch_size,
-                       data_dir=args.data_dir)
+                       data_dir=args.data_dir, **extra)
     print(json.dumps(results), file=out)
     return 0
 
 
 def cmd_export(args, out):
-    import keras
-
+    if args.format == "saved_model" and args.quantize != "none":
+        raise ValueError(f"--quantize {args.quantize} applies to --format tflite; "
+                         "a SavedModel keeps the model's float weights.")
+    model = _load_keras_model(args.model_path)
     from keras_vit import export
 
-    model = keras.saving.load_model(args.model_path)
     common = dict(outputs=args.outputs, validation_data=args.validation,
-                  validation_split=args.validation_split, check=not args.no_check,
-                  verbose=not args.json)
+                  check=not args.no_check, verbose=not args.json,
+                  **_optional(args, validation_split="validation_split",
+                              num_validation="validation_samples"))
     if args.format == "saved_model":
-        if args.quantize != "none":
-            raise ValueError(f"--quantize {args.quantize} applies to --format tflite; "
-                             "a SavedModel keeps the model's float weights.")
         report = export.to_saved_model(model, args.out, resize=args.resize,
                                        top_k=args.top_k, **common)
     else:
+        tflite = _optional(args, num_calibration="calibration_samples",
+                           calibration_split="calibration_split")
         report = export.to_tflite(model, args.out, quantization=args.quantize,
                                   representative_data=args.calibration,
-                                  batch_size=args.batch_size, **common)
+                                  batch_size=args.batch_size, **common, **tflite)
     if args.json:
         print(report.to_json(), file=out)
     return 0
 
 
 def cmd_quickstart(args, out):
+    _keras()
     from keras_vit.training import quickstart
 
+    log = sys.stderr if args.json else out
     print("keras-vit quickstart: a ViT (4 blocks, width 64) from scratch on "
-          "scikit-learn's digits (1,797 real scans), 32x32, fixed 80/20 split.", file=out)
-    results = quickstart(args.out, epochs=args.epochs, verbose=2,
-                         export_tflite=not args.no_export)
+          "scikit-learn's digits (1,797 real scans), 32x32, fixed 80/20 split.", file=log)
+    progress = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
+    with progress:
+        results = quickstart(args.out, epochs=args.epochs, verbose=2,
+                             export_tflite=not args.no_export)
     print(f"test accuracy {results['test_accuracy']:.2%} in {results['seconds']:.0f} s; "
-          f"model saved to {results['model']}", file=out)
+          f"model saved to {results['model']}", file=log)
     if "tflite_report" in results:
         from keras_vit.export import ExportReport
 
-        print("\nTFLite export (dynamic-range int8), verified against Keras:", file=out)
+        print("\nTFLite export (dynamic-range int8), verified against Keras:", file=log)
         fields = {k: v for k, v in results["tflite_report"].items() if k != "size_mb"}
-        print(ExportReport(**fields), file=out)
+        print(ExportReport(**fields), file=log)
     print(json.dumps(results), file=out)
     return 0
 
 
+def _global_flags(defaults):
+    """--verbose/--debug, accepted before and after the command."""
+    parser = argparse.ArgumentParser(add_help=False)
+    kw = {} if defaults else {"default": argparse.SUPPRESS}
+    parser.add_argument("--verbose", action="store_true", **kw,
+                        help="show TensorFlow's and Keras' logs and warnings")
+    parser.add_argument("--debug", action="store_true", **kw,
+                        help="show the traceback of an error")
+    return parser
+
+
 def build_parser():
     parser = argparse.ArgumentParser(
-        prog="keras-vit",
+        prog="keras-vit", parents=[_global_flags(True)],
         description="Vision Transformers / MLP-Mixers with the official checkpoints.",
     )
-    sub = parser.add_subparsers(dest="command", required=True)
-    p = sub.add_parser("models", help="list model variants and checkpoint families")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    flags = _global_flags(False)
+
+    def add(name, **kw):
+        return sub.add_parser(name, parents=[flags], **kw)
+
+    p = add("models", help="list model variants and checkpoint families")
     p.add_argument("--json", action="store_true", help="one JSON document")
     p.set_defaults(func=cmd_models)
-    p = sub.add_parser("predict", help="top-k classes of images")
-    p.add_argument("images", nargs="+", metavar="IMAGE")
+
+    p = add("predict", help="top-k classes of images (files or directories)")
+    p.add_argument("images", nargs="+", metavar="IMAGE",
+                   help="image files, or directories (their image files, recursively)")
     p.add_argument("--model", default="auto",
-                   help="named model, e.g. ViTB16, or 'auto' (default): the "
-                        "architecture a local official .npz describes")
+                   help="named model, e.g. ViTB16; 'auto' (default): the architecture a "
+                        "local official .npz describes; or a .keras file")
     p.add_argument("--weights",
                    help="registered name, augreg:<file>, URL or path to an official .npz")
-    p.add_argument("--top", type=int, default=5)
+    p.add_argument("--top", type=int, default=5, help="classes per image (default 5)")
     p.add_argument("--image-size", type=int, default=None,
                    help="input resolution (default: the checkpoint's)")
-    p.add_argument("--labels", help="text file with one class name per line")
-    p.add_argument("--json", action="store_true", help="one JSON line")
+    p.add_argument("--labels", help="text file with one class name per line (default: the "
+                                    "names stored in the model, else ImageNet's, else "
+                                    "class_<i>)")
+    p.add_argument("--outputs", default="auto", choices=["auto", "logits", "probabilities"],
+                   help="what the model outputs; auto reads its head (softmax is applied "
+                        "to logits)")
+    p.add_argument("--skip-corrupt", action="store_true",
+                   help="skip unreadable image files (listed at the end) instead of failing")
+    p.add_argument("--json", action="store_true", help="one JSON document")
     p.set_defaults(func=cmd_predict)
 
-    p = sub.add_parser("explain", help="attention rollout, attention distance, position "
-                                       "embeddings and filters as PNG pictures")
+    p = add("explain", help="attention rollout, attention distance, position "
+                            "embeddings and filters as PNG pictures")
     p.add_argument("images", nargs="+", metavar="IMAGE")
     p.add_argument("--model", default="auto",
                    help="named model (ViTB16), 'auto' (the architecture of a local official "
@@ -289,7 +498,7 @@ def build_parser():
     p.add_argument("--json", action="store_true", help="one JSON line listing the files")
     p.set_defaults(func=cmd_explain)
 
-    p = sub.add_parser("train", help="train or fine-tune with a recipe; ends with a JSON line")
+    p = add("train", help="train or fine-tune with a recipe; ends with a JSON line")
     p.add_argument("--model", default="ViTB16", help="named model or a .keras file")
     p.add_argument("--weights", help="registered name, augreg:<file> or path")
     p.add_argument("--data", required=True, help="tfds:NAME, tfrecord:DIR_OR_GLOB, folder:DIR")
@@ -308,33 +517,54 @@ def build_parser():
     p.add_argument("--gradient-accumulation-steps", type=int)
     p.add_argument("--preset", help="keras_vit.data preset (default: the recipe's)")
     p.add_argument("--train-split", default="train")
-    p.add_argument("--val-split", default="test")
+    p.add_argument("--val-split", default=None,
+                   help="default: 'validation' when the data has it, else 'test' (a folder: "
+                        "its --holdout)")
+    p.add_argument("--holdout", type=float, default=None,
+                   help="fraction of a folder held out for validation/test (default 0.1)")
+    p.add_argument("--skip-corrupt", action="store_true",
+                   help="skip corrupt image files instead of failing")
     p.add_argument("--data-dir", help="TFDS data directory")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/keras_vit", help="run directory")
     p.add_argument("--quiet", action="store_true", help="one log line per epoch")
+    p.add_argument("--json", action="store_true",
+                   help="stdout: only the results' JSON line (progress goes to stderr)")
     p.set_defaults(func=cmd_train)
 
-    p = sub.add_parser("evaluate", help="accuracy of a saved model; one JSON line")
+    p = add("evaluate", help="accuracy of a saved model; one JSON line")
     p.add_argument("model_path", metavar="MODEL.keras")
     p.add_argument("--data", required=True)
-    p.add_argument("--split", default="test")
+    p.add_argument("--split", default=None,
+                   help="default: 'validation' when the data has it, else 'test'")
+    p.add_argument("--holdout", type=float, default=None,
+                   help="fraction of a folder held out (default 0.1, as in train)")
+    p.add_argument("--skip-corrupt", action="store_true",
+                   help="skip corrupt image files instead of failing")
     p.add_argument("--image-size", type=int)
     p.add_argument("--batch-size", type=int, default=64)
     p.add_argument("--data-dir")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON line (the output is always JSON)")
     p.set_defaults(func=cmd_evaluate)
 
-    p = sub.add_parser("export", help="SavedModel or TFLite, verified against Keras")
+    p = add("export", help="SavedModel or TFLite, verified against Keras")
     p.add_argument("model_path", metavar="MODEL.keras")
     p.add_argument("--format", required=True, choices=["saved_model", "tflite"])
     p.add_argument("--quantize", default="none", choices=["none", "float16", "dynamic", "int8"],
                    help="TFLite quantization (int8 needs --calibration)")
     p.add_argument("--calibration", help="int8 calibration images: a data source "
-                                         "(folder:DIR, tfrecord:..., tfds:...), train split")
+                                         "(folder:DIR, tfrecord:..., tfds:...)")
+    p.add_argument("--calibration-split", default=None,
+                   help="split of --calibration to calibrate on (default train)")
+    p.add_argument("--calibration-samples", type=int, default=None,
+                   help="calibration images (default 500)")
     p.add_argument("--validation", help="images to verify on: a data source (default: "
-                                        "the calibration source's test split, else random "
-                                        "pixels)")
-    p.add_argument("--validation-split", default="test")
+                                        "the calibration source, else random pixels)")
+    p.add_argument("--validation-split", default=None,
+                   help="default: 'validation' when the data has it, else 'test'")
+    p.add_argument("--validation-samples", type=int, default=None,
+                   help="images to verify on (default 2000)")
     p.add_argument("--batch-size", type=int, default=1, help="static TFLite batch")
     p.add_argument("--resize", action="store_true",
                    help="SavedModel: accept uint8 images of any size")
@@ -347,22 +577,45 @@ def build_parser():
     p.add_argument("--json", action="store_true", help="the report as one JSON line")
     p.set_defaults(func=cmd_export)
 
-    p = sub.add_parser("quickstart", help="train a small ViT on the digits (offline)")
+    p = add("quickstart", help="train a small ViT on the digits (offline)")
     p.add_argument("--out", default="runs/quickstart")
     p.add_argument("--epochs", type=int, default=40)
     p.add_argument("--no-export", action="store_true", help="skip the TFLite export")
+    p.add_argument("--json", action="store_true",
+                   help="stdout: only the results' JSON line (progress goes to stderr)")
     p.set_defaults(func=cmd_quickstart)
     return parser
 
 
 def main(argv=None, out=None):
+    """Runs the command; returns its exit status (0, 2 for an error)."""
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
+    _console.quiet(verbose=args.verbose)
     try:
-        return args.func(args, out)
-    except (ValueError, TypeError, OSError) as error:
-        print(f"keras-vit {args.command}: error: {error}", file=sys.stderr)
-        return 2
+        # TensorFlow's C++ log lines (fd 2) are dropped for the whole command.
+        with _console.filtered_stderr():
+            return args.func(args, out)
+    except BrokenPipeError:  # `keras-vit models | head`
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    except KeyboardInterrupt:
+        if args.debug:
+            raise
+        _console.print_error("interrupted.")
+        return 130
+    except Exception as error:  # noqa: BLE001 - every error is one line
+        if args.debug:
+            raise
+        found = _console.error_message(error)
+        if found is None:  # a bug: say where to look
+            _console.print_error(
+                f"{type(error).__name__}: {_console._one_line(error) or 'unexpected error'} "
+                "(an internal error: run again with --debug for the traceback)")
+            return 1
+        _console.print_error(found[0])
+        return found[1]
 
 
 if __name__ == "__main__":

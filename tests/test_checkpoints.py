@@ -107,7 +107,8 @@ def test_save_official_weights_round_trip(name, tmp_path):
     fixture = Fixture(name)
     model = fixture.build()
     path = tmp_path / "again.npz"
-    written = keras_vit.save_official_weights(model, path)
+    assert keras_vit.save_official_weights(model, path) == str(path)
+    written = dict(np.load(path))
     original = dict(np.load(fixture.checkpoint))
     assert sorted(written) == sorted(original)
     for key, value in original.items():
@@ -127,6 +128,12 @@ def test_a_missing_key_is_an_error_not_a_random_weight(tmp_path):
     with pytest.raises(official.CheckpointMismatchError) as info:
         fixture.build(weights=str(path))
     message = str(info.value)
+    assert message.split("\n")[0] == (
+        f"Checkpoint {path} does not fit model 'vision_transformer': 1 missing, "
+        "1 unexpected, 0 mis-shaped keys; the file looks like a ViT (2 blocks, "
+        "width 48, 3 heads, MLP 96, patch 4) with a 10-class head and a 32-unit "
+        "pre_logits layer.")
+    assert info.value.missing == ["Transformer/encoderblock_1/MlpBlock_3/Dense_1/bias"]
     assert "missing keys (1): Transformer/encoderblock_1/MlpBlock_3/Dense_1/bias" in message
     assert "unexpected keys (1): Transformer/encoderblock_1/extra/kernel" in message
 
@@ -134,7 +141,8 @@ def test_a_missing_key_is_an_error_not_a_random_weight(tmp_path):
 def test_not_an_npz_is_a_clear_error(tmp_path):
     path = tmp_path / "page.npz"
     path.write_text("<html>Access denied</html>")
-    with pytest.raises(official.CorruptCheckpointError, match="is not a readable .npz checkpoint"):
+    with pytest.raises(official.UnsupportedCheckpointError,
+                       match=r"is an HTML page, not a checkpoint"):
         keras_vit.ViTB16(weights=str(path))
 
 

@@ -97,11 +97,19 @@ def test_predict_errors_exit_2(tmp_path, capsys):
     fixture = Fixture("vit_tiny_token")
     code, _ = run(["predict", str(tmp_path / "none.png"), "--weights", fixture.checkpoint])
     assert code == 2
-    assert "Cannot read image" in capsys.readouterr().err
-    code, _ = run(["predict", "x.png", "--weights", "imagenet21k"])
+    assert capsys.readouterr().err == (
+        f"keras-vit: error: Image not found: '{tmp_path / 'none.png'}'.\n")
+    (tmp_path / "x.png").write_bytes(b"not an image")
+    code, _ = run(["predict", str(tmp_path / "x.png"), "--weights", fixture.checkpoint])
+    assert code == 2
+    err = capsys.readouterr().err
+    assert err.startswith("keras-vit: error: Cannot decode") and err.count("\n") == 1
+    (tmp_path / "ok.png").write_bytes(tf.io.encode_png(fixture.io["images_uint8"][0]).numpy())
+    code, _ = run(["predict", str(tmp_path / "ok.png"), "--weights", "imagenet21k"])
     assert code == 2
     assert "--model auto reads the architecture from a local official .npz" in capsys.readouterr().err
-    code, _ = run(["predict", "x.png", "--model", "ViTQ", "--weights", "imagenet21k"])
+    code, _ = run(["predict", str(tmp_path / "ok.png"), "--model", "ViTQ",
+                   "--weights", "imagenet21k"])
     assert code == 2
     assert "Unknown --model 'ViTQ'" in capsys.readouterr().err
 

@@ -32,7 +32,7 @@ def collect(dataset):
 def test_folder_eval_pipeline_gives_the_source_pixels_and_labels(folder):
     root, truth = folder
     dataset, info = data.make_dataset(f"folder:{root}", image_size=64, batch_size=5,
-                                      with_info=True)
+                                      holdout=0, with_info=True)
     images, labels = collect(dataset)
     assert info.class_names == list(CLASSES) and info.num_examples == 18
     assert images.dtype == np.float32 and images.shape == (18, 64, 64, 3)
@@ -154,7 +154,7 @@ def test_sharding_over_two_workers_is_disjoint_and_complete(folder):
         context = tf.distribute.InputContext(num_input_pipelines=2, input_pipeline_id=worker,
                                              num_replicas_in_sync=2)
         dataset, info = data.make_dataset(f"folder:{root}", image_size=64, batch_size=4,
-                                          input_context=context, with_info=True)
+                                          input_context=context, holdout=0, with_info=True)
         assert info.batch_size == 2 and info.global_batch_size == 4
         images, _ = collect(dataset)
         assert images.shape[0] == 9
@@ -170,13 +170,13 @@ def test_corrupt_file_fails_by_default_with_its_name(tmp_path):
     with open(victim, "wb") as f:
         f.write(data_bytes[: len(data_bytes) // 2])  # truncated JPEG
     (tmp_path / "china" / "notes.jpg").write_text("not an image")
-    dataset = data.make_dataset(f"folder:{tmp_path}", image_size=32, batch_size=2)
+    dataset = data.make_dataset(f"folder:{tmp_path}", image_size=32, batch_size=2, holdout=0)
     with pytest.raises(tf.errors.InvalidArgumentError) as info:
         collect(dataset)
     assert "Corrupt or non-image file" in str(info.value)
     assert ("notes.jpg" in str(info.value)) or (victim.split("/")[-1] in str(info.value))
     dataset, info = data.make_dataset(f"folder:{tmp_path}", image_size=32, batch_size=2,
-                                      skip_corrupt=True, with_info=True)
+                                      skip_corrupt=True, holdout=0, with_info=True)
     images, _ = collect(dataset)
     assert images.shape[0] == 6 - 1
     assert info.skipped_corrupt == 2

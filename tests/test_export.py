@@ -211,16 +211,22 @@ def test_ambiguous_outputs_must_be_named(tmp_path):
 def test_a_failing_check_raises_and_keeps_the_file_aside(tmp_path):
     path = tmp_path / "m.tflite"
     path.write_bytes(b"model")
+    given = {"split": None, "images": 100, "classes": None, "source": "given array"}
     report = export.ExportReport(format="tflite", path=str(path), quantization="int8",
-                                 size_bytes=5, validation="given", validation_images=100,
+                                 size_bytes=5, validation=given,
                                  max_abs_diff=0.5, top1_agreement=0.9, max_abs_logit=3.0)
     with pytest.raises(export.ExportVerificationError,
-                       match=r"fails its check \(top-1 agreement >= 97%\).*90.00%") as error:
+                       match=r"fails its check \(top-1 agreement >= 97% MISSED\).*90.00% "
+                             r"on 100 images \(given array\)") as error:
         check_report(report, **export.CHECKS["int8"])
     assert error.value.report.passed is False
+    assert str(error.value).endswith("pass check=False (keras-vit export: --no-check) "
+                                     "to keep it")
     assert not path.exists() and (tmp_path / "m.tflite.rejected").read_bytes() == b"model"
+    saved = json.loads((tmp_path / "m.tflite.rejected.json").read_text())
+    assert saved["passed"] is False and saved["path"].endswith("m.tflite.rejected")
     scaled = export.ExportReport(format="tflite", path=str(path), quantization="none",
-                                 size_bytes=5, validation="given", validation_images=1,
+                                 size_bytes=5, validation=dict(given, images=1),
                                  max_abs_diff=2e-2, top1_agreement=1.0, max_abs_logit=100.0)
     path.write_bytes(b"model")
     with pytest.raises(export.ExportVerificationError,
@@ -239,7 +245,12 @@ def test_report_prints_and_serialises(tmp_path):
     assert "top-1 agreement with Keras  100.00%" in text and "built-in ops only" in text
     data = json.loads(report.to_json())
     assert data["format"] == "tflite" and data["ops"] == report.ops
-    assert data["validation"] == "random pixels" and data["keras_latency_ms"] > 0
+    assert data["validation"] == {"split": None, "images": 8, "classes": None,
+                                  "source": "random pixels"}
+    assert data["calibration"] is None and data["labels"] is None
+    assert data["keras_latency_ms"] > 0 and "8 images (random pixels)" in text
+    fields = {k: v for k, v in data.items() if k != "size_mb"}
+    assert export.ExportReport(**fields).to_dict() == data  # what `quickstart` prints
 
 
 def test_cli_export_json(tmp_path):
@@ -261,11 +272,189 @@ def test_cli_export_json(tmp_path):
                             capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
-    assert report["quantization"] == "dynamic" and report["validation_images"] == 12
-    assert report["validation"] == f"folder:{folder} (the calibration data)"
+    assert report["quantization"] == "dynamic" and report["calibration"] is None
+    # verified on the calibration source's test split, not on its train images
+    assert report["validation"] == {"split": "test", "images": 12, "classes": 3,
+                                    "source": f"folder:{folder}"}
     assert os.path.getsize(report["path"]) == report["size_bytes"]
     result = subprocess.run(base + ["--format", "saved_model", "--quantize", "int8", "--out",
                                     str(tmp_path / "sm")],
                             capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
     assert result.returncode == 2
     assert "--quantize int8 applies to --format tflite" in result.stderr
+
+
+# --- calibration / validation samples, atomic writes, labels -------------
+
+DIGIT_NAMES = [f"digit {i}" for i in range(10)]
+
+
+@pytest.fixture(scope="module")
+def digits(tmp_path_factory):
+    """`folder:DIR` of real scikit-learn digits: train/ 6 and test/ 3 per class
+    (sorted file order puts every class 0 first, as in the issue)."""
+    from sklearn.datasets import load_digits
+
+    data = load_digits()
+    root = tmp_path_factory.mktemp("digits")
+    for label in range(10):
+        images = data.images[data.target == label][:9]
+        for i, image in enumerate(images):
+            split = "train" if i < 6 else "test"
+            (root / split / str(label)).mkdir(parents=True, exist_ok=True)
+            rgb = np.repeat((image * 255 / 16).astype("uint8")[..., None], 3, -1)
+            (root / split / str(label) / f"{i:02d}.png").write_bytes(
+                tf.io.encode_png(rgb).numpy())
+    return f"folder:{root}"
+
+
+def named(model):
+    keras_vit.labels.set_class_names(model, DIGIT_NAMES)
+    return model
+
+
+def leftovers(directory):
+    return sorted(p.name for p in directory.iterdir() if ".tmp-" in p.name)
+
+
+def test_sample_images_is_stratified_and_seeded(digits):
+    from keras_vit.data.sample import sample_images
+
+    sample = sample_images(digits, "train", image_size=SIZE, count=10, seed=0)
+    assert sample.images.shape == (10, SIZE, SIZE, 3) and sample.images.dtype == np.float32
+    assert 0 <= sample.images.min() and sample.images.max() <= 255
+    assert sorted(sample.labels) == list(range(10)) and sample.classes == 10
+    assert sample.split == "train" and sample.source == digits
+    assert sample.class_names == [str(i) for i in range(10)]
+    assert all(f"/train/{label}/" in name for label, name in zip(sample.labels, sample.names))
+    again = sample_images(digits, "train", image_size=SIZE, count=10, seed=0)
+    assert again.names == sample.names and np.array_equal(again.images, sample.images)
+    other = sample_images(digits, "train", image_size=SIZE, count=10, seed=1)
+    assert other.names != sample.names and other.classes == 10
+    counts = np.bincount(sample_images(digits, "train", image_size=SIZE, count=25).labels)
+    assert counts.min() >= 2 and counts.max() <= 3  # round-robin over the classes
+    assert len(sample_images(digits, "test", image_size=SIZE, count=None)) == 30
+    with pytest.raises(ValueError, match="count=0; give a positive int or None"):
+        sample_images(digits, "train", image_size=SIZE, count=0)
+
+
+def test_validation_never_reuses_the_calibration_images(digits):
+    from keras_vit.export import _common
+
+    size = (SIZE, SIZE)
+    assert _common.default_validation_split(digits) == "test"
+    calibration = _common.calibration_data(digits, size, 20, "train")
+    assert calibration.info == {"split": "train", "images": 20, "classes": 10,
+                                "source": digits}
+    validation = _common.validation_data_for(None, size, 2000, None, calibration_source=digits,
+                                             calibration=calibration)
+    assert validation.info == {"split": "test", "images": 30, "classes": 10, "source": digits}
+    same = _common.validation_data_for(None, size, 2000, "train", calibration_source=digits,
+                                       calibration_split="train", calibration=calibration)
+    assert len(same.images) == 40 and not set(same.sample.names) & set(
+        calibration.sample.names)
+    arrays = _common.calibration_data(pixels(5), size, 500)
+    chosen = _common.validation_data_for(None, size, 2000, None, calibration=arrays)
+    assert chosen.info["source"] == "calibration images" and len(chosen.images) == 5
+
+
+def test_int8_calibrates_on_a_stratified_train_sample_and_verifies_on_test(digits, tmp_path):
+    model = named(tiny("token", classes=10))
+    path = tmp_path / "m.tflite"
+    report = export.to_tflite(model, path, quantization="int8", representative_data=digits,
+                              num_calibration=20, latency_repeats=2, check=False,
+                              verbose=False)
+    assert report.calibration == {"split": "train", "images": 20, "classes": 10,
+                                  "source": digits}
+    assert report.validation == {"split": "test", "images": 30, "classes": 10,
+                                 "source": digits}
+    assert report.criteria and report.passed in (True, False)
+    assert path.exists() and report.path == str(path)
+    assert report.labels == str(tmp_path / "m.labels.txt")
+    assert (tmp_path / "m.labels.txt").read_text().splitlines() == DIGIT_NAMES
+    assert "calibration" in str(report) and "20 images, 10 classes" in str(report)
+    assert leftovers(tmp_path) == []
+
+
+def test_a_failed_check_leaves_only_the_rejected_file(digits, tmp_path, monkeypatch):
+    monkeypatch.setitem(export.CHECKS, "none", {"min_top1_agreement": 1.01})
+    path = tmp_path / "m.tflite"
+    with pytest.raises(export.ExportVerificationError) as error:
+        export.to_tflite(named(tiny("token", classes=10)), path, validation_data=digits,
+                         latency_repeats=2, verbose=False)
+    message = str(error.value)
+    assert message.endswith("pass check=False (keras-vit export: --no-check) to keep it")
+    assert "top-1 agreement >= 101% MISSED" in message and "split 'test'" in message
+    assert not path.exists() and not (tmp_path / "m.labels.txt").exists()
+    assert (tmp_path / "m.tflite.rejected").stat().st_size > 0
+    saved = json.loads((tmp_path / "m.tflite.rejected.json").read_text())
+    assert saved["passed"] is False and saved["validation"]["split"] == "test"
+    assert leftovers(tmp_path) == []
+
+
+def test_check_false_keeps_the_file_and_reports_the_missed_bar(tmp_path, monkeypatch, caplog):
+    monkeypatch.setitem(export.CHECKS, "none", {"min_top1_agreement": 1.01})
+    path = tmp_path / "m.tflite"
+    with caplog.at_level("WARNING", logger="keras_vit"):
+        report = export.to_tflite(tiny("token"), path, latency_repeats=2, check=False,
+                                  verbose=False)
+    assert path.exists() and report.path == str(path)
+    assert report.passed is False and report.criteria == "top-1 agreement >= 101% MISSED"
+    assert "misses its check" in caplog.text and "--no-check" in caplog.text
+    assert "FAILED (kept: check=False)" in str(report)
+    assert json.loads(report.to_json())["passed"] is False
+    assert not (tmp_path / "m.tflite.rejected").exists() and leftovers(tmp_path) == []
+
+
+def test_a_missing_runtime_leaves_nothing(tmp_path, monkeypatch):
+    from keras_vit.export import tflite
+
+    def no_runtime(*args, **kwargs):
+        raise ImportError("Running and verifying TFLite files needs the LiteRT runtime")
+
+    monkeypatch.setitem(sys.modules, "ai_edge_litert.interpreter", None)
+    with pytest.raises(ImportError, match="pip install ai-edge-litert"):  # before converting
+        export.to_tflite(tiny("token"), tmp_path / "m.tflite", verbose=False)
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    monkeypatch.setattr(tflite, "_interpreter", no_runtime)  # while verifying
+    with pytest.raises(ImportError, match="LiteRT runtime"):
+        export.to_tflite(named(tiny("token", classes=10)), tmp_path / "m.tflite",
+                         latency_repeats=2, verbose=False)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_saved_model_has_labels_and_replaces_only_after_verification(digits, tmp_path,
+                                                                     monkeypatch):
+    from keras_vit.export import saved_model
+
+    model = named(tiny("token", classes=10))
+    path = tmp_path / "sm"
+    path.mkdir()
+    (path / "saved_model.pb").write_text("the previous export")
+    (path / "old").write_text("the previous export")
+    real = saved_model.evaluate
+    monkeypatch.setattr(saved_model, "evaluate",
+                        lambda report, **bars: real(report, min_top1_agreement=1.01))
+    with pytest.raises(export.ExportVerificationError):
+        export.to_saved_model(model, path, validation_data=digits, verbose=False)
+    assert (path / "old").read_text() == "the previous export"  # untouched
+    assert (tmp_path / "sm.rejected" / "saved_model.pb").exists()
+    assert (tmp_path / "sm.rejected.json").exists() and leftovers(tmp_path) == []
+    monkeypatch.setattr(saved_model, "evaluate", real)
+    report = export.to_saved_model(model, path, validation_data=digits, verbose=False)
+    assert report.passed and not (path / "old").exists()
+    assert report.validation == {"split": "test", "images": 30, "classes": 10,
+                                 "source": digits}
+    assert report.labels == str(path / "assets" / "labels.txt")
+    assert (path / "assets" / "labels.txt").read_text().splitlines() == DIGIT_NAMES
+    loaded = tf.saved_model.load(str(path))
+    with open(loaded.labels.asset_path.numpy().decode()) as f:
+        assert f.read().splitlines() == DIGIT_NAMES
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sm", "sm.rejected",
+                                                          "sm.rejected.json"]
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("not a SavedModel")
+    with pytest.raises(ValueError, match="holds no saved_model.pb; an export replaces only"):
+        export.to_saved_model(model, tmp_path / "other", verbose=False)
+    assert (tmp_path / "other" / "notes.txt").exists()

@@ -19,3 +19,19 @@ def test_readme_main_command_is_the_quickstart():
 def test_readme_demo_command_is_tested():
     assert "python examples/classify_photos.py" in README
     assert (REPO_ROOT / "examples" / "classify_photos.py").is_file()
+
+
+def test_readme_numbers_are_what_the_script_renders():
+    """Every measured number in the README's generated blocks comes from
+    `python benchmarks/readme_numbers.py` (docs/readme_numbers.json, with
+    the date and the CPU model)."""
+    import importlib.util
+    import json
+
+    spec = importlib.util.spec_from_file_location(
+        "readme_numbers", REPO_ROOT / "benchmarks" / "readme_numbers.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    numbers = json.loads((REPO_ROOT / "docs" / "readme_numbers.json").read_text())
+    assert numbers["cpu"]["model"] and numbers["date"]
+    assert script.rewrite_readme(script.render(numbers), README) == README

@@ -304,11 +304,17 @@ def test_quickstart_reduced(tmp_path):
     report = results["tflite_report"]
     assert results["tflite"] == str(out / "model_dynamic_int8.tflite")
     assert report["quantization"] == "dynamic" and report["passed"]
-    assert report["validation_images"] == 360 and report["top1_agreement"] >= 0.99
+    assert report["validation"]["images"] == 360 and report["top1_agreement"] >= 0.99
+    assert report["validation"]["split"] == "test" and report["validation"]["classes"] == 10
     int8 = export.to_tflite(loaded, tmp_path / "int8.tflite", quantization="int8",
                             representative_data=f"folder:{out / 'digits'}",
-                            num_validation=360, latency_repeats=3, verbose=False)
-    assert int8.validation_images == 360 and int8.top1_agreement >= 0.97
+                            latency_repeats=3, verbose=False)
+    # calibrated on a stratified sample of the training digits, verified on
+    # all 360 test digits (the defaults; never the calibration images)
+    assert int8.calibration == {"split": "train", "images": 500, "classes": 10,
+                                "source": f"folder:{out / 'digits'}"}
+    assert int8.validation["images"] == 360 and int8.validation["split"] == "test"
+    assert int8.top1_agreement >= 0.97
 
 
 def test_a_trained_model_loads_after_import_keras_vit_alone(tmp_path):

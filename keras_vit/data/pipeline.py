@@ -3,6 +3,7 @@ one_hot_labels)` batches `model.fit` wants."""
 
 import dataclasses
 import logging
+import re
 
 import tensorflow as tf
 
@@ -27,11 +28,15 @@ class DatasetInfo:
     batch_size: int            # what one element of the dataset holds
     preset: object
     _skipped: tf.Variable = None
+    classes_present: int = None  # distinct labels among the split's records; None if unknown
+    description: str = None      # e.g. "folder:/data/x (validation: 10% holdout)"
 
     @property
     def skipped_corrupt(self):
-        """Corrupt or non-image records skipped so far (`skip_corrupt=True`);
-        grows while the dataset is iterated."""
+        """Corrupt or non-image records skipped so far (`skip_corrupt=True`):
+        those failing the structural check and those that pass it but fail
+        to decode. Grows while the dataset is iterated (each epoch reads a
+        file again)."""
         return int(self._skipped.numpy()) if self._skipped is not None else 0
 
 
@@ -61,6 +66,106 @@ def looks_like_image(encoded):
     return tf.reduce_any(tf.stack([jpeg, png, gif, bmp]))
 
 
+# The tf.debugging.Assert messages of `make_dataset`, and how `data_error`
+# finds the file name in them: TF prints each Assert datum as `[value]`.
+_CORRUPT = "Corrupt or non-image file"
+_CORRUPT_END = "(pass skip_corrupt=True to skip and count such records)"
+_CORRUPT_RE = re.compile(re.escape(f"[{_CORRUPT}] [") + r"(.*?)"
+                         + re.escape(f"] [{_CORRUPT_END}]"), re.DOTALL)
+_LABEL_RE = re.compile(r"\[Label out of range \[0, (\d+)\) for\] \[(.*?)\] \[label\] "
+                       r"\[(-?\d+)\]", re.DOTALL)
+# What TensorFlow's decoders say about bytes that look like an image but are not.
+_DECODE_RE = re.compile(
+    r"(Invalid PNG[^\n\[]*|jpeg::Uncompress failed[^\n\[]*|Invalid JPEG data[^\n\[]*|"
+    r"Invalid GIF data[^\n\[]*|Failed to decode GIF[^\n\[]*|"
+    r"Number of channels inherent in the image[^\n\[]*|Unknown image file format[^\n\[]*|"
+    r"Invalid BMP[^\n\[]*|Error in decoding[^\n\[]*)")
+_SKIP_HINT = "pass skip_corrupt=True (keras-vit: --skip-corrupt) to skip and count such files"
+
+
+_ESCAPE_RE = re.compile(rb"\\([0-7]{1,3}|x[0-9a-fA-F]{1,2}|.)", re.DOTALL)
+_ESCAPES = {b"n": b"\n", b"t": b"\t", b"r": b"\r", b"a": b"\a", b"b": b"\b", b"f": b"\f",
+            b"v": b"\v"}
+
+
+def _unescape(text):
+    """Undoes the C escaping TensorFlow applies to a string it prints in an
+    Assert message (`\\'`, `\\"`, `\\\\`, `\\n`, octal bytes)."""
+    def one(match):
+        code = match.group(1)
+        if code[:1] in b"01234567":
+            return bytes([int(code, 8) & 0xFF])
+        if code[:1] == b"x" and len(code) > 1:
+            return bytes([int(code[1:], 16)])
+        return _ESCAPES.get(code, code)
+
+    return _ESCAPE_RE.sub(one, text.encode("utf-8")).decode("utf-8", "replace")
+
+
+def _messages(error):
+    """The messages of `error` and the errors it was raised from."""
+    seen, out = set(), []
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        out.append(getattr(error, "message", None) or str(error))
+        error = error.__cause__ or error.__context__
+    return out
+
+
+def data_error(error):
+    """A one-line `ValueError` for a data error raised while iterating a
+    `make_dataset` pipeline (or `model.fit` / `evaluate` on one), else None.
+
+    The pipeline checks each record with `tf.debugging.Assert`; TensorFlow
+    raises those as a `tf.errors.InvalidArgumentError` with a graph
+    traceback. This turns them into one sentence naming the file:
+
+    - a corrupt or non-image file: "Corrupt or non-image file 'DIR/3/7.png';
+      pass skip_corrupt=True (keras-vit: --skip-corrupt) to skip and count
+      such files."
+    - a label outside the classes: "Label 7 of 'NAME' is out of range
+      [0, 3): the data has 3 classes; ..."
+    - a file that passes the structural check but that TensorFlow cannot
+      decode (TensorFlow does not say which file): "An image file could not
+      be decoded (TensorFlow: Invalid PNG. ...); pass skip_corrupt=True ..."
+
+    Any other error gives None.
+
+    Example:
+
+    ```python
+    try:
+        model.fit(keras_vit.data.make_dataset("folder:/data/x", image_size=224))
+    except Exception as error:
+        converted = keras_vit.data.data_error(error)
+        if converted is None:
+            raise
+        raise converted from None
+    ```
+    """
+    for message in _messages(error):
+        match = _CORRUPT_RE.search(message)
+        if match:
+            return ValueError(f"{_CORRUPT} {_unescape(match.group(1))!r}; {_SKIP_HINT}.")
+        match = _LABEL_RE.search(message)
+        if match:
+            k, name, label = match.groups()
+            name = _unescape(name)
+            return ValueError(
+                f"Label {label} of {name!r} is out of range [0, {k}): the data has {k} "
+                "classes. Check label_offset (keras-vit: --label-offset; -1 for 1-based "
+                "labels) and num_classes.")
+    for message in _messages(error):
+        match = _DECODE_RE.search(message)
+        if match:
+            return ValueError(
+                f"An image file could not be decoded (TensorFlow: "
+                f"{match.group(1).strip().rstrip('.')}.) though it looks like an image; "
+                f"TensorFlow does not say which file. {_SKIP_HINT[0].upper()}{_SKIP_HINT[1:]} "
+                "(it decodes each file apart and skips those that fail).")
+    return None
+
+
 def _check_batch_size(batch_size):
     if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
         raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
@@ -85,15 +190,27 @@ def make_dataset(
     label_offset=0,
     drop_remainder=None,
     with_info=False,
+    holdout=0.1,
 ):
     """Builds a batched `tf.data` pipeline of `(images, one_hot_labels)`.
 
     Args:
         source: `"tfds:NAME[:VERSION]"`, `"tfrecord:GLOB_OR_DIR"` (a
             `tf_records build` directory or a glob of shards in the TPU
-            ImageNet schema) or `"folder:DIR"` (class subfolders;
-            `DIR/<split>/` is used when it exists). `gs://` paths work.
-        split: split name (`"train"`, `"test"`, a TFDS split string...).
+            ImageNet schema) or `"folder:DIR"`. `gs://` paths work. A
+            folder comes in one of two layouts:
+            split layout, `DIR/<split>/<class>/<images>` (split subfolders
+            `train`, `validation`, `val`, `valid`, `test`): the split is its
+            subfolder, and a split that is missing is a ValueError naming
+            those there are; class layout, `DIR/<class>/<images>`: `"train"`
+            is every class minus a stratified `holdout`, and `"validation"`
+            (or `"val"`, `"valid"`, `"test"`, `"holdout"`) the held-out
+            files, chosen per class by a stable hash of each file's path (the
+            same files on every run and machine; logged once). Either way
+            the classes are all the class subfolders, so labels agree
+            between splits.
+        split: split name (`"train"`, `"test"`, `"validation"`, a TFDS
+            split string...).
         image_size: int or (h, w) output size S.
         batch_size: the **global** batch size. Without `input_context` the
             dataset yields batches of this size; with it (inside
@@ -114,8 +231,13 @@ def make_dataset(
         repeat: repeat forever (then give `steps_per_epoch` to `fit`).
         data_dir: TFDS data directory.
         skip_corrupt: False (default): a corrupt or non-image file stops the
-            pipeline with an error naming it. True: such records are skipped
-            and counted (`info.skipped_corrupt`).
+            pipeline with a `tf.errors.InvalidArgumentError` naming it
+            (`keras_vit.data.data_error(error)` makes it one ValueError
+            line). True: such records are skipped and counted
+            (`info.skipped_corrupt`), both those failing a structural check
+            (truncated, empty, not an image) and those that pass it but fail
+            to decode (each record is then decoded on its own, which costs
+            some throughput).
         input_context: a `tf.distribute.InputContext`: shards the examples
             per input pipeline (worker) and batches per replica.
         num_classes: for sources without class names (bare TFRecords).
@@ -123,6 +245,10 @@ def make_dataset(
             whose labels are 1..1000).
         drop_remainder: default: `training`.
         with_info: also return a `DatasetInfo`.
+        holdout: `"folder:DIR"` of class subfolders only: the fraction of
+            each class held out as the validation split, a float in [0, 1)
+            (default 0.1; 0: train on everything, no validation split).
+            Ignored by other sources and by folders with split subfolders.
 
     Returns:
         `tf.data.Dataset` of `(float32 images (B, S, S, 3) in [0, 255],
@@ -138,6 +264,15 @@ def make_dataset(
         training=True, preset="medium2", seed=0)
     model.fit(train, epochs=10)
     ```
+
+    A folder of class subfolders alone, with a fifth of each class held out:
+
+    ```python
+    train, info = keras_vit.data.make_dataset(
+        "folder:/data/flowers", "train", holdout=0.2, training=True, with_info=True)
+    val = keras_vit.data.make_dataset("folder:/data/flowers", "validation", holdout=0.2)
+    info.description  # 'folder:/data/flowers (train: 20% of each class held out)'
+    ```
     """
     _check_batch_size(batch_size)
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
@@ -148,7 +283,8 @@ def make_dataset(
         augment.check_randaugment(*preset.randaugment)
     drop_remainder = training if drop_remainder is None else drop_remainder
 
-    src = open_source(source, split, data_dir=data_dir, label_offset=label_offset)
+    src = open_source(source, split, data_dir=data_dir, label_offset=label_offset,
+                      holdout=holdout)
     classes = src.class_names or [str(i) for i in range(num_classes or 0)]
     if num_classes is not None and src.class_names and num_classes != len(src.class_names):
         raise ValueError(
@@ -174,13 +310,13 @@ def make_dataset(
     if skip_corrupt:
         skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_corrupt")
 
-        def keep(encoded, label, name):
-            ok = looks_like_image(encoded)
+        def count_if_not(ok):
             with tf.control_dependencies(
                     [skipped.assign_add(tf.cast(tf.logical_not(ok), tf.int64))]):
                 return tf.identity(ok)
 
-        dataset = dataset.filter(keep)
+        dataset = dataset.filter(lambda encoded, label, name:
+                                 count_if_not(looks_like_image(encoded)))
 
     if cache:
         dataset = dataset.cache(cache if isinstance(cache, str) else "")
@@ -189,17 +325,19 @@ def make_dataset(
     if repeat:
         dataset = dataset.repeat()
 
-    def preprocess(record, element_seed):
-        encoded, label, name = record
+    def check(encoded, label, name):
         checks = [tf.debugging.Assert(
             tf.logical_and(label >= 0, label < k),
             [f"Label out of range [0, {k}) for", name, "label", label])]
         if not skip_corrupt:  # skip_corrupt filtered these out already
-            checks.append(tf.debugging.Assert(looks_like_image(encoded), [
-                "Corrupt or non-image file (pass skip_corrupt=True to skip and "
-                "count such records):", name]))
+            checks.append(tf.debugging.Assert(looks_like_image(encoded),
+                                              [_CORRUPT, name, _CORRUPT_END]))
         with tf.control_dependencies(checks):
-            encoded = tf.identity(encoded)
+            return tf.identity(encoded)
+
+    def to_image(encoded, element_seed):
+        """Encoded bytes -> `size` image (decode, crop or resize, flip), and
+        the seed left for RandAugment."""
         if preset.training:
             crop_seed, flip_seed, ra_seed = tf.unstack(augment.split_seed(element_seed, 3))
             image = augment.decode_and_inception_crop(encoded, size, crop_seed,
@@ -211,18 +349,53 @@ def make_dataset(
             image = augment.decode_image(encoded)
             image = (augment.resize_and_center_crop(image, size) if preset.center_crop
                      else augment.resize(image, size))
+        return tf.ensure_shape(tf.cast(image, tf.float32), size + (3,)), ra_seed
+
+    def finish(image, label, ra_seed):
         if preset.randaugment is not None:
             image = augment.randaugment(image, *preset.randaugment, ra_seed)
         image = tf.ensure_shape(image, size + (3,))
         return image, tf.one_hot(label, k, dtype=tf.float32)
 
-    if preset.training or preset.randaugment is not None:
+    seeded = preset.training or preset.randaugment is not None
+    if seeded:
         seeds = tf.data.Dataset.random(seed=seed).batch(2)
         dataset = tf.data.Dataset.zip((dataset, seeds))
-        dataset = dataset.map(preprocess, num_parallel_calls=AUTOTUNE)
     else:  # the eval path draws no random numbers
-        dataset = dataset.map(lambda *record: preprocess(record, None),
-                              num_parallel_calls=AUTOTUNE)
+        dataset = dataset.map(lambda *record: (record, tf.zeros([2], tf.int64)))
+    dataset = dataset.map(lambda record, s: ((check(*record), *record[1:]), s),
+                          num_parallel_calls=AUTOTUNE)
+    if not skip_corrupt:
+        def preprocess(record, element_seed):
+            encoded, label, _ = record
+            image, ra_seed = to_image(encoded, element_seed if seeded else None)
+            return finish(image, label, ra_seed)
+
+        dataset = dataset.map(preprocess, num_parallel_calls=AUTOTUNE)
+    else:
+        # TF cannot catch a decode error inside a graph: each record is
+        # decoded in a dataset of its own whose errors are ignored, and a
+        # record that yields nothing yields the fallback (ok=False) instead.
+        def decode_alone(record, element_seed):
+            encoded, label, _ = record
+            if not seeded:
+                element_seed = None
+
+            def decoded(encoded):
+                image, ra = to_image(encoded, element_seed)
+                return image, ra if ra is not None else tf.zeros([2], tf.int64), True
+
+            fallback = tf.data.Dataset.from_tensors(
+                (tf.zeros(size + (3,)), tf.zeros([2], tf.int64), False))
+            one = tf.data.Dataset.from_tensors(encoded).map(decoded).ignore_errors()
+            return one.concatenate(fallback).take(1).map(
+                lambda image, ra, ok: (image, label, ra, ok))
+
+        dataset = dataset.interleave(decode_alone, cycle_length=16, block_length=1,
+                                     num_parallel_calls=AUTOTUNE, deterministic=True)
+        dataset = dataset.filter(lambda image, label, ra_seed, ok: count_if_not(ok))
+        dataset = dataset.map(lambda image, label, ra_seed, ok: finish(
+            image, label, ra_seed if seeded else None), num_parallel_calls=AUTOTUNE)
     dataset = dataset.batch(local_batch, drop_remainder=drop_remainder,
                             num_parallel_calls=AUTOTUNE)
 
@@ -258,5 +431,6 @@ def make_dataset(
     if not with_info:
         return dataset
     info = DatasetInfo(source, split, src.num_examples, classes, k, batch_size,
-                       local_batch, preset, skipped)
+                       local_batch, preset, skipped,
+                       classes_present=src.classes_present, description=src.description)
     return dataset, info

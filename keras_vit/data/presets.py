@@ -5,6 +5,8 @@
 | `eval`     | decode, bilinear resize to S                                  | official `vit_jax/input_pipeline.py` eval |
 | `eval_crop`| resize shorter side to S/0.875, central S crop                | big_vision `resize_small(256)|central_crop(224)` |
 | `finetune` | inception crop (area 0.05-1) + horizontal flip at S           | official `vit_jax` fine-tuning train pipeline |
+| `small`    | inception crop (area 0.35-1) + flip: images of 64 px or less   | keras_vit: a 5% crop of a 32 px image is 7 px |
+| `digits`   | inception crop (area 0.65-1), no flip                         | keras_vit quickstart (digits are not mirror-symmetric) |
 | `none` ... `strong2` | inception crop + flip + RandAugment + MixUp, the AugReg settings | big_vision `configs/vit_i1k.py` `RANDAUG_DEF` / `MIXUP_DEF` (AugReg, arXiv:2106.10270) |
 
 AugReg settings (RandAugment `(num_ops, magnitude)`, MixUp alpha):
@@ -59,6 +61,8 @@ PRESETS = {
         Preset("eval_crop", False, center_crop=True,
                source="big_vision resize_small|central_crop"),
         Preset("finetune", True, source="vit_jax input_pipeline.py (train: inception crop + flip)"),
+        Preset("small", True, crop_area=(0.35, 1.0),
+               source="keras_vit: images of 64 px or less (a 5% crop of 32 px is 7 px)"),
         Preset("digits", True, crop_area=(0.65, 1.0), flip=False,
                source="keras_vit quickstart: digits are not mirror-symmetric"),
         Preset("none", True, source=_AUGREG),
@@ -71,6 +75,19 @@ PRESETS = {
     ]
 }
 AUGREG_PRESETS = ("none", "light1", "light2", "medium1", "medium2", "strong1", "strong2")
+
+
+SMALL_IMAGE_SIZE = 64
+
+
+def auto_preset(default, image_size):
+    """The training preset for `image_size` when none is named: `small`
+    for images of `SMALL_IMAGE_SIZE` px or less, else `default` (the
+    recipe's). Returns `(name, reason)`."""
+    size = image_size if isinstance(image_size, int) else max(image_size)
+    if size <= SMALL_IMAGE_SIZE and default in ("finetune", "none"):
+        return "small", f"images of {size} px (<= {SMALL_IMAGE_SIZE}): milder crops"
+    return default, "the recipe's"
 
 
 def get_preset(preset, training):

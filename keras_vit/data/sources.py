@@ -4,10 +4,22 @@ Each opens as a `Source`: a `tf.data.Dataset` of `(encoded_bytes, label,
 name)` records (undecoded, so caching and shuffling stay cheap), the number
 of examples when known, and the class names. `gs://` and other
 `tf.io.gfile` paths work wherever a path is taken.
+
+`folder:DIR` comes in two layouts: `DIR/<split>/<class>/<images>` (split
+subfolders named in `SPLIT_FOLDER_NAMES`; a missing split is an error
+naming those there are) or `DIR/<class>/<images>` (split by a
+deterministic, stratified `holdout`: `"train"` and the held-out
+`"validation"`).
+
+>>> src = open_source("folder:/data/flowers", "validation")  # doctest: +SKIP
+>>> src.description  # doctest: +SKIP
+'folder:/data/flowers (validation: 10% holdout)'
 """
 
 import dataclasses
+import hashlib
 import json
+import logging
 import os
 
 import tensorflow as tf
@@ -16,23 +28,43 @@ from keras_vit.data import schema
 
 SCHEMES = ("tfds", "tfrecord", "folder")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+logger = logging.getLogger("keras_vit")
 
 
 @dataclasses.dataclass
 class Source:
-    """`records`: the cheap, undecoded elements (file names, serialized
+    """One split of a data source.
+
+    `records`: the cheap, undecoded elements (file names, serialized
     examples); `read` maps one to `(encoded, label, name)`. Shard `records`
-    before `read` so that a worker reads only its own files."""
+    before `read` so that a worker reads only its own files.
+
+    `class_names`: ALL the classes of the dataset (not only those present
+    in this split), so label indices agree between splits. `labels`: the
+    int label of each record, in record order, where it is known without
+    reading the data (folders); None otherwise. `split_kind`: where the
+    split comes from: `"folder"` (a `DIR/<split>/` subfolder), `"holdout"`
+    (a folder of class subfolders, split by `holdout`), `"tfrecord"` or
+    `"tfds"`. `description`: for people, e.g.
+    `"folder:/data/x (validation: 10% holdout)"`.
+    """
 
     records: tf.data.Dataset
     read: object
     num_examples: int            # None when unknown
     class_names: list
     description: str
+    labels: list = None          # int per record, when known cheaply (folders)
+    split_kind: str = None       # "folder" | "holdout" | "tfrecord" | "tfds"
 
     @property
     def num_classes(self):
         return len(self.class_names)
+
+    @property
+    def classes_present(self):
+        """Distinct labels among this split's records; None when unknown."""
+        return None if self.labels is None else len(set(self.labels))
 
     @property
     def dataset(self):
@@ -59,12 +91,33 @@ def parse_source(source):
     return scheme, rest
 
 
-def open_source(source, split="train", data_dir=None, label_offset=0):
-    """Opens a source string for one split. `label_offset` is added to
-    TFRecord labels (-1 for the 1-based TPU ImageNet shards)."""
+def open_source(source, split="train", data_dir=None, label_offset=0, holdout=0.1):
+    """Opens a source string for one split; returns a `Source`.
+
+    Args:
+        source: `"folder:DIR"`, `"tfrecord:GLOB_OR_DIR"` or
+            `"tfds:NAME[:VERSION]"`.
+        split: the split. For a folder: with split subfolders
+            (`DIR/train/`, `DIR/test/`, ...) the subfolder of that name
+            (`"validation"`, `"val"` and `"valid"` stand for each other when
+            only one of them exists); without them (class subfolders
+            directly under DIR) `"train"` or one of `"validation"`, `"val"`,
+            `"valid"`, `"test"`, `"holdout"` (all the held-out files).
+        data_dir: TFDS data directory.
+        label_offset: added to TFRecord labels (-1 for the 1-based TPU
+            ImageNet shards).
+        holdout: a folder of class subfolders only: the fraction of each
+            class held out (a float in [0, 1)); ignored by other sources.
+
+    Example:
+
+    >>> src = open_source("folder:/data/flowers", "validation", holdout=0.2)  # doctest: +SKIP
+    >>> src.description, src.num_examples, src.classes_present  # doctest: +SKIP
+    ('folder:/data/flowers (validation: 20% holdout)', 734, 5)
+    """
     scheme, rest = parse_source(source)
     if scheme == "folder":
-        return folder_source(rest, split)
+        return folder_source(rest, split, holdout)
     if scheme == "tfrecord":
         return tfrecord_source(rest, split, label_offset)
     return tfds_source(rest, split, data_dir)
@@ -72,49 +125,213 @@ def open_source(source, split="train", data_dir=None, label_offset=0):
 
 # --- folders --------------------------------------------------------------
 
-def list_folder(directory, split="train"):
-    """`(files, labels, class_names)` of a folder of class subfolders.
+# Subfolder names that make `folder:DIR` a split layout (DIR/<split>/<class>/).
+SPLIT_FOLDER_NAMES = ("train", "validation", "val", "valid", "test")
+# Split names of the held-out files of a class layout (DIR/<class>/).
+HOLDOUT_SPLITS = ("validation", "val", "valid", "test", "holdout")
+_VALIDATION_ALIASES = ("validation", "val", "valid")
+_IGNORED_FILES = ("thumbs.db", "desktop.ini")
+_logged_holdouts = set()   # (DIR, holdout): the holdout line is logged once per process
 
-    Uses `DIR/<split>/` when it exists, else `DIR/` itself. Classes are the
-    sorted subfolder names; files the sorted image files in each.
+
+def _subfolders(path):
+    return sorted(name.rstrip("/") for name in tf.io.gfile.listdir(path)
+                  if tf.io.gfile.isdir(os.path.join(path, name)))
+
+
+def _split_folders(directory, subfolders):
+    """The split subfolders of DIR: named like a split, holding subfolders."""
+    return [name for name in subfolders if name in SPLIT_FOLDER_NAMES
+            and _subfolders(os.path.join(directory, name))]
+
+
+def _image_files(folder):
+    """Sorted image file names in `folder`, and how many other files it has."""
+    images, others = [], 0
+    for filename in sorted(tf.io.gfile.listdir(folder)):
+        if filename.endswith("/"):
+            continue
+        if filename.lower().endswith(IMAGE_EXTENSIONS):
+            images.append(filename)
+        elif not filename.startswith(".") and filename.lower() not in _IGNORED_FILES:
+            others += 1
+    return images, others
+
+
+def _check_holdout(holdout):
+    if isinstance(holdout, bool) or not isinstance(holdout, (int, float)) \
+            or not 0 <= holdout < 1:
+        raise ValueError(f"holdout={holdout!r}; give a float in [0, 1) (the fraction of "
+                         "each class held out for validation, e.g. 0.1).")
+    return float(holdout)
+
+
+def _percent(holdout):
+    return f"{holdout * 100:.4g}%"
+
+
+def stable_order(relative_paths):
+    """`relative_paths` ordered by the sha1 of each (a stable, seedless
+    shuffle: the same on every machine, and a file keeps its place when
+    other files come or go)."""
+    return sorted(relative_paths,
+                  key=lambda p: (hashlib.sha1(p.encode("utf-8")).hexdigest(), p))
+
+
+def holdout_count(n, holdout):
+    """Files held out of a class of `n`: `max(1, round(holdout * n))` when
+    `n >= 2` and `holdout > 0`, at most `n - 1`; none of a class of one."""
+    if n < 2 or holdout <= 0:
+        return 0
+    return min(n - 1, max(1, round(holdout * n)))
+
+
+def list_folder(directory, split="train", holdout=0.0):
+    """`(files, labels, class_names)` of one split of an image folder.
+
+    Two layouts:
+
+    - split layout: DIR has split subfolders (`train`, `validation`, `val`,
+      `valid`, `test`; `SPLIT_FOLDER_NAMES`) holding class subfolders. The
+      split is `DIR/<split>/`; a missing split is a ValueError naming the
+      split subfolders there are. Classes are the union of the class
+      subfolders of all the splits, so labels agree between splits.
+    - class layout: class subfolders directly under DIR. `"train"` is every
+      class minus its held-out files; `"validation"` / `"val"` / `"valid"` /
+      `"test"` / `"holdout"` the held-out files: per class, the files
+      ordered by the sha1 of their path relative to DIR, the first
+      `max(1, round(holdout * n))` of a class of `n >= 2` files.
+
+    Classes are the sorted subfolder names; files the sorted image files in
+    each (hidden and non-image files are left out; their count is logged).
+
+    Unlike `open_source` and `make_dataset` (0.1), `holdout` defaults to 0
+    here: `"train"` of a class layout is then every file (what
+    `tf_records build` converts), and a held-out split a ValueError.
     """
-    root = directory
-    candidate = os.path.join(directory, split)
-    if tf.io.gfile.isdir(candidate):
-        root = candidate
-    if not tf.io.gfile.isdir(root):
+    return _list_folder(directory, split, holdout)[:3]
+
+
+def _list_folder(directory, split, holdout):
+    """`(files, labels, classes, kind, description)`."""
+    holdout = _check_holdout(holdout)
+    if not isinstance(split, str) or not split:
+        raise ValueError(f"split={split!r}; give a split name such as 'train'.")
+    if not tf.io.gfile.isdir(directory):
         raise ValueError(f"Image folder not found: {directory!r}.")
-    classes = sorted(
-        name.rstrip("/") for name in tf.io.gfile.listdir(root)
-        if tf.io.gfile.isdir(os.path.join(root, name))
-    )
+    source = f"folder:{directory}"
+    subfolders = _subfolders(directory)
+    splits = _split_folders(directory, subfolders)
+    if splits:
+        chosen = split if split in splits else None
+        if chosen is None and split in _VALIDATION_ALIASES:
+            aliases = [name for name in splits if name in _VALIDATION_ALIASES]
+            chosen = aliases[0] if len(aliases) == 1 else None
+        if chosen is None:
+            others = [name for name in subfolders if name not in splits]
+            raise ValueError(
+                f"{source} has no split {split!r}: its split subfolders are "
+                f"{', '.join(repr(s) for s in splits)}."
+                + (f" (Its other subfolders, {', '.join(repr(s) for s in others[:5])}"
+                   f"{', ...' if len(others) > 5 else ''}, are not splits.)"
+                   if others else ""))
+        classes = sorted({c for s in splits for c in _subfolders(os.path.join(directory, s))})
+        root = os.path.join(directory, chosen)
+        files, labels, others = [], [], 0
+        for label, name in enumerate(classes):
+            folder = os.path.join(root, name)
+            if not tf.io.gfile.isdir(folder):
+                continue
+            images, skipped = _image_files(folder)
+            others += skipped
+            files += [os.path.join(folder, f) for f in images]
+            labels += [label] * len(images)
+        _log_others(root, others)
+        if not files:
+            raise ValueError(
+                f"No image files ({', '.join(IMAGE_EXTENSIONS)}) under {root!r}; expected "
+                f"{root}/<class_name>/<image files>.")
+        name = split if chosen == split else f"{split}: subfolder {chosen!r}"
+        return files, labels, classes, "folder", f"{source} ({name})"
+
+    # class layout
+    if split != "train" and split not in HOLDOUT_SPLITS:
+        raise ValueError(
+            f"{source} has no split subfolders ({', '.join(SPLIT_FOLDER_NAMES)}), so its "
+            f"splits are 'train' and the held-out {', '.join(repr(s) for s in HOLDOUT_SPLITS)}; "
+            f"got split={split!r}.")
+    classes = subfolders
     if not classes:
         raise ValueError(
-            f"Image folder {root!r} has no class subfolders; expected "
-            f"{root}/<class_name>/<image files>."
-        )
+            f"Image folder {directory!r} has no class subfolders; expected "
+            f"{directory}/<class_name>/<image files> (or "
+            f"{directory}/train/<class_name>/<image files> and a test/ or validation/ "
+            "beside it).")
+    per_class, others = [], 0
+    for name in classes:
+        images, skipped = _image_files(os.path.join(directory, name))
+        others += skipped
+        per_class.append(images)
+    _log_others(directory, others)
+    total = sum(len(images) for images in per_class)
+    if not total:
+        raise ValueError(f"No image files ({', '.join(IMAGE_EXTENSIONS)}) under "
+                         f"{directory!r}.")
+    held = 0
     files, labels = [], []
-    for label, name in enumerate(classes):
-        folder = os.path.join(root, name)
-        for filename in sorted(tf.io.gfile.listdir(folder)):
-            if filename.lower().endswith(IMAGE_EXTENSIONS):
-                files.append(os.path.join(folder, filename))
+    for label, (name, images) in enumerate(zip(classes, per_class)):
+        k = holdout_count(len(images), holdout)
+        held += k
+        held_out = set(stable_order([f"{name}/{f}" for f in images])[:k])
+        want_held = split != "train"
+        for f in images:  # sorted order within a class, as in the split layout
+            if (f"{name}/{f}" in held_out) == want_held:
+                files.append(os.path.join(directory, name, f))
                 labels.append(label)
-    if not files:
-        raise ValueError(
-            f"No image files ({', '.join(IMAGE_EXTENSIONS)}) under {root!r}."
-        )
-    return files, labels, classes
+    if split == "train":
+        description = (f"{source} (train: {_percent(holdout)} of each class held out)"
+                       if held else f"{source} (train: all images, no holdout)")
+    else:
+        description = f"{source} ({split}: {_percent(holdout)} holdout)"
+        if holdout == 0:
+            raise ValueError(
+                f"{source} has no split subfolders and holdout=0, so there is no held-out "
+                f"set for split {split!r}. Pass holdout > 0 (e.g. 0.1; keras-vit: "
+                f"--holdout 0.1) or give the folder {directory}/train/ and "
+                f"{directory}/validation/ (or test/) subfolders.")
+        if not held:
+            raise ValueError(
+                f"{source} has no image to hold out for split {split!r}: every class has "
+                "fewer than 2 images.")
+    if held and (directory, holdout) not in _logged_holdouts:
+        _logged_holdouts.add((directory, holdout))
+        logger.info(
+            "%s has no train/validation/test subfolders: holding out %s of each class "
+            "(%s of %s images, chosen by a stable hash of each file's path) as the "
+            "validation split.", source, _percent(holdout), f"{held:,}", f"{total:,}")
+    return files, labels, classes, "holdout", description
 
 
-def folder_source(directory, split):
-    files, labels, classes = list_folder(directory, split)
+def _log_others(root, count):
+    if count and root not in _logged_others:
+        _logged_others.add(root)
+        logger.info("%s: left out %d file%s without an image extension (%s).", root,
+                    count, "" if count == 1 else "s", ", ".join(IMAGE_EXTENSIONS))
+
+
+_logged_others = set()
+
+
+def folder_source(directory, split="train", holdout=0.1):
+    """The `Source` of one split of `folder:DIR` (see `list_folder`)."""
+    files, labels, classes, kind, description = _list_folder(directory, split, holdout)
     paths = tf.data.Dataset.from_tensor_slices((files, labels))
 
     def read(path, label):
         return tf.io.read_file(path), tf.cast(label, tf.int64), path
 
-    return Source(paths, read, len(files), classes, f"folder:{directory} ({split})")
+    return Source(paths, read, len(files), classes, description, labels=list(labels),
+                  split_kind=kind)
 
 
 # --- TFRecords ------------------------------------------------------------
@@ -161,7 +378,7 @@ def tfrecord_source(spec, split, label_offset=0):
                 example["image/filename"])
 
     return Source(dataset, parse, num_examples, class_names or [],
-                  f"tfrecord:{spec} ({split})")
+                  f"tfrecord:{spec} ({split})", split_kind="tfrecord")
 
 
 # --- TFDS -----------------------------------------------------------------
@@ -172,7 +389,7 @@ def tfds_source(spec, split, data_dir=None):
     except ImportError:
         raise ValueError(
             "The 'tfds:' source needs tensorflow-datasets: pip install "
-            "tensorflow-datasets (or keras-vit[tfds])."
+            "tensorflow-datasets (or 'keras-vision-transformer[tfds]')."
         ) from None
     name, _, version = spec.partition(":")
     full_name = f"{name}:{version}" if version else name
@@ -214,4 +431,5 @@ def tfds_source(spec, split, data_dir=None):
     except (KeyError, ValueError):
         num_examples = None
     class_names = list(features[label_key].names)
-    return Source(records, read, num_examples, class_names, f"tfds:{full_name} ({split})")
+    return Source(records, read, num_examples, class_names, f"tfds:{full_name} ({split})",
+                  split_kind="tfds")

@@ -1,19 +1,28 @@
 """Export to SavedModel (a uint8 `serving_default` signature) and to
 LiteRT / TFLite (float32, float16, dynamic-range int8, full int8), each
-verified against the Keras model.
+verified against the Keras model on a seeded class-stratified sample of the
+data's validation split (int8 calibrated on its train split), written
+atomically (temporary name, verify, rename; a miss goes to
+`<path>.rejected` with `<path>.rejected.json`), with the model's class
+names inside (SavedModel `assets/labels.txt`, TFLite `<stem>.labels.txt`).
 
 >>> from keras_vit import export
->>> export.to_saved_model(model, "served/1", resize=True)  # doctest: +SKIP
->>> export.to_tflite(model, "model.tflite", quantization="dynamic")  # doctest: +SKIP
+>>> export.to_saved_model(model, "served/1", resize=True,
+...                       validation_data="folder:/data/digits")  # doctest: +SKIP
+>>> report = export.to_tflite(model, "model.tflite", quantization="int8",
+...                           representative_data="folder:/data/digits")  # doctest: +SKIP
+>>> report.calibration["split"], report.validation["split"]  # doctest: +SKIP
+('train', 'test')
 """
 
 from keras_vit.export._common import ExportReport, ExportVerificationError
-from keras_vit.export.saved_model import serving_function, to_saved_model
+from keras_vit.export.saved_model import LABELS_ASSET, serving_function, to_saved_model
 from keras_vit.export.tflite import (
     CHECKS,
     INT8_FLOAT_OPS,
     QUANTIZATIONS,
     convert,
+    labels_path,
     run_tflite,
     tflite_ops,
     to_tflite,
@@ -22,6 +31,7 @@ from keras_vit.export.tflite import (
 
 __all__ = [
     "CHECKS", "ExportReport", "ExportVerificationError", "INT8_FLOAT_OPS",
-    "QUANTIZATIONS", "convert", "run_tflite", "serving_function", "tflite_ops",
+    "LABELS_ASSET", "QUANTIZATIONS", "convert", "labels_path", "run_tflite",
+    "serving_function", "tflite_ops",
     "to_saved_model", "to_tflite", "verify_tflite",
 ]

@@ -1,15 +1,21 @@
 """What the SavedModel and TFLite exports share: the logits of a model,
-validation / calibration images, timing and the verification report."""
+validation / calibration images, timing, the verification report and
+atomic writes (temporary name, verify, then rename)."""
 
 import dataclasses
 import json
+import logging
 import os
+import secrets
+import shutil
 import statistics
+import sys
 import time
 
 import keras
 import numpy as np
 
+logger = logging.getLogger("keras_vit")
 OUTPUT_KINDS = ("auto", "logits", "probabilities")
 
 
@@ -17,7 +23,9 @@ class ExportVerificationError(ValueError):
     """An export is further from the Keras model than its mode allows.
 
     `report` holds the measured figures; the rejected file is kept next to
-    the requested path with a `.rejected` suffix for inspection."""
+    the requested path with a `.rejected` suffix for inspection, its report
+    beside it as `<path>.rejected.json`. Nothing is left at the requested
+    path."""
 
     def __init__(self, message, report):
         super().__init__(message)
@@ -107,55 +115,200 @@ def logits_and_probabilities(model, outputs="auto"):
     return call
 
 
-def as_images(data, image_size, limit, split="test", name="validation_data"):
-    """float32 pixels in [0, 255], shape (N, H, W, 3), N <= limit, from an
-    array, a `tf.data.Dataset` (of images or `(images, labels)`, batched or
-    not) or a `keras_vit.data` source string. None stays None."""
+def _as_array(images, name):
+    array = np.asarray(images, dtype="float32")
+    if array.ndim != 4 or array.shape[-1] != 3:
+        raise ValueError(f"{name} must be RGB images (N, height, width, 3) in [0, 255]; "
+                         f"got shape {array.shape}.")
+    return array
+
+
+def _images_and_labels(data, image_size, limit, name):
+    """`(images, labels or None, kind)` from an array or a `tf.data.Dataset`
+    (of images or `(images, labels)`, batched or not; one-hot labels are
+    argmaxed); the first `limit` images."""
     import tensorflow as tf
 
-    if data is None:
-        return None
-    if isinstance(data, str):
-        from keras_vit.data import make_dataset
-        data = make_dataset(data, split, image_size=image_size, batch_size=32,
-                            preset="eval")
+    limit = sys.maxsize if limit is None else limit
+    labels = None
     if isinstance(data, tf.data.Dataset):
-        chunks, count = [], 0
+        kind = "tf.data.Dataset"
+        chunks, label_chunks, count = [], [], 0
         for element in data:
-            images = element[0] if isinstance(element, (tuple, list)) else element
+            if isinstance(element, (tuple, list)):
+                images, element_labels = element[0], element[1] if len(element) > 1 else None
+            else:
+                images, element_labels = element, None
             images = np.asarray(images, dtype="float32")
             if images.ndim == 3:
                 images = images[None]
+                if element_labels is not None:
+                    element_labels = np.asarray(element_labels)[None]
             chunks.append(images)
+            if element_labels is not None:
+                element_labels = np.asarray(element_labels)
+                if element_labels.ndim == 2:  # one-hot
+                    element_labels = element_labels.argmax(-1)
+                label_chunks.append(element_labels.reshape(len(images), -1)[:, 0])
             count += len(images)
             if count >= limit:
                 break
         if not chunks:
             raise ValueError(f"{name} is an empty dataset.")
         data = np.concatenate(chunks)
-    array = np.asarray(data, dtype="float32")
-    if array.ndim != 4 or array.shape[-1] != 3:
-        raise ValueError(f"{name} must be RGB images (N, height, width, 3) in [0, 255]; "
-                         f"got shape {array.shape}.")
-    array = array[:limit]
+        if len(label_chunks) == len(chunks):
+            labels = np.concatenate(label_chunks)[:limit].astype("int64")
+    else:
+        kind = "array"
+    array = _as_array(data, name)[:limit]
     if tuple(array.shape[1:3]) != tuple(image_size):
         array = tf.image.resize(array, image_size).numpy()
-    return array
+    return array, labels, kind
+
+
+def as_images(data, image_size, limit, split="test", name="validation_data", seed=0):
+    """float32 pixels in [0, 255], shape (N, H, W, 3), N <= limit, from an
+    array, a `tf.data.Dataset` (of images or `(images, labels)`, batched or
+    not; its first `limit` images) or a `keras_vit.data` source string (a
+    seeded class-stratified sample of its `split`, see
+    `keras_vit.data.sample.sample_images`). None stays None."""
+    if data is None:
+        return None
+    if isinstance(data, str):
+        from keras_vit.data.sample import sample_images
+        return sample_images(data, split, image_size=image_size, count=limit,
+                             seed=seed).images
+    return _images_and_labels(data, image_size, limit, name)[0]
+
+
+def describe(split=None, images=0, classes=None, source=None):
+    """The `calibration` / `validation` entry of an `ExportReport`."""
+    return {"split": split, "images": int(images),
+            "classes": None if classes is None else int(classes), "source": source}
+
+
+def _open_split(source, split, data_dir=None, holdout=0.1):
+    from keras_vit.data.sample import _open
+    return _open(source, split, data_dir, holdout)
+
+
+def default_validation_split(source, data_dir=None, holdout=0.1):
+    """`"validation"` when `source` has that split, else `"test"` (a folder
+    of class subfolders alone answers both with its holdout)."""
+    try:
+        _open_split(source, "validation", data_dir, holdout)
+        return "validation"
+    except Exception:  # noqa: BLE001 - no such split, in the source's own words
+        return "test"
+
+
+def _same_records(source, split_a, split_b):
+    """Whether two splits of `source` are the same records: the same split
+    name, or a TFRecord glob (it names its files; the split is ignored)."""
+    if split_a == split_b:
+        return True
+    import tensorflow as tf
+
+    from keras_vit.data.sources import parse_source
+    scheme, rest = parse_source(source)
+    return scheme == "tfrecord" and not tf.io.gfile.isdir(rest)
+
+
+@dataclasses.dataclass
+class ExportData:
+    """Images an export is calibrated or verified on, and what they are."""
+
+    images: np.ndarray
+    info: dict
+    sample: object = None  # keras_vit.data.sample.Sample for a source string
+
+
+def source_data(source, split, size, count, seed=0, data_dir=None, holdout=0.1,
+                exclude=None):
+    """`ExportData` of a seeded stratified sample of a source string."""
+    from keras_vit.data.sample import sample_images
+
+    sample = sample_images(source, split, image_size=size, count=count, seed=seed,
+                           data_dir=data_dir, holdout=holdout, exclude=exclude)
+    return ExportData(sample.images, describe(split, len(sample), sample.classes, source),
+                      sample)
+
+
+def given_data(data, size, count, name, source=None):
+    """`ExportData` of an array or a `tf.data.Dataset`."""
+    images, labels, kind = _images_and_labels(data, size, count, name)
+    classes = None if labels is None else len(np.unique(labels))
+    return ExportData(images, describe(None, len(images), classes, source or f"given {kind}"))
+
+
+def calibration_data(data, size, count, split="train", seed=0, data_dir=None, holdout=0.1):
+    """`ExportData` to calibrate int8 on, or None when `data` is None: a
+    seeded class-stratified sample of `count` images of a source string's
+    `split`, or the first `count` images of an array / dataset."""
+    if data is None:
+        return None
+    if isinstance(data, str):
+        return source_data(data, split, size, count, seed, data_dir, holdout)
+    return given_data(data, size, count, "representative_data")
+
+
+def validation_data_for(data, size, count, split=None, *, calibration_source=None,
+                        calibration_split="train", calibration=None, seed=0, data_dir=None,
+                        holdout=0.1):
+    """`ExportData` to verify an export on.
+
+    - `data` given: a source string's `split` (default: `"validation"` when
+      it has one, else `"test"`), or the array / dataset itself;
+    - else a calibration source string: ITS validation split, never the
+      calibration images (records sampled for calibration are excluded when
+      the two splits are the same records);
+    - else calibration arrays (`calibration`, an `ExportData`): those,
+      reported as "calibration images";
+    - else 8 (at most `count`) seeded random pixel images."""
+    if data is None and isinstance(calibration_source, str):
+        data = calibration_source
+    if isinstance(data, str):
+        split = split or default_validation_split(data, data_dir, holdout)
+        exclude = None
+        if (calibration is not None and calibration.sample is not None
+                and data == calibration_source and _same_records(data, split,
+                                                                 calibration_split)):
+            exclude = calibration.sample.indices
+        return source_data(data, split, size, count, seed + 1, data_dir, holdout,
+                           exclude=exclude)
+    if data is not None:
+        return given_data(data, size, count, "validation_data")
+    if calibration is not None:
+        images = calibration.images[:count]  # [:None]: all
+        return ExportData(images, describe(None, len(images), calibration.info["classes"],
+                                           "calibration images"))
+    rng = np.random.default_rng(0)
+    images = rng.uniform(0, 255, (min(count or 8, 8), *size, 3)).astype("float32")
+    return ExportData(images, describe(None, len(images), None, "random pixels"))
 
 
 def validation_images(data, size, limit, split, calibration=None):
-    """`(images, description)` to verify an export on: `data`; else the
-    calibration data (its `split` when it is a source string); else 8 (at
-    most `limit`) seeded random pixel images."""
-    images = as_images(data, size, limit, split=split)
-    if images is not None:
-        return images, data if isinstance(data, str) else "given"
-    images = as_images(calibration, size, limit, split=split, name="representative_data")
-    if images is not None:
-        name = calibration if isinstance(calibration, str) else "given"
-        return images, f"{name} (the calibration data)"
-    rng = np.random.default_rng(0)
-    return rng.uniform(0, 255, (min(limit, 8), *size, 3)).astype("float32"), "random pixels"
+    """`(images, description)`: the images `validation_data_for` picks
+    (kept for callers of earlier releases)."""
+    if isinstance(calibration, str) or calibration is None:
+        chosen = validation_data_for(data, size, limit, split, calibration_source=calibration)
+    else:
+        chosen = validation_data_for(data, size, limit, split,
+                                     calibration=given_data(calibration, size, limit,
+                                                            "representative_data"))
+    return chosen.images, chosen.info["source"]
+
+
+def batched(fn, images, batch=32):
+    """`fn` applied to `images` in chunks of `batch`, concatenated."""
+    return np.concatenate([np.asarray(fn(images[i:i + batch]))
+                           for i in range(0, len(images), batch)])
+
+
+def reference_logits(model, images, outputs="auto", batch=32):
+    """The Keras model's logits (see `logits_and_probabilities`), in batches."""
+    call = logits_and_probabilities(model, outputs)
+    return batched(lambda x: call(x)[0], images, batch)
 
 
 def median_ms(fn, repeats, warmup=2):
@@ -194,23 +347,56 @@ def directory_size(path):
                for root, _, files in os.walk(path) for f in files)
 
 
+def _describe_row(info):
+    text = f"{info['images']} images"
+    if info.get("classes") is not None:
+        text += f", {info['classes']} classes"
+    source = info.get("source")
+    if info.get("split"):
+        text += f" ({source}, split {info['split']!r})"
+    elif source:
+        text += f" ({source})"
+    return text
+
+
 @dataclasses.dataclass
 class ExportReport:
     """How far an export is from its Keras model, measured.
 
     `max_abs_diff` and `top1_agreement` compare the export's logits with
-    the Keras model's on `validation_images` images (`validation` says
-    which); latencies are medians per batch of `batch_size`."""
+    the Keras model's on the validation images: `validation` is
+    `{"split", "images", "classes", "source"}` (source: a data source
+    string, `"given array"`, `"given tf.data.Dataset"`, `"calibration
+    images"` or `"random pixels"`); `calibration` says the same of the int8
+    calibration images (None for other modes). `labels` is the class-name
+    file written with the export (None when the model has no class names).
+    `passed` / `criteria`: the mode's bar and whether it was met (also with
+    `check=False`, which keeps a file that misses it). Latencies are
+    medians per batch of `batch_size`.
+
+    Example (`report.to_dict()`, abridged):
+
+    ```
+    {"format": "tflite", "path": "vit.tflite", "quantization": "int8",
+     "calibration": {"split": "train", "images": 500, "classes": 10,
+                     "source": "folder:digits"},
+     "validation": {"split": "test", "images": 360, "classes": 10,
+                    "source": "folder:digits"},
+     "labels": "vit.labels.txt", "top1_agreement": 0.994, "passed": true,
+     "criteria": "top-1 agreement >= 97%", ...}
+    ```
+    """
 
     format: str
     path: str
     quantization: str
     size_bytes: int
-    validation: str
-    validation_images: int
+    validation: dict
     max_abs_diff: float
     top1_agreement: float
     max_abs_logit: float = None
+    calibration: dict = None
+    labels: str = None
     batch_size: int = 1
     ops: dict = None
     builtin_ops_only: bool = None
@@ -221,9 +407,18 @@ class ExportReport:
     passed: bool = None
     criteria: str = None
 
+    def __post_init__(self):
+        if isinstance(self.validation, str):  # a report of an earlier release
+            self.validation = describe(None, 0, None, self.validation)
+
     @property
     def size_mb(self):
         return self.size_bytes / 1e6
+
+    @property
+    def validation_images(self):
+        """How many images the export was verified on."""
+        return self.validation["images"]
 
     def to_dict(self):
         data = dataclasses.asdict(self)
@@ -243,21 +438,28 @@ class ExportReport:
             rows.append(("built-in ops only", "yes" if self.builtin_ops_only else "NO"))
         if self.float_ops:
             rows.append(("kept in float", ", ".join(self.float_ops)))
-        rows.append(("validation", f"{self.validation_images} images ({self.validation})"))
+        if self.labels:
+            rows.append(("labels", self.labels))
+        if self.calibration:
+            rows.append(("calibration", _describe_row(self.calibration)))
+        rows.append(("validation", _describe_row(self.validation)))
         rows.append(("max |logit diff| vs Keras", f"{self.max_abs_diff:.3g}"))
         rows.append(("top-1 agreement with Keras", f"{100 * self.top1_agreement:.2f}%"))
         if self.latency_ms is not None:
             rows.append(("median latency", f"{self.latency_ms:.2f} ms per batch of "
                          f"{self.batch_size} (Keras: {self.keras_latency_ms:.2f} ms)"))
         if self.criteria:
-            rows.append(("check", f"{'passed' if self.passed else 'FAILED'}: {self.criteria}"))
+            verdict = "passed" if self.passed else "FAILED"
+            if not self.passed and not self.path.endswith(".rejected"):
+                verdict += " (kept: check=False)"
+            rows.append(("check", f"{verdict}: {self.criteria}"))
         width = max(len(k) for k, _ in rows)
         return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
-def check(report, max_abs_diff=None, min_top1_agreement=None):
-    """Sets `report.passed`/`criteria`; raises ExportVerificationError (and
-    renames the file to `.rejected`) when the export falls short.
+def evaluate(report, max_abs_diff=None, min_top1_agreement=None):
+    """Sets `report.passed` and `report.criteria` (the bars, joined by
+    "and"; a missed one is marked "MISSED"); returns `report.passed`.
 
     `max_abs_diff` scales with the logits above 1: the bar is
     `max_abs_diff * max(1, max |Keras logit|)`, float32 rounding being
@@ -265,24 +467,104 @@ def check(report, max_abs_diff=None, min_top1_agreement=None):
     rules, passed = [], True
     if max_abs_diff is not None:
         scale = max(1.0, report.max_abs_logit or 0.0)
-        limit = max_abs_diff * scale
+        ok = report.max_abs_diff <= max_abs_diff * scale
         rules.append(f"max |diff| <= {max_abs_diff:g}"
-                     + (f" x max |logit| {scale:.3g}" if scale > 1 else ""))
-        passed &= report.max_abs_diff <= limit
+                     + (f" x max |logit| {scale:.3g}" if scale > 1 else "")
+                     + ("" if ok else " MISSED"))
+        passed &= ok
     if min_top1_agreement is not None:
-        rules.append(f"top-1 agreement >= {100 * min_top1_agreement:g}%")
-        passed &= report.top1_agreement >= min_top1_agreement
+        ok = report.top1_agreement >= min_top1_agreement
+        rules.append(f"top-1 agreement >= {100 * min_top1_agreement:g}%"
+                     + ("" if ok else " MISSED"))
+        passed &= ok
     report.criteria, report.passed = " and ".join(rules), bool(passed)
-    if not passed:
-        rejected = report.path.rstrip("/") + ".rejected"
-        if os.path.exists(rejected):
-            import shutil
-            shutil.rmtree(rejected) if os.path.isdir(rejected) else os.remove(rejected)
-        os.replace(report.path, rejected)
-        report.path = rejected
-        raise ExportVerificationError(
-            f"The {report.format} export ({report.quantization}) fails its check "
-            f"({report.criteria}): max |diff| {report.max_abs_diff:.3g}, top-1 agreement "
-            f"{100 * report.top1_agreement:.2f}% on {report.validation_images} images. "
-            f"Kept for inspection at {rejected}; pass check=False to accept it.", report)
+    return report.passed
+
+
+def _measured(report):
+    return (f"max |diff| {report.max_abs_diff:.3g}, top-1 agreement "
+            f"{100 * report.top1_agreement:.2f}% on {_describe_row(report.validation)}")
+
+
+def _remove(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def reject(report, file=None):
+    """Moves the export (`file`, default `report.path`) to
+    `<report.path>.rejected`, writes the report beside it as
+    `<report.path>.rejected.json` and raises `ExportVerificationError`."""
+    final = report.path.rstrip("/").rstrip(os.sep)
+    rejected = final + ".rejected"
+    _remove(rejected)
+    os.replace(file or final, rejected)
+    report.path = rejected
+    report.labels = None
+    with open(rejected + ".json", "w") as f:
+        f.write(report.to_json() + "\n")
+    raise ExportVerificationError(
+        f"The {report.format} export ({report.quantization}) fails its check "
+        f"({report.criteria}): {_measured(report)}. Kept for inspection at {rejected} "
+        f"(its report: {rejected}.json); pass check=False (keras-vit export: --no-check) "
+        "to keep it", report)
+
+
+def check(report, max_abs_diff=None, min_top1_agreement=None, file=None):
+    """Sets `report.passed`/`criteria`; when the export falls short, moves
+    it (`file`, default `report.path`) to `<path>.rejected` with the report
+    as `<path>.rejected.json` and raises ExportVerificationError."""
+    if not evaluate(report, max_abs_diff, min_top1_agreement):
+        reject(report, file)
     return report
+
+
+def warn_kept(report):
+    """Logs that an export missing its bar was kept (`check=False`)."""
+    logger.warning(
+        "The %s export (%s) at %s misses its check (%s): %s. Kept because check=False "
+        "(keras-vit export: --no-check).", report.format, report.quantization, report.path,
+        report.criteria, _measured(report))
+
+
+def temporary_path(path):
+    """`.<name>.tmp-<random>` in the directory of `path` (created)."""
+    directory, name = os.path.split(os.path.abspath(path.rstrip("/") or path))
+    os.makedirs(directory, exist_ok=True)
+    return os.path.join(directory, f".{name}.tmp-{secrets.token_hex(4)}")
+
+
+def publish(temporary, path):
+    """Moves `temporary` to `path`, replacing what is there (a file or a
+    SavedModel directory) only now."""
+    path = path.rstrip("/") or path
+    if os.path.isdir(path) and not os.path.islink(path) or (
+            os.path.lexists(path) and os.path.isdir(temporary)):
+        old = temporary_path(path) + ".old"
+        os.replace(path, old)
+        os.replace(temporary, path)
+        _remove(old)
+    else:
+        os.replace(temporary, path)
+
+
+def write_labels(names, path):
+    """Writes `names` one per line to `path` atomically; returns `path`."""
+    temporary = temporary_path(path)
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            f.write("".join(f"{name}\n" for name in names))
+        os.replace(temporary, path)
+    finally:
+        if os.path.lexists(temporary):
+            os.remove(temporary)
+    return path
+
+
+def model_class_names(model):
+    """The class names stored in `model`'s head, or None."""
+    from keras_vit.labels import class_names
+    names = class_names(model)
+    return list(names) if names else None

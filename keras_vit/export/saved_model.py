@@ -1,18 +1,33 @@
 """`to_saved_model`: a SavedModel whose `serving_default` signature takes
-a batch of uint8 images and returns logits, probabilities and the top k."""
+a batch of uint8 images and returns logits, probabilities and the top k,
+with the class names as the asset `assets/labels.txt`; written under a
+temporary name, verified, then renamed into place."""
+
+import os
+import shutil
 
 import numpy as np
 
 from keras_vit.export._common import (
     ExportReport,
-    check as check_report,
+    batched,
     compare,
     directory_size,
+    evaluate,
     logits_and_probabilities,
+    model_class_names,
     model_image_size,
+    publish,
+    reference_logits,
+    reject,
     require_tensorflow_backend,
-    validation_images,
+    temporary_path,
+    validation_data_for,
+    warn_kept,
+    write_labels,
 )
+
+LABELS_ASSET = "labels.txt"
 from keras_vit.layers._fused import portable_graph
 
 
@@ -60,14 +75,36 @@ def serving_function(model, *, resize=False, top_k=5, image_size=None, outputs="
     return serve, spec
 
 
-def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outputs="auto",
-                   validation_data=None, validation_split="test", num_validation=32,
-                   check=True, verbose=True):
-    """Writes a SavedModel with a `serving_default` signature and verifies it.
+def _check_replaceable(path):
+    """An existing `path` is replaced only when it is an earlier SavedModel
+    (or an empty directory): never a file or a directory of other things."""
+    if not os.path.lexists(path):
+        return
+    if not os.path.isdir(path):
+        raise ValueError(f"path={path!r} is a file; a SavedModel is a directory. Give a "
+                         "new path or remove the file.")
+    if os.listdir(path) and not os.path.exists(os.path.join(path, "saved_model.pb")):
+        raise ValueError(f"path={path!r} is a directory that holds no saved_model.pb; "
+                         "an export replaces only an earlier SavedModel. Give a new path "
+                         "(e.g. a version subdirectory such as served/1).")
 
-    The SavedModel is reloaded with `tf.saved_model.load` and its signature
-    is run on the validation images; its logits are compared with the Keras
-    model's on the same pixels.
+
+def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outputs="auto",
+                   validation_data=None, validation_split=None, num_validation=2000,
+                   check=True, verbose=True, seed=0, data_dir=None, holdout=0.1):
+    """Writes a SavedModel with a `serving_default` signature, verifies it,
+    then puts it at `path`.
+
+    The SavedModel is written to a temporary directory beside `path`
+    (`.<name>.tmp-<random>`), reloaded with `tf.saved_model.load` and its
+    signature run on the validation images; its logits are compared with
+    the Keras model's on the same pixels. Only a verified SavedModel
+    replaces what is at `path`; one that misses the bar is moved to
+    `<path>.rejected` (its report in `<path>.rejected.json`), and any error
+    leaves nothing at `path` and no temporary directory. The model's class
+    names, when it has them, are the asset `assets/labels.txt` (one per
+    line, label order; `loaded.labels.asset_path` after
+    `tf.saved_model.load`).
 
     Args:
         model: a Keras image classifier (any keras_vit model, fine-tuned or
@@ -78,56 +115,93 @@ def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outpu
         image_size: `(height, width)` for a model built with a free size.
         outputs: `"auto"`, `"logits"` or `"probabilities"`: what the model
             outputs (auto reads the head).
-        validation_data: images (array, `tf.data.Dataset` or a
-            `keras_vit.data` source string) to verify on; default: seeded
-            random pixels.
-        validation_split: split of a source string.
-        num_validation: at most this many validation images.
+        validation_data: images to verify on: a `keras_vit.data` source
+            string (a seeded class-stratified sample of its
+            `validation_split`), an array or a `tf.data.Dataset`; default:
+            8 seeded random pixel images.
+        validation_split: split of a source string; None: `"validation"`
+            when the source has one, else `"test"` (a folder of class
+            subfolders alone: its holdout).
+        num_validation: at most this many validation images (2000).
         check: raise `ExportVerificationError` when the reloaded
-            SavedModel's logits differ from Keras by more than 1e-5.
+            SavedModel's logits differ from Keras by more than 1e-5
+            (x max |logit| above 1) or a top-1 class differs. `check=False`
+            still measures and reports, keeps the SavedModel and logs a
+            warning when the bar is missed.
         verbose: print the report.
+        seed: the validation sampling seed.
+        data_dir: TFDS data directory.
+        holdout: the held-out fraction of a folder without split
+            subfolders.
 
     Returns:
-        `ExportReport`.
+        `ExportReport` (`labels`: `<path>/assets/labels.txt` or None).
 
     Example:
 
-    >>> report = keras_vit.export.to_saved_model(model, "served/1")  # doctest: +SKIP
+    >>> report = keras_vit.export.to_saved_model(
+    ...     model, "served/1", validation_data="folder:/data/digits")  # doctest: +SKIP
+    >>> report.validation  # doctest: +SKIP
+    {'split': 'test', 'images': 360, 'classes': 10, 'source': 'folder:/data/digits'}
     >>> loaded = tf.saved_model.load("served/1")  # doctest: +SKIP
-    >>> loaded.signatures["serving_default"](images=uint8_batch)["top_k_indices"]
+    >>> loaded.signatures["serving_default"](images=uint8_batch)["top_k_indices"]  # doctest: +SKIP
+    >>> open(loaded.labels.asset_path.numpy()).read().split()  # doctest: +SKIP
     """
     import keras
     import tensorflow as tf
 
     require_tensorflow_backend()
+    path = str(path)
+    _check_replaceable(path)
     size = model_image_size(model, image_size)
     serve, spec = serving_function(model, resize=resize, top_k=top_k, image_size=size,
                                    outputs=outputs)
-    # Standard ops only, so that the file also converts (TFLite, ONNX, TF.js).
-    with portable_graph():
-        archive = keras.export.ExportArchive()
-        archive.track(model)
-        archive.add_endpoint("serving_default", serve, input_signature=[spec])
-        archive.write_out(str(path), verbose=False)
-
-    images, source = validation_images(validation_data, size, num_validation,
-                                       validation_split)
-    pixels = np.clip(np.round(images), 0, 255).astype("uint8")
-    reference, _ = logits_and_probabilities(model, outputs)(pixels.astype("float32"))
-    signature = tf.saved_model.load(str(path)).signatures["serving_default"]
-    got = signature(images=tf.constant(pixels))
-    max_diff, agreement, max_logit = compare(reference, got["logits"])
-    report = ExportReport(
-        format="saved_model", path=str(path), quantization="none",
-        size_bytes=directory_size(str(path)), validation=source,
-        validation_images=len(pixels), max_abs_diff=max_diff, top1_agreement=agreement,
-        max_abs_logit=max_logit, batch_size=len(pixels),
-        signature={"inputs": {"images": f"uint8 {spec.shape.as_list()}"},
-                   "outputs": {k: f"{v.dtype.name} {v.shape.as_list()}"
-                               for k, v in signature.structured_outputs.items()}})
-    if check:
-        check_report(report, max_abs_diff=1e-5, min_top1_agreement=1.0)
+    validation = validation_data_for(validation_data, size, num_validation,
+                                     validation_split, seed=seed, data_dir=data_dir,
+                                     holdout=holdout)
+    names = model_class_names(model)
+    temporary = temporary_path(path)
+    labels_dir = temporary + ".labels"  # the asset keeps its file name: labels.txt
+    try:
+        # Standard ops only, so that the file also converts (TFLite, ONNX, TF.js).
+        with portable_graph():
+            archive = keras.export.ExportArchive()
+            archive.track(model)
+            if names:
+                os.makedirs(labels_dir)
+                asset = tf.saved_model.Asset(
+                    write_labels(names, os.path.join(labels_dir, LABELS_ASSET)))
+                archive.track(asset)
+                # What tf.saved_model.load restores: `loaded.labels`.
+                archive._tf_trackable.labels = asset
+            archive.add_endpoint("serving_default", serve, input_signature=[spec])
+            archive.write_out(temporary, verbose=False)
+        pixels = np.clip(np.round(validation.images), 0, 255).astype("uint8")
+        reference = reference_logits(model, pixels.astype("float32"), outputs)
+        loaded = tf.saved_model.load(temporary)
+        signature = loaded.signatures["serving_default"]
+        got = batched(lambda x: signature(images=tf.constant(x))["logits"].numpy(), pixels)
+        max_diff, agreement, max_logit = compare(reference, got)
+        report = ExportReport(
+            format="saved_model", path=path, quantization="none",
+            size_bytes=directory_size(temporary), validation=validation.info,
+            max_abs_diff=max_diff, top1_agreement=agreement, max_abs_logit=max_logit,
+            batch_size=min(32, len(pixels)),
+            signature={"inputs": {"images": f"uint8 {spec.shape.as_list()}"},
+                       "outputs": {k: f"{v.dtype.name} {v.shape.as_list()}"
+                                   for k, v in signature.structured_outputs.items()}})
+        passed = evaluate(report, max_abs_diff=1e-5, min_top1_agreement=1.0)
+        if not passed and check:
+            reject(report, file=temporary)
+        publish(temporary, path)
+        if names:
+            report.labels = os.path.join(path, "assets", LABELS_ASSET)
+    finally:
+        for leftover in (temporary, labels_dir):
+            if os.path.lexists(leftover):
+                shutil.rmtree(leftover)
+    if not passed:
+        warn_kept(report)
     if verbose:
         print(report)
     return report
-

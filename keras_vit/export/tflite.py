@@ -1,8 +1,10 @@
 """`to_tflite`: LiteRT (TFLite) flatbuffers with built-in ops only, in
 float32, float16, dynamic-range int8 or full int8, run and verified with
-`ai-edge-litert`."""
+`ai-edge-litert`, written atomically with the class names beside them
+(`<stem>.labels.txt`)."""
 
 import collections
+import importlib
 import os
 import re
 import tempfile
@@ -13,14 +15,24 @@ import numpy as np
 from keras_vit.export._common import (
     ExportReport,
     as_images,
-    check as check_report,
+    calibration_data,
     compare,
+    evaluate,
+    given_data,
     keras_latency_ms,
     logits_and_probabilities,
     median_ms,
+    model_class_names,
     model_image_size,
+    output_kind,
+    publish,
+    reference_logits,
+    reject,
     require_tensorflow_backend,
-    validation_images,
+    temporary_path,
+    validation_data_for,
+    warn_kept,
+    write_labels,
 )
 from keras_vit.layers._fused import portable_graph
 
@@ -42,12 +54,18 @@ def _float_ops(float_ops):
     return list(INT8_FLOAT_OPS if float_ops == "auto" else float_ops or ())
 
 
+INT8_NEEDS_DATA = ("quantization='int8' needs representative_data: real images (array, "
+                   "tf.data.Dataset or a keras_vit.data source such as 'folder:DIR') to "
+                   "calibrate the activation ranges.")
+RUNTIME_MISSING = ("Running and verifying TFLite files needs the LiteRT runtime: "
+                   "pip install ai-edge-litert (or 'keras-vision-transformer[export]').")
+
+
 def _interpreter(model_path=None, model_content=None, num_threads=None, delegates=True):
     try:
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ImportError:
-        raise ImportError("Running and verifying TFLite files needs the LiteRT runtime: "
-                          "pip install ai-edge-litert (or keras-vit[export]).") from None
+        raise ImportError(RUNTIME_MISSING) from None
 
     kwargs = {} if delegates else {
         "experimental_op_resolver_type": OpResolverType.BUILTIN_WITHOUT_DEFAULT_DELEGATES}
@@ -86,7 +104,7 @@ def verify_tflite(path, model, images, *, image_size=None, outputs="auto", num_t
     """
     size = model_image_size(model, image_size)
     images = as_images(images, size, len(images), name="images")
-    reference, _ = logits_and_probabilities(model, outputs)(images)
+    reference = reference_logits(model, images, outputs)
     return compare(reference, run_tflite(path, images, num_threads=num_threads))
 
 
@@ -99,13 +117,18 @@ def _unsupported_ops(message):
 
 
 def convert(model, *, quantization="none", representative_data=None, batch_size=1,
-            image_size=None, outputs="auto", float_ops="auto", num_calibration=100):
+            image_size=None, outputs="auto", float_ops="auto", num_calibration=500,
+            calibration_split="train", seed=0):
     """The TFLite flatbuffer (bytes) of `model` with built-in ops only.
 
     The graph takes `images`: float32 `(batch_size, H, W, 3)` pixels in
     [0, 255] and returns `logits` and `probabilities`, in a
     `serving_default` signature. Raises ValueError naming any op that has
-    no TFLite built-in kernel (no Flex / SELECT_TF_OPS fallback)."""
+    no TFLite built-in kernel (no Flex / SELECT_TF_OPS fallback). Under
+    `"int8"`, a source string calibrates on a seeded class-stratified
+    sample of `num_calibration` images of its `calibration_split`; an
+    array or dataset on its first `num_calibration` images. Nothing is
+    verified here (see `to_tflite`)."""
     import keras
     import tensorflow as tf
     from tensorflow.lite.python.convert_phase import ConverterError
@@ -121,12 +144,11 @@ def convert(model, *, quantization="none", representative_data=None, batch_size=
     call = logits_and_probabilities(model, outputs)
     calibration = None
     if quantization == "int8":
-        calibration = as_images(representative_data, size, num_calibration, split="train",
-                                name="representative_data")
+        calibration = calibration_data(representative_data, size, num_calibration,
+                                       calibration_split, seed)
         if calibration is None:
-            raise ValueError("quantization='int8' needs representative_data: real images "
-                             "(array, tf.data.Dataset or a keras_vit.data source such as "
-                             "'folder:DIR') to calibrate the activation ranges.")
+            raise ValueError(INT8_NEEDS_DATA)
+        calibration = calibration.images
         if len(calibration) < batch_size:
             raise ValueError(f"representative_data holds {len(calibration)} images; "
                              f"int8 calibration needs at least batch_size={batch_size}.")
@@ -186,11 +208,26 @@ def _convert_int8(converter, calibration, batch_size, float_ops):
         return debugger.get_nondebug_quantized_model()
 
 
+def labels_path(path):
+    """`<stem>.labels.txt` beside a `.tflite` file."""
+    return os.path.splitext(str(path))[0] + ".labels.txt"
+
+
 def to_tflite(model, path, *, quantization=None, representative_data=None, batch_size=1,
               image_size=None, outputs="auto", float_ops="auto", validation_data=None,
-              validation_split="test", num_validation=100, num_calibration=100,
-              num_threads=None, latency_repeats=20, check=True, verbose=True):
-    """Exports `model` to a LiteRT (TFLite) file and verifies it.
+              validation_split=None, num_validation=2000, num_calibration=500,
+              calibration_split="train", num_threads=None, latency_repeats=20, check=True,
+              verbose=True, seed=0, data_dir=None, holdout=0.1):
+    """Exports `model` to a LiteRT (TFLite) file, verifies it, then puts it
+    at `path`.
+
+    The file is written under a temporary name in `path`'s directory
+    (`.<name>.tmp-<random>`), verified against Keras, and only then renamed
+    to `path`. An export that misses its bar (`CHECKS`) is moved to
+    `<path>.rejected` with its report as `<path>.rejected.json`; any error
+    (a missing LiteRT runtime included) leaves nothing at `path` and no
+    temporary file. The model's class names, when it has them, are written
+    beside it as `<stem>.labels.txt` (one per line, label order).
 
     Args:
         model: a Keras image classifier taking RGB pixels in [0, 255].
@@ -199,70 +236,130 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
             fp16), `"dynamic"` (int8 weights, float activations) or
             `"int8"` (int8 weights and activations, calibrated on
             `representative_data`; the ops in `float_ops` stay float).
-        representative_data: calibration images for `"int8"` (array,
-            `tf.data.Dataset` or a `keras_vit.data` source string, its
-            `train` split); `num_calibration` of them are used.
+        representative_data: calibration images for `"int8"`: a
+            `keras_vit.data` source string (a seeded class-stratified
+            sample of `num_calibration` images of its `calibration_split`,
+            see `keras_vit.data.sample.sample_images`), an array or a
+            `tf.data.Dataset` (its first `num_calibration` images).
         batch_size: the static batch of the graph.
         float_ops: TFLite op names kept in float under `"int8"`;
             `"auto"` is `INT8_FLOAT_OPS`, `()` quantizes everything.
-        validation_data: images to verify on (same kinds;
-            `validation_split` of a source); default: the calibration
-            images, else seeded random pixels.
+        validation_data: images to verify on (same kinds; a stratified
+            sample of up to `num_validation` images of a source's
+            `validation_split`). Default: the validation split of the
+            `representative_data` source (never its calibration images);
+            for calibration arrays, those (reported as "calibration
+            images"); else 8 seeded random pixel images.
+        validation_split: split of a validation source; None:
+            `"validation"` when the source has one, else `"test"` (a
+            folder of class subfolders alone: its holdout).
+        num_validation: at most this many validation images (2000).
+        num_calibration: int8 calibration images (500).
+        calibration_split: split of a calibration source (`"train"`).
         num_threads: LiteRT threads (default: all cores).
         latency_repeats: timed runs for the median latencies.
         check: raise `ExportVerificationError` when the export misses its
             mode's bar (`CHECKS`): fp32 max |logit diff| <= 1e-4 and 100%
             top-1 agreement; float16 / dynamic >= 99%; int8 >= 97%.
+            `check=False` still measures and reports (`passed`,
+            `criteria`), keeps the file at `path` and logs a warning when
+            the bar is missed.
         verbose: print the report.
+        seed: the sampling seed (calibration and validation samples).
+        data_dir: TFDS data directory.
+        holdout: the held-out fraction of a folder without split
+            subfolders.
 
     Returns:
-        `ExportReport` (size, op counts, max |logit diff| and top-1
-        agreement with Keras, LiteRT and Keras latencies).
+        `ExportReport` (size, op counts, calibration and validation
+        samples, max |logit diff| and top-1 agreement with Keras, LiteRT
+        and Keras latencies, the labels file).
 
     Example:
 
-    >>> report = keras_vit.export.to_tflite(model, "vit.tflite",
-    ...                                     quantization="dynamic")  # doctest: +SKIP
-    >>> report.top1_agreement, report.latency_ms  # doctest: +SKIP
+    >>> report = keras_vit.export.to_tflite(
+    ...     model, "vit.tflite", quantization="int8",
+    ...     representative_data="folder:/data/digits")  # doctest: +SKIP
+    >>> report.calibration  # doctest: +SKIP
+    {'split': 'train', 'images': 500, 'classes': 10, 'source': 'folder:/data/digits'}
+    >>> report.validation["split"], report.top1_agreement, report.labels  # doctest: +SKIP
+    ('test', 0.994, 'vit.labels.txt')
     """
     path = str(path)
     if not path.endswith(".tflite"):
         raise ValueError(f"path={path!r}: a TFLite file name ends with '.tflite'.")
+    if os.path.isdir(path):
+        raise ValueError(f"path={path!r} is a directory; give a .tflite file name.")
+    require_tensorflow_backend()
     quantization = "none" if quantization is None else quantization
+    if quantization not in QUANTIZATIONS:
+        raise ValueError(f"quantization={quantization!r}; allowed: {QUANTIZATIONS} "
+                         "(None means 'none').")
     size = model_image_size(model, image_size)
+    output_kind(model, outputs)
+    try:  # before the conversion: an unverifiable file is never written
+        importlib.import_module("ai_edge_litert.interpreter")
+    except ImportError:
+        raise ImportError(RUNTIME_MISSING) from None
+    calibration = None
+    if quantization == "int8":
+        calibration = calibration_data(representative_data, size, num_calibration,
+                                       calibration_split, seed, data_dir, holdout)
+        if calibration is None:
+            raise ValueError(INT8_NEEDS_DATA)
+    elif representative_data is not None and not isinstance(representative_data, str):
+        calibration = given_data(representative_data, size, num_validation,
+                                 "representative_data")
+    validation = validation_data_for(
+        validation_data, size, num_validation, validation_split,
+        calibration_source=representative_data if isinstance(representative_data, str)
+        else None, calibration_split=calibration_split, calibration=calibration, seed=seed,
+        data_dir=data_dir, holdout=holdout)
     content = convert(model, quantization=quantization,
-                      representative_data=representative_data, batch_size=batch_size,
-                      image_size=size, outputs=outputs, float_ops=float_ops,
-                      num_calibration=num_calibration)
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "wb") as f:
-        f.write(content)
-    ops = tflite_ops(model_path=path)
-    foreign = sorted(op for op in ops if op.startswith("Flex") or op == "CUSTOM")
-    if foreign:
-        raise ValueError(f"{path} uses ops outside the TFLite built-ins: {foreign}.")
+                      representative_data=None if calibration is None else calibration.images,
+                      batch_size=batch_size, image_size=size, outputs=outputs,
+                      float_ops=float_ops, num_calibration=num_calibration)
+    images = validation.images
+    temporary = temporary_path(path)
+    try:
+        with open(temporary, "wb") as f:
+            f.write(content)
+        ops = tflite_ops(model_path=temporary)
+        foreign = sorted(op for op in ops if op.startswith("Flex") or op == "CUSTOM")
+        if foreign:
+            raise ValueError(f"{path} uses ops outside the TFLite built-ins: {foreign}.")
+        reference = reference_logits(model, images, outputs)
+        max_diff, agreement, max_logit = compare(
+            reference, run_tflite(temporary, images, num_threads=num_threads))
 
-    images, source = validation_images(validation_data, size, num_validation,
-                                       validation_split, calibration=representative_data)
-    max_diff, agreement, max_logit = verify_tflite(path, model, images, image_size=size,
-                                                   outputs=outputs, num_threads=num_threads)
-
-    interpreter = _interpreter(path, num_threads=num_threads)
-    runner = interpreter.get_signature_runner("serving_default")
-    batch = np.resize(images, (batch_size, *images.shape[1:])).astype("float32")
-    report = ExportReport(
-        format="tflite", path=path, quantization=quantization,
-        size_bytes=os.path.getsize(path), validation=source,
-        validation_images=len(images), max_abs_diff=max_diff, top1_agreement=agreement,
-        max_abs_logit=max_logit, batch_size=batch_size, ops=ops, builtin_ops_only=True,
-        float_ops=_float_ops(float_ops) if quantization == "int8" else None,
-        latency_ms=median_ms(lambda: runner(images=batch), latency_repeats),
-        keras_latency_ms=keras_latency_ms(model, batch, latency_repeats),
-        signature={"inputs": {"images": f"float32 [{batch_size}, {size[0]}, {size[1]}, 3]"},
-                   "outputs": {"logits": "float32", "probabilities": "float32"}})
-    if check:
-        check_report(report, **CHECKS[quantization])
+        interpreter = _interpreter(temporary, num_threads=num_threads)
+        runner = interpreter.get_signature_runner("serving_default")
+        batch = np.resize(images, (batch_size, *images.shape[1:])).astype("float32")
+        report = ExportReport(
+            format="tflite", path=path, quantization=quantization,
+            size_bytes=os.path.getsize(temporary), validation=validation.info,
+            max_abs_diff=max_diff, top1_agreement=agreement, max_abs_logit=max_logit,
+            calibration=calibration.info if quantization == "int8" else None,
+            batch_size=batch_size, ops=ops, builtin_ops_only=True,
+            float_ops=_float_ops(float_ops) if quantization == "int8" else None,
+            latency_ms=median_ms(lambda: runner(images=batch), latency_repeats),
+            keras_latency_ms=keras_latency_ms(model, batch, latency_repeats),
+            signature={"inputs": {"images": f"float32 [{batch_size}, {size[0]}, {size[1]}, 3]"},
+                       "outputs": {"logits": "float32", "probabilities": "float32"}})
+        passed = evaluate(report, **CHECKS[quantization])
+        if not passed and check:
+            reject(report, file=temporary)
+        publish(temporary, path)
+        names = model_class_names(model)
+        if names:
+            report.labels = write_labels(names, labels_path(path))
+        elif os.path.exists(labels_path(path)):  # an earlier export's, stale now
+            os.remove(labels_path(path))
+    finally:
+        if os.path.lexists(temporary):
+            os.remove(temporary)
+    if not passed:
+        warn_kept(report)
     if verbose:
         print(report)
     return report
-

@@ -1,5 +1,5 @@
 """PNG pictures of the `keras_vit.inspect` numbers (matplotlib, an
-optional extra: `pip install keras-vit[plots]`)."""
+optional extra: `pip install "keras-vision-transformer[plots]"`)."""
 
 import os
 
@@ -13,7 +13,7 @@ def _pyplot():
         import matplotlib
     except ImportError:
         raise ImportError("The inspect pictures need matplotlib: pip install matplotlib "
-                          "(or keras-vit[plots]).") from None
+                          "(or 'keras-vision-transformer[plots]').") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt

@@ -2,6 +2,9 @@
 handling, the checkpoint/head decisions and the weight loading."""
 
 import logging
+import os
+import shutil
+import tempfile
 
 import keras
 
@@ -180,11 +183,27 @@ def finish(inputs, outputs, name, resolved):
     if resolved is None:
         return model
     if resolved.keras_weights:
-        model.load_weights(resolved.path)
+        _load_keras_weights(model, resolved.path)
         return model
     load_official_weights(model, resolved.params, resolved.source,
                           dropped=resolved.dropped)
     return model
+
+
+def _load_keras_weights(model, path):
+    """`model.load_weights` for a Keras 3 weights file (recognised by its
+    bytes): Keras picks its reader by the name, so a file not named
+    `*.weights.h5` is read through a link (or copy) that is."""
+    if path.endswith(".weights.h5"):
+        model.load_weights(path)
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        link = os.path.join(tmp, "model.weights.h5")
+        try:
+            os.symlink(os.path.abspath(path), link)
+        except OSError:
+            shutil.copyfile(path, link)
+        model.load_weights(link)
 
 
 def check_family(resolved, family, description):
@@ -194,5 +213,7 @@ def check_family(resolved, family, description):
         other = "a Mixer" if resolved.info.family == "mixer" else "a ViT"
         raise CheckpointMismatchError(
             f"Checkpoint {resolved.source} is {other} checkpoint; it does not "
-            f"fit {description}."
+            f"fit {description}. To build the model the file describes, use "
+            "keras_vit.model_from_checkpoint(path) (command line: keras-vit "
+            "predict --model auto)."
         )

@@ -2,7 +2,13 @@
 
 import re
 
-from keras_vit.weights.official import POSEMB_KEY, describe, read_checkpoint
+from keras_vit.models.variants import find_variant
+from keras_vit.weights.official import (
+    POSEMB_KEY,
+    CheckpointMismatchError,
+    describe,
+    read_checkpoint,
+)
 
 
 def architecture_from_checkpoint(params):
@@ -11,7 +17,22 @@ def architecture_from_checkpoint(params):
     Returns `(family, config)`: `("vit", VisionTransformer kwargs)` or
     `("mixer", MLPMixer kwargs)`; head, pre_logits and resolution are left to
     the builder, which reads them from the checkpoint too.
+
+    Raises `CheckpointMismatchError` when the arrays are not those of an
+    official ViT / hybrid / Mixer checkpoint.
     """
+    try:
+        return _architecture(params)
+    except KeyError as error:
+        raise CheckpointMismatchError(
+            f"Cannot read the architecture off this checkpoint: it lacks "
+            f"{error.args[0]!r}, which every official "
+            f"{'Mixer' if describe(params).family == 'mixer' else 'ViT'} "
+            "checkpoint has."
+        ) from None
+
+
+def _architecture(params):
     info = describe(params)
     if info.family == "mixer":
         stem = params["stem/kernel"]
@@ -46,6 +67,62 @@ def architecture_from_checkpoint(params):
     return "vit", config
 
 
+def checkpoint_variant(params):
+    """The named `Variant` (e.g. `ViTB16`) whose architecture the official
+    checkpoint arrays have, or None."""
+    family, config = architecture_from_checkpoint(params)
+    config = {k: v for k, v in config.items() if k != "classifier"}
+    return find_variant(family, config)
+
+
+def _patch(size):
+    return str(size[0]) if size[0] == size[1] else f"{size[0]}x{size[1]}"
+
+
+def describe_architecture(params):
+    """One phrase saying what official checkpoint arrays describe, for
+    messages, e.g. "a ViT-B/16 (keras_vit.ViTB16: 12 blocks, width 768,
+    patch 16) with a 1000-class head".
+
+    Raises `CheckpointMismatchError` when the arrays are not a complete
+    official ViT / Mixer checkpoint.
+    """
+    info = describe(params)
+    family, config = architecture_from_checkpoint(params)
+    variant = checkpoint_variant(params)
+    shape = [f"{config.get('num_layers', config.get('num_blocks'))} blocks",
+             f"width {config['hidden_size']}"]
+    if variant is None:
+        if family == "vit":
+            shape += [f"{config['num_heads']} heads", f"MLP {config['mlp_dim']}"]
+        else:
+            shape += [f"token MLP {config['tokens_mlp_dim']}",
+                      f"channel MLP {config['channels_mlp_dim']}"]
+    shape.append(f"patch {_patch(config['patch_size'])}")
+    if "resnet_layers" in config:
+        stages = config["resnet_layers"]
+        shape.insert(0, f"ResNet stages {stages}" if stages else "ResNet stem")
+    if family == "vit" and info.classifier == "gap":
+        shape.append("classifier 'gap'")
+    if variant is not None:
+        name = variant.official_name.replace("_", "/")
+        article = "an" if name.startswith("R") else "a"  # "an R50+ViT-B/16"
+        what = f"{article} {name} (keras_vit.{variant.function}: {', '.join(shape)})"
+    elif family == "mixer":
+        what = f"a Mixer ({', '.join(shape)})"
+    elif "resnet_layers" in config:
+        what = f"a hybrid R+ViT ({', '.join(shape)})"
+    else:
+        what = f"a ViT ({', '.join(shape)})"
+    if info.classes is None:
+        what += " without a classification head"
+    else:
+        what += f" with a {info.classes}-class head"
+    if info.representation_size:
+        what += f" and a {info.representation_size}-unit pre_logits layer"
+    return what
+
+
 def model_from_checkpoint(path, **kwargs):
     """Builds and loads the ViT / hybrid / Mixer stored in an official `.npz`.
 
@@ -53,6 +130,15 @@ def model_from_checkpoint(path, **kwargs):
         path: local path of an official-format checkpoint.
         **kwargs: further builder arguments (`input_shape`, `classes`,
             `include_top`, `classifier_activation`, ...).
+
+    Raises:
+        CheckpointNotFoundError: no file at `path` ("Weights file not found:
+            'PATH'.", the same as `weights=path` of any builder).
+        UnsupportedCheckpointError: not an official `.npz` (PyTorch,
+            safetensors, a Keras model or `.weights.h5`, an HTML page, ...).
+        CorruptCheckpointError: a damaged `.npz`.
+        CheckpointMismatchError: an `.npz` whose keys are not those of an
+            official ViT / hybrid / Mixer checkpoint.
 
     Example:
 

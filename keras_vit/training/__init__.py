@@ -6,7 +6,7 @@ the serializable `WarmupDecay` (needed to load a trained `.keras` file)
 without importing TensorFlow under another backend.
 """
 
-import importlib
+from keras_vit._lazy import attach
 
 # Eager (its module imports only os at load): the function must shadow its own
 # submodule's name, which importing the submodule would bind here.
@@ -24,16 +24,4 @@ _EXPORTS = {
     "train": "trainer",
 }
 
-__all__ = sorted([*_EXPORTS, "quickstart"])
-
-
-def __getattr__(name):
-    if name not in _EXPORTS:
-        raise AttributeError(f"module 'keras_vit.training' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"keras_vit.training.{_EXPORTS[name]}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__():
-    return sorted(list(globals()) + __all__)
+__getattr__, __dir__, __all__ = attach(__name__, _EXPORTS, extra=["quickstart"])

@@ -44,7 +44,8 @@ def default_callbacks(out, monitor="val_accuracy"):
     try:
         import tensorboard  # noqa: F401  (tf.summary needs it)
     except ImportError:
-        logger.info("TensorBoard logs off: pip install tensorboard (or keras-vit[train]).")
+        logger.info("TensorBoard logs off: pip install tensorboard "
+                    "(or 'keras-vision-transformer[train]').")
     else:
         callbacks.append(keras.callbacks.TensorBoard(os.path.join(out, "tensorboard"),
                                                      write_graph=False))

@@ -26,8 +26,8 @@ class Recipe:
     warmup_steps: int           # or a fraction of the total steps when < 1
     weight_decay: float
     batch_size: int
-    image_size: int
-    preset: str                 # keras_vit.data preset
+    image_size: int             # default input size
+    preset: str                 # keras_vit.data preset (`small` below 65 px)
     label_smoothing: float = 0.0
     dropout_rate: float = 0.0
     drop_path_rate: float = 0.0
@@ -50,8 +50,8 @@ RECIPES = {
                source="ViT paper App. B.1.1; vit_jax/configs/common.py"),
         Recipe("augreg", "adamw", 1e-3, 10_000, 0.1, 4096, 224, "medium2",
                source="AugReg, arXiv:2106.10270, Sec. 3"),
-        Recipe("scratch", "adamw", 2e-3, 0.1, 0.05, 64, 32, "digits",
-               label_smoothing=0.1, source="keras_vit quickstart (digits)"),
+        Recipe("scratch", "adamw", 2e-3, 0.1, 0.05, 64, 224, "finetune",
+               label_smoothing=0.1, source="keras_vit quickstart's optimizer (digits)"),
     ]
 }
 

@@ -2,11 +2,11 @@
 recipe to a trained, saved model; what `keras-vit train` runs."""
 
 import json
+import logging
 import math
 import os
+import sys
 import time
-
-import logging
 
 import keras
 
@@ -58,15 +58,103 @@ def _build_model(model, weights, classes, image_size, recipe, dropout_rate, drop
         classifier_activation=None, **kwargs)
 
 
+def _open_data(data, split, **kwargs):
+    """`make_dataset(..., with_info=True)`; a missing split says which exist."""
+    from keras_vit.data import make_dataset
+
+    return make_dataset(data, split, with_info=True, **kwargs)
+
+
+def _pick_val_split(data, val_split, train_split, open_split):
+    """`val_split` as given, else `validation` when the data has it, else
+    `test`. Returns `(split, dataset, info)`."""
+    if val_split is not None:
+        if val_split == train_split:
+            logger.warning(
+                "Validating on the training split %r: the validation accuracy measures "
+                "memorisation, not generalisation. Name another split (--val-split) or "
+                "leave it out (a folder of class subfolders then holds out 10%%).",
+                val_split)
+        return (val_split, *open_split(val_split))
+    try:
+        return ("validation", *open_split("validation"))
+    except ValueError as first:
+        try:
+            return ("test", *open_split("test"))
+        except ValueError:
+            raise first from None
+
+
+def _split_row(info):
+    present = getattr(info, "classes_present", None)
+    return {"split": info.split, "images": info.num_examples,
+            "classes": present if present is not None else info.num_classes,
+            "description": getattr(info, "description", info.source)}
+
+
+def _strategy_row(strategy):
+    import tensorflow as tf
+
+    try:  # the default strategy raises RuntimeError here
+        devices = list(strategy.extended.worker_devices or ())
+    except (RuntimeError, AttributeError):
+        devices = []
+    return {"name": type(strategy).__name__, "replicas": strategy.num_replicas_in_sync,
+            "devices": devices or [d.name for d in tf.config.list_logical_devices()[:1]]}
+
+
+def format_summary(summary):
+    """The lines `train` prints before the first step."""
+    d = summary
+    rows = [
+        ("model", f"{d['model']} ({d['parameters']:,} parameters)"),
+        ("weights", d["weights"]),
+        ("image size", f"{d['image_size']} px"),
+        ("classes", f"{d['classes']}" + (f": {', '.join(d['class_names'][:10])}"
+                                         + (", ..." if len(d["class_names"]) > 10 else "")
+                                         if d.get("class_names") else "")),
+    ]
+    for kind in ("train", "validation"):
+        row = d["data"][kind]
+        images = "unknown number of" if row["images"] is None else f"{row['images']:,}"
+        rows.append((kind, f"{images} images, {row['classes']} classes  "
+                           f"[{row['description']}]"))
+    rows += [
+        ("preset", f"{d['preset']} ({d['preset_reason']})"),
+        ("batch", f"{d['batch_size']} (global)"
+                  + (f", {d['gradient_accumulation_steps']} batches per update"
+                     if d.get("gradient_accumulation_steps") else "")),
+        ("steps", f"{d['epochs']} epochs x {d['steps_per_epoch']} steps = "
+                  f"{d['epochs'] * d['steps_per_epoch']:,} batches"),
+        ("optimizer", f"{d['recipe']} recipe: {d['optimizer']}, peak learning rate "
+                      f"{d['learning_rate']:g}, {d['warmup_steps']} warmup updates, "
+                      f"{d['decay']} decay" + (f", SAM rho {d['sam_rho']:g}"
+                                                if d.get("sam_rho") else "")),
+        ("precision", d["precision"]),
+        ("strategy", f"{d['strategy']['name']}, {d['strategy']['replicas']} replica(s) on "
+                     f"{', '.join(d['strategy']['devices'])}"),
+        ("output", d["out"]),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
+
+
 def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
           image_size=None, batch_size=None, steps=None, epochs=None,
           steps_per_epoch=None, learning_rate=None, sam_rho=None,
           precision="float32", strategy="auto", jit_compile="auto", seed=0,
           gradient_accumulation_steps=None, train_split="train",
-          val_split="test", preset=None, label_smoothing=None, dropout_rate=None,
+          val_split=None, preset=None, label_smoothing=None, dropout_rate=None,
           drop_path_rate=None, data_dir=None, cache=False, model_kwargs=None,
-          verbose=1):
+          skip_corrupt=False, holdout=0.1, verbose=1):
     """Trains `model` on `data` with a recipe; returns a results dict.
+
+    Prints a summary (model, parameters, weights, image size, classes and
+    images per split, preset, batch, steps, optimizer and peak learning
+    rate, precision, strategy and devices, output directory) before the
+    first step. The data's class names are stored in the saved model's head
+    (`keras_vit.labels.class_names(keras.saving.load_model(path))`), and in
+    `OUT/labels.txt`.
 
     Args:
         model: a named model (`"ViTB16"`), a `.keras` path or a keras.Model
@@ -74,12 +162,16 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
         data: a `keras_vit.data.make_dataset` source (`"tfds:cifar10"`,
             `"tfrecord:gs://..."`, `"folder:..."`).
         weights: `weights=` of the named model (`"imagenet21k"`, a path).
+            The `finetune` recipe without weights warns: it fine-tunes
+            random weights.
         recipe: `"finetune"`, `"augreg"`, `"scratch"` or a `Recipe`; the
             other arguments override its values.
         out: run directory: `model.keras` (final), `best.keras`, `log.csv`,
-            `tensorboard/`, `backup/` (resume: run the same call again).
-            Under a multi-worker strategy the chief writes there and the
-            other workers under `out/workers/<task id>/`.
+            `labels.txt`, `tensorboard/`, `backup/` (resume: run the same
+            call again). Under a multi-worker strategy the chief writes
+            there and the other workers under `out/workers/<task id>/`.
+        image_size: input size (default: the recipe's: 384 for `finetune`,
+            224 otherwise).
         steps: total optimizer steps (or give `epochs`).
         sam_rho: train with SAM at this radius.
         precision: `float32`, `mixed_bfloat16`, `mixed_float16`.
@@ -88,12 +180,32 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
             path does not use AMX; MirroredStrategy over CPU devices fails
             with XLA).
         gradient_accumulation_steps: batches per optimizer update.
+        train_split, val_split: split names. `val_split=None`: `validation`
+            when the data has it, else `test`. A folder of class subfolders
+            without split folders holds out `holdout` of each class
+            (deterministic) as its validation split.
+        preset: a `keras_vit.data` preset; default: the recipe's, or
+            `small` for images of 64 px or less.
+        skip_corrupt: skip and count corrupt image files instead of stopping
+            at the first with an error naming it.
+        holdout: fraction held out of a folder without split folders.
 
     Returns:
         dict with `val_accuracy`, `val_loss`, `seconds`, `steps`, `epochs`,
-        and the artifact paths.
+        `data` (`{"train": {split, images, classes}, "validation": ...}`),
+        `summary`, `skipped_corrupt` and the artifact paths.
+
+    Example:
+
+    ```python
+    results = keras_vit.training.train(
+        "ViTB16", "folder:/data/flowers", weights="imagenet21k",
+        recipe="finetune", image_size=224, batch_size=64, steps=2_000)
+    model = keras.saving.load_model(results["model"])
+    ```
     """
-    from keras_vit.data import make_dataset
+    from keras_vit import labels as labels_lib
+    from keras_vit.data.presets import auto_preset
 
     start = time.perf_counter()
     recipe = get_recipe(recipe)
@@ -104,45 +216,89 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
         strategy = get_strategy(strategy)
     image_size = image_size or recipe.image_size
     batch_size = batch_size or recipe.batch_size
-    preset = preset or recipe.preset
-    train_ds, info = make_dataset(
-        data, train_split, image_size=image_size, batch_size=batch_size, training=True,
-        preset=preset, seed=seed, repeat=True, data_dir=data_dir, cache=cache,
-        with_info=True)
-    val_ds = make_dataset(data, val_split, image_size=image_size, batch_size=batch_size,
-                          data_dir=data_dir, cache=cache)
+    if preset is None:
+        preset, preset_reason = auto_preset(recipe.preset, image_size)
+    else:
+        preset_reason = "given"
+    common = dict(image_size=image_size, batch_size=batch_size, data_dir=data_dir,
+                  cache=cache, skip_corrupt=skip_corrupt, holdout=holdout)
+    train_ds, info = _open_data(data, train_split, training=True, preset=preset, seed=seed,
+                                repeat=True, **common)
+    val_split, val_ds, val_info = _pick_val_split(
+        data, val_split, train_split, lambda split: _open_data(data, split, **common))
     if steps_per_epoch is None:
         per_epoch = (info.num_examples or 50 * batch_size) // batch_size
         steps_per_epoch = max(1, min(per_epoch, steps or per_epoch))
     if steps is None and epochs is None:
-        raise ValueError("Give `steps` or `epochs`.")
+        raise ValueError("Give `steps` or `epochs` (keras-vit train: --steps or --epochs).")
     epochs = epochs or math.ceil(steps / steps_per_epoch)
     total_steps = steps or epochs * steps_per_epoch
     updates = total_steps // (gradient_accumulation_steps or 1)
     if jit_compile == "auto":
         jit_compile = not uses_only_cpus(strategy)
+    named = isinstance(model, str) and not model.endswith(".keras")
+    if named and weights is None and recipe.name == "finetune":
+        logger.warning(
+            "Fine-tuning %s without pretrained weights: the 'finetune' recipe (SGD, "
+            "few steps) expects a pretrained model, and random weights will learn little. "
+            "Pass weights (e.g. --weights imagenet21k) or use --recipe scratch.", model)
 
     with strategy.scope():
         net = _build_model(model, weights, info.num_classes, image_size, recipe,
                            dropout_rate, drop_path_rate, model_kwargs)
+        _check_classes(net, info, data, names_must_match=False)
         trainable = SAMModel(net, rho=sam_rho) if sam_rho else net
         smoothing = recipe.label_smoothing if label_smoothing is None else label_smoothing
+        optimizer = make_optimizer(recipe, max(updates, 2), learning_rate,
+                                   gradient_accumulation_steps)
         trainable.compile(
-            optimizer=make_optimizer(recipe, max(updates, 2), learning_rate,
-                                     gradient_accumulation_steps),
+            optimizer=optimizer,
             loss=keras.losses.CategoricalCrossentropy(from_logits=True,
                                                       label_smoothing=smoothing),
             metrics=["accuracy"], jit_compile=jit_compile)
+    names_inside = labels_lib.set_class_names(net, info.class_names)
     prepare_model(trainable, strategy)
     is_chief, task_id = worker_task(strategy)
     if not is_chief:  # every worker saves; only the chief's files are the run's
         out = os.path.join(out, "workers", str(task_id))
-    history = trainable.fit(train_ds, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                            validation_data=val_ds, callbacks=default_callbacks(out),
-                            verbose=verbose)
-    val_loss, val_accuracy = trainable.evaluate(val_ds, verbose=0)
+    data_rows = {"train": _split_row(info), "validation": _split_row(val_info)}
+    summary = {
+        "model": model if isinstance(model, str) else net.name,
+        "parameters": int(net.count_params()),
+        "weights": (str(weights) if weights is not None else
+                    "random initialisation" if named else "those of the model given"),
+        "image_size": image_size, "classes": info.num_classes,
+        "class_names": list(info.class_names), "data": data_rows,
+        "preset": preset if isinstance(preset, str) else preset.name,
+        "preset_reason": preset_reason, "batch_size": batch_size,
+        "gradient_accumulation_steps": gradient_accumulation_steps,
+        "epochs": epochs, "steps_per_epoch": steps_per_epoch, "recipe": recipe.name,
+        "optimizer": recipe.optimizer,
+        "learning_rate": learning_rate if learning_rate is not None else recipe.learning_rate,
+        "warmup_steps": recipe.warmup_for(max(updates, 2)), "decay": recipe.decay,
+        "sam_rho": sam_rho, "precision": precision, "strategy": _strategy_row(strategy),
+        "out": out,
+    }
+    if verbose:
+        print(f"keras-vit train: {summary['model']} on {data}\n{format_summary(summary)}",
+              file=sys.stderr, flush=True)
+    try:
+        history = trainable.fit(train_ds, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                                validation_data=val_ds, callbacks=default_callbacks(out),
+                                shuffle=False, verbose=verbose)
+        val_loss, val_accuracy = trainable.evaluate(val_ds, verbose=0)
+    except Exception as error:  # a corrupt file: one sentence naming it
+        _raise_data_error(error)
+        raise
     final = os.path.join(out, "model.keras")
     net.save(final)
+    labels_path = os.path.join(out, "labels.txt")
+    with open(labels_path, "w", encoding="utf-8") as f:
+        f.write("".join(f"{name}\n" for name in info.class_names))
+    if not names_inside:
+        logger.warning("%s's last layer is not a keras_vit ClassifierHead, so the class "
+                       "names are not inside %s; they are in %s.", net.name, final,
+                       labels_path)
     results = {
         "val_accuracy": float(val_accuracy), "val_loss": float(val_loss),
         "seconds": round(time.perf_counter() - start, 1),
@@ -150,28 +306,103 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
         "epochs_run_now": len(history.epoch), "first_epoch_run_now":
             history.epoch[0] if history.epoch else None,
         "model": final, "best_model": os.path.join(out, "best.keras"),
-        "log": os.path.join(out, "log.csv"), "recipe": recipe.name, "sam_rho": sam_rho,
+        "log": os.path.join(out, "log.csv"), "labels": labels_path,
+        "recipe": recipe.name, "sam_rho": sam_rho,
         "precision": precision, "replicas": strategy.num_replicas_in_sync,
-        "classes": info.num_classes,
+        "classes": info.num_classes, "class_names": list(info.class_names),
+        "data": {k: {f: v[f] for f in ("split", "images", "classes")}
+                 for k, v in data_rows.items()},
+        "preset": summary["preset"], "image_size": image_size,
+        "skipped_corrupt": ({"train": info.skipped_corrupt,
+                             "validation": val_info.skipped_corrupt}
+                            if skip_corrupt else None),
+        "summary": summary,
     }
+    if skip_corrupt and (info.skipped_corrupt or val_info.skipped_corrupt):
+        logger.warning("Skipped corrupt or non-image files: %d reads in training (each "
+                       "epoch reads a file again), %d in validation.",
+                       info.skipped_corrupt, val_info.skipped_corrupt)
     return results
 
 
-def evaluate(model_path, data, split="test", image_size=None, batch_size=64,
-             data_dir=None):
-    """Accuracy and loss of a saved model on a data source's split."""
-    from keras_vit.data import make_dataset
+def _raise_data_error(error):
+    """Re-raises a TF pipeline error about the data as one ValueError."""
+    from keras_vit.data import data_error
 
+    converted = data_error(error)
+    if converted is not None:
+        raise converted from None
+
+
+def _check_classes(model, info, data, names_must_match=True):
+    """The model's outputs and stored class names against the data's: a
+    ValueError, or with `names_must_match=False` a warning for other names
+    (training a trained model on new data renames its classes)."""
+    outputs = model.output_shape[-1]
+    if outputs != info.num_classes:
+        raise ValueError(
+            f"The model outputs {outputs} classes but {data} ({info.split}) has "
+            f"{info.num_classes}: {', '.join(map(str, info.class_names[:10]))}"
+            f"{', ...' if info.num_classes > 10 else ''}.")
+    from keras_vit.labels import class_names
+
+    names = class_names(model)
+    if names is not None and list(names) != list(info.class_names):
+        different = [(i, a, b) for i, (a, b) in enumerate(zip(names, info.class_names))
+                     if a != b]
+        i, a, b = different[0]
+        message = (f"The model's class names differ from those of {data} ({info.split}): "
+                   f"class {i} is {a!r} in the model and {b!r} in the data "
+                   f"({len(different)} of {outputs} differ)")
+        if names_must_match:
+            raise ValueError(message + "; its predictions would be scored against other "
+                             "classes.")
+        logger.warning("%s; training gives the model the data's class names.", message)
+
+
+def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
+             data_dir=None, skip_corrupt=False, holdout=0.1):
+    """Accuracy and loss of a saved model on a data source's split.
+
+    `split=None`: `validation` when the data has it, else `test` (a folder
+    of class subfolders: its deterministic holdout). The model's class count
+    (and its stored class names) must match the data's; otherwise a
+    ValueError says both.
+
+    Example:
+
+    >>> keras_vit.training.evaluate("runs/x/model.keras", "folder:data")  # doctest: +SKIP
+    {'accuracy': 0.98, 'loss': 0.07, ...}
+    """
+    from keras_vit.export._common import output_kind
+
+    if not str(model_path).endswith(".keras"):
+        raise ValueError(f"MODEL must be a .keras file (keras-vit train's model.keras or "
+                         f"model.save); got {str(model_path)!r}.")
+    if not os.path.isfile(model_path):
+        raise ValueError(f"Model file not found: {str(model_path)!r}.")
     model = keras.saving.load_model(model_path)
     size = image_size or model.input_shape[1]
-    dataset = make_dataset(data, split, image_size=size, batch_size=batch_size,
-                           data_dir=data_dir)
-    from_logits = model.layers[-1].get_config().get("activation") in (None, "linear")
+    common = dict(image_size=size, batch_size=batch_size, data_dir=data_dir,
+                  skip_corrupt=skip_corrupt, holdout=holdout)
+    split, dataset, info = _pick_val_split(
+        data, split, None, lambda s: _open_data(data, s, **common))
+    _check_classes(model, info, data)
+    try:
+        from_logits = output_kind(model) == "logits"
+    except ValueError:
+        from_logits = False
     model.compile(loss=keras.losses.CategoricalCrossentropy(from_logits=from_logits),
                   metrics=["accuracy"])
-    loss, accuracy = model.evaluate(dataset, verbose=0)
-    return {"accuracy": float(accuracy), "loss": float(loss), "model": model_path,
-            "data": data, "split": split}
+    try:
+        loss, accuracy = model.evaluate(dataset, verbose=0)
+    except Exception as error:
+        _raise_data_error(error)
+        raise
+    return {"accuracy": float(accuracy), "loss": float(loss), "model": str(model_path),
+            "data": data, "split": split, "images": info.num_examples,
+            "classes": info.num_classes,
+            "skipped_corrupt": info.skipped_corrupt if skip_corrupt else None}
 
 
 def print_json_line(results):

@@ -1,23 +1,24 @@
-"""Official checkpoints: registry, download, key mapping, posemb resize."""
+"""Official checkpoints: registry, download, key mapping, posemb resize.
 
-from keras_vit.weights.download import WeightsDownloadError
-from keras_vit.weights.official import (
-    CheckpointMismatchError,
-    CorruptCheckpointError,
-    load_official_weights,
-    official_manifest,
-    read_checkpoint,
-    save_official_weights,
-)
-from keras_vit.weights.posemb import resize_position_embedding
+The names load on first use (PEP 562), so `keras_vit.weights.registry`
+(pure Python) can be read without importing Keras or TensorFlow.
+"""
 
-__all__ = [
-    "CheckpointMismatchError",
-    "CorruptCheckpointError",
-    "WeightsDownloadError",
-    "load_official_weights",
-    "official_manifest",
-    "read_checkpoint",
-    "resize_position_embedding",
-    "save_official_weights",
-]
+from keras_vit._lazy import attach
+
+_EXPORTS = {
+    "WeightsDownloadError": "download",
+    "CheckpointMismatchError": "official",
+    "CheckpointNotFoundError": "official",
+    "CorruptCheckpointError": "official",
+    "UnsupportedCheckpointError": "official",
+    "ACCEPTED_FORMATS": "official",
+    "sniff_checkpoint": "official",
+    "load_official_weights": "official",
+    "official_manifest": "official",
+    "read_checkpoint": "official",
+    "save_official_weights": "official",
+    "resize_position_embedding": "posemb",
+}
+
+__getattr__, __dir__, __all__ = attach(__name__, _EXPORTS)

@@ -6,7 +6,11 @@ import os
 
 import keras
 
-from keras_vit.weights.official import CorruptCheckpointError, read_checkpoint
+from keras_vit.weights.official import (
+    CorruptCheckpointError,
+    UnsupportedCheckpointError,
+    read_checkpoint,
+)
 
 logger = logging.getLogger("keras_vit")
 
@@ -36,7 +40,7 @@ def fetch(url, filename, hint=None):
             cache_dir=cache_root(),
         )
     except Exception as error:  # get_file raises a bare Exception
-        hint = hint or f"download it elsewhere and pass its local path"
+        hint = hint or "download it elsewhere and pass its local path"
         raise WeightsDownloadError(
             f"Could not download {url} ({error}). If this machine is offline "
             f"or cannot reach that host, {hint}."
@@ -49,12 +53,19 @@ def fetch_checkpoint(url, filename):
     A cached file that fails the integrity check (bad zip, CRC error,
     truncated) is deleted and downloaded once more; if the new copy is
     corrupt too, it is deleted as well and a `CorruptCheckpointError` says
-    so. Returns `(path, params)`.
+    so. A download in another format (an HTML error page, a PyTorch file,
+    ...) is deleted from the cache at once. Returns `(path, params)`.
+
+    Raises:
+        WeightsDownloadError: the download failed.
+        CorruptCheckpointError: corrupt twice in a row.
+        UnsupportedCheckpointError: the URL serves something other than an
+            official `.npz`; the message names the URL and what it served.
     """
     hint = f"download it elsewhere and pass weights='/path/to/{filename}'"
     path = fetch(url, filename, hint)
     try:
-        return path, read_checkpoint(path)
+        return path, _read_download(url, path)
     except CorruptCheckpointError as error:
         logger.warning(
             "Cached checkpoint %s failed the integrity check (%s); deleting "
@@ -63,11 +74,22 @@ def fetch_checkpoint(url, filename):
         os.remove(path)
     path = fetch(url, filename, hint)
     try:
-        return path, read_checkpoint(path)
+        return path, _read_download(url, path)
     except CorruptCheckpointError as error:
         os.remove(path)
         raise CorruptCheckpointError(
             f"The checkpoint downloaded from {url} is corrupt ({error}), "
             "twice in a row; the file was removed from the cache. Check the "
             f"URL or your mirror, or {hint}."
+        ) from error
+
+
+def _read_download(url, path):
+    try:
+        return read_checkpoint(path)
+    except UnsupportedCheckpointError as error:
+        os.remove(path)
+        raise UnsupportedCheckpointError(
+            f"The file downloaded from {url} is not an official .npz "
+            f"checkpoint (it was removed from the cache): {error}"
         ) from error

@@ -15,11 +15,21 @@ official key(s), their shapes and the two conversions. Loading checks the
 whole key set first and raises `CheckpointMismatchError` listing every
 missing, unexpected and mis-shaped key: no key is ignored and no weight is
 left at its random initialisation silently.
+
+`sniff_checkpoint(path)` tells, from a file's first bytes, what it is before
+anything reads it: an official `.npz`, a Keras `.weights.h5`, or something
+else (a PyTorch or safetensors file, a whole Keras model, a TensorFlow
+checkpoint, an HTML error page, ...), which raises
+`UnsupportedCheckpointError` naming what was found.
 """
 
 import dataclasses
+import errno
+import json
 import logging
+import os
 import re
+import struct
 import zipfile
 import zlib
 
@@ -41,11 +51,59 @@ POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
 
 
 class CheckpointMismatchError(ValueError):
-    """The checkpoint's keys or shapes do not fit the model."""
+    """The checkpoint's keys or shapes do not fit the model.
+
+    Raised by `load_official_weights` with the full key lists as attributes
+    `missing`, `unexpected` and `misshaped` (the message shows at most 20 of
+    each), and `source` / `model_name`.
+    """
+
+    def __init__(self, message, missing=(), unexpected=(), misshaped=(),
+                 source=None, model_name=None):
+        super().__init__(message)
+        self.missing = list(missing)
+        self.unexpected = list(unexpected)
+        self.misshaped = list(misshaped)
+        self.source = source
+        self.model_name = model_name
 
 
 class CorruptCheckpointError(ValueError):
-    """The file is not a readable `.npz` archive (bad zip, CRC, pickle)."""
+    """The file is an official `.npz` (a zip of `.npy` arrays) or an HDF5
+    file, but a damaged one: bad zip, CRC error, truncated, pickled entries,
+    or an empty file."""
+
+
+class UnsupportedCheckpointError(ValueError):
+    """The file is readable but in a format keras_vit does not load (a
+    PyTorch or safetensors checkpoint, a whole Keras model, a TensorFlow
+    checkpoint, an HTML page, ...). The message names the format found."""
+
+
+class CheckpointNotFoundError(ValueError, FileNotFoundError):
+    """No file at the given path ("Weights file not found: 'PATH'.").
+
+    Both a `ValueError` (a bad `weights=` argument) and a
+    `FileNotFoundError` (`errno` is ENOENT); `path` is the path as given.
+    """
+
+    def __init__(self, path):
+        self.path = path
+        message = f"Weights file not found: {path!r}."
+        super().__init__(message)
+        self.errno, self.strerror = errno.ENOENT, message
+
+    def __str__(self):  # OSError's "[Errno 2] ..." form would hide the message
+        return self.strerror
+
+    def __reduce__(self):
+        return type(self), (self.path,)
+
+
+ACCEPTED_FORMATS = (
+    "keras_vit reads official .npz checkpoints (google-research/"
+    "vision_transformer format) and Keras .weights.h5 files"
+)
 
 
 @dataclasses.dataclass
@@ -217,6 +275,252 @@ def official_manifest(model):
     return sorted(rows)
 
 
+# --- what is this file? ----------------------------------------------------
+
+_HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+_ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
+_NPY_MAGIC = b"\x93NUMPY"
+# torch.save before 1.6: pickle protocol 2, then the magic number 0x1950a86a20f9469cfc6c.
+_LEGACY_TORCH_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+# Footer of a TensorFlow checkpoint `.index` file (an SSTable).
+_TF_INDEX_MAGIC = struct.pack("<Q", 0xDB4775248B80FB57)
+_TF_DATA_SHARD = re.compile(r"\.data-\d+-of-\d+$")
+_CONVERT = "Convert it or load it with the library that wrote it."
+_LOAD_MODEL = "Load it with keras.saving.load_model(path)"
+
+
+def _unsupported(name, what, advice=_CONVERT):
+    return UnsupportedCheckpointError(
+        f"{name!r} is {what}; {ACCEPTED_FORMATS}. {advice}"
+    )
+
+
+def _snippet(text, limit=60):
+    line = " ".join(text.strip().split())
+    return repr(line[:limit] + ("..." if len(line) > limit else ""))
+
+
+def _looks_like_text(head):
+    if not head or b"\x00" in head:
+        return False
+    text = head.decode("utf-8", "replace")
+    bad = sum(1 for c in text if c == "\ufffd" or (ord(c) < 32 and c not in "\t\r\n\f"))
+    return bad <= max(1, len(text) // 100)
+
+
+def _sniff_text(name, head):
+    text = head.decode("utf-8", "replace")
+    lower = text.lstrip().lower()
+    if lower.startswith("version https://git-lfs.github.com/spec"):
+        return _unsupported(
+            name, "a Git LFS pointer, not the file it points to",
+            "Fetch the real file (`git lfs pull`) and pass that.")
+    if lower.startswith(("<!doctype html", "<html")) or "<html" in lower[:1000]:
+        title = re.search(r"<title[^>]*>(.*?)</title>", text, re.I | re.S)
+        shown = (f"titled {_snippet(title.group(1))}" if title and title.group(1).strip()
+                 else f"it starts with {_snippet(text)}")
+        what = f"an HTML page, not a checkpoint ({shown})"
+        return _unsupported(
+            name, what, "Was an error or login page saved in place of the file? "
+            "Download the checkpoint again.")
+    if lower.startswith("model_checkpoint_path"):
+        return _unsupported(
+            name, "the 'checkpoint' index of a TensorFlow checkpoint directory")
+    if lower.startswith(("{", "[")):
+        what = f"a JSON file, not a checkpoint (it starts with {_snippet(text)})"
+        return _unsupported(name, what, "Pass the weights file itself.")
+    what = f"a text file, not a checkpoint (it starts with {_snippet(text)})"
+    return _unsupported(name, what, "Pass the weights file itself.")
+
+
+def _sniff_safetensors(name, path, head, size):
+    if len(head) < 10 or head[8:9] != b"{":
+        return None
+    (length,) = struct.unpack("<Q", head[:8])
+    if length < 2 or length > size - 8:
+        return None
+    with open(path, "rb") as f:
+        f.seek(8)
+        header = f.read(min(length, 100_000_000))
+    try:
+        tensors = [k for k in json.loads(header) if k != "__metadata__"]
+        example = f", e.g. {sorted(tensors)[0]!r}" if tensors else ""
+        what = f"a safetensors file ({len(tensors)} tensors{example})"
+    except (ValueError, TypeError, UnicodeDecodeError):
+        what = "a safetensors file"
+    return _unsupported(
+        name, what, "safetensors (timm, Hugging Face transformers) are not read "
+        "yet: convert it, or load it with the library that wrote it.")
+
+
+def _sniff_zip(name, path):
+    """"npz", or an error naming the kind of zip."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            members = archive.namelist()
+    except (zipfile.BadZipFile, OSError, EOFError) as error:
+        return CorruptCheckpointError(
+            f"{name!r} is a damaged or truncated zip archive, not a readable "
+            f".npz checkpoint ({error}). Download it again."
+        )
+    if all(m.endswith(".npy") for m in members):
+        return "npz"
+    if any(m == "data.pkl" or m.endswith("/data.pkl") for m in members):
+        return _unsupported(name, "a PyTorch checkpoint (zip with data.pkl)")
+    if "config.json" in members and any(m.startswith("model.weights.") for m in members):
+        return _unsupported(
+            name, "a whole Keras model (.keras zip with config.json and "
+            "model.weights.h5)", f"{_LOAD_MODEL}.")
+    shown = ", ".join(members[:5]) + (", ..." if len(members) > 5 else "")
+    return _unsupported(
+        name, f"a zip archive but not a NumPy .npz (members: {shown})",
+        "Unpack it and pass the checkpoint inside.")
+
+
+def _sniff_hdf5(name, path):
+    """"keras_weights", or an error naming the kind of HDF5 file."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            attrs = set(f.attrs)
+            entries = sorted(f.keys())
+            layers = sorted(f["layers"].keys()) if isinstance(
+                f.get("layers"), h5py.Group) else []
+    except OSError as error:
+        return CorruptCheckpointError(
+            f"{name!r} is a damaged or truncated HDF5 file ({error}). "
+            "Write or download it again."
+        )
+    if "model_config" in attrs:
+        return _unsupported(
+            name, "a whole Keras model saved as HDF5 (.h5 with a model_config "
+            "attribute), not a Keras .weights.h5 file",
+            f"{_LOAD_MODEL} (tf_keras.models.load_model for Keras 2 files).")
+    if "layer_names" in attrs:
+        return _unsupported(
+            name, "a Keras 2 weights file (model.save_weights to .h5, with "
+            "layer_names), which holds no architecture and does not map onto "
+            "keras_vit's layers",
+            "Load it into the Keras 2 model that wrote it.")
+    if entries and set(entries) <= {"layers", "vars", "optimizer"}:
+        if "patches" in layers:  # every keras_vit ViT, hybrid and Mixer
+            return "keras_weights"
+        shown = ", ".join(layers[:5]) + (", ..." if len(layers) > 5 else "")
+        return _unsupported(
+            name, f"a Keras .weights.h5 file of another model (layers: "
+            f"{shown or 'none'}), not of a keras_vit ViT, hybrid or Mixer",
+            "Load it into the model that wrote it.")
+    shown = ", ".join(entries[:5]) + (", ..." if len(entries) > 5 else "")
+    return _unsupported(
+        name, f"an HDF5 file but not a Keras weights file (top-level "
+        f"entries: {shown or 'none'})")
+
+
+def _sniff_directory(name, path):
+    entries = set(os.listdir(path))
+    if "saved_model.pb" in entries or "saved_model.pbtxt" in entries:
+        return _unsupported(
+            name, "a TensorFlow SavedModel directory",
+            "Load it with tf.saved_model.load or keras.layers.TFSMLayer.")
+    if "checkpoint" in entries or any(e.endswith(".index") for e in entries):
+        return _unsupported(name, "a TensorFlow checkpoint directory")
+    if any(e.startswith(("_CHECKPOINT_METADATA", "_METADATA")) for e in entries):
+        return _unsupported(name, "an Orbax (JAX) checkpoint directory")
+    return _unsupported(name, "a directory", "Pass the checkpoint file inside it.")
+
+
+def sniff_checkpoint(path, name=None):
+    """Tells what the file at `path` is, from its first bytes (magic numbers,
+    not the extension), before anything reads it.
+
+    Args:
+        path: local path.
+        name: how to name it in messages (default: `path` as given).
+
+    Returns:
+        `"npz"` for an official-format `.npz` (a zip of `.npy` arrays) or
+        `"keras_weights"` for a Keras 3 `.weights.h5` (HDF5) written by a
+        keras_vit model (its Functional layers include `patches`).
+
+    Raises:
+        CheckpointNotFoundError: no file at `path`.
+        UnsupportedCheckpointError: a PyTorch checkpoint (zip with data.pkl,
+            or a legacy pickle), a Python pickle, a safetensors file, a whole
+            Keras model (.keras, or .h5 with a model_config), a Keras 2 or
+            other HDF5 file, a Keras .weights.h5 of a non-keras_vit model, a
+            TensorFlow checkpoint or SavedModel, a single .npy array, a
+            gzip/tar/other zip archive, a text/HTML/JSON file, a Git LFS
+            pointer, a directory, or unrecognised bytes. The message names
+            the format found and what is accepted.
+        CorruptCheckpointError: an empty file, a damaged zip or HDF5 file.
+    """
+    name = os.fspath(path) if name is None else name
+    path = os.path.expanduser(os.fspath(path))
+    if os.path.isdir(path):
+        raise _sniff_directory(name, path)
+    if not os.path.isfile(path):
+        if os.path.isfile(path + ".index"):
+            raise _unsupported(
+                name, f"the prefix of a TensorFlow checkpoint ({name}.index, "
+                f"{name}.data-*)")
+        raise CheckpointNotFoundError(name)
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if not head:
+        raise CorruptCheckpointError(
+            f"{name!r} is empty (0 bytes): an interrupted download or copy? "
+            "Fetch it again."
+        )
+    found = _identify(name, path, head, size)
+    if isinstance(found, Exception):
+        raise found
+    return found
+
+
+def _identify(name, path, head, size):
+    """The accepted kind, or the exception that names what the file is."""
+    if head.startswith(_ZIP_MAGICS):
+        return _sniff_zip(name, path)
+    if any(head[o:o + 8] == _HDF5_MAGIC for o in (0, 512, 1024, 2048)):
+        return _sniff_hdf5(name, path)
+    if head.startswith(_LEGACY_TORCH_MAGIC):
+        return _unsupported(
+            name, "a legacy PyTorch checkpoint (pickled, torch.save before 1.6)")
+    if head[0] == 0x80 and len(head) > 1 and 2 <= head[1] <= 5:
+        return _unsupported(
+            name, f"a Python pickle (protocol {head[1]}), e.g. a PyTorch or "
+            "joblib file; keras_vit never unpickles files")
+    if head.startswith(_NPY_MAGIC):
+        return _unsupported(
+            name, "a single NumPy array (.npy), not an .npz archive of named "
+            "arrays", "Save all arrays with numpy.savez under their official "
+            "keys, or use keras_vit.save_official_weights(model, path).")
+    safetensors = _sniff_safetensors(name, path, head, size)
+    if safetensors is not None:
+        return safetensors
+    if head.startswith(b"\x1f\x8b"):
+        return _unsupported(name, "a gzip-compressed file (e.g. a .tar.gz)",
+                            "Unpack it and pass the checkpoint inside.")
+    if head[257:262] == b"ustar":
+        return _unsupported(name, "a tar archive",
+                            "Unpack it and pass the checkpoint inside.")
+    if _TF_DATA_SHARD.search(path) or (
+            path.endswith(".index") and size >= 8 and _tail(path) == _TF_INDEX_MAGIC):
+        return _unsupported(name, "a part of a TensorFlow checkpoint")
+    if _looks_like_text(head):
+        return _sniff_text(name, head)
+    return _unsupported(
+        name, f"in no format keras_vit recognises (it starts with {head[:16]!r})")
+
+
+def _tail(path):
+    with open(path, "rb") as f:
+        f.seek(-8, os.SEEK_END)
+        return f.read(8)
+
+
 # --- reading -------------------------------------------------------------
 
 _LINEN_TO_PRE_LINEN = {
@@ -249,13 +553,31 @@ def canonical_keys(params):
 def read_checkpoint(path):
     """Reads an official `.npz` into `{canonical key: float32 array}`.
 
-    Every member is read in full, so the zip CRC of each array is checked.
-    `allow_pickle=False` always.
+    The format is checked first from the file's bytes (`sniff_checkpoint`);
+    then every member is read in full, so the zip CRC of each array is
+    checked. `allow_pickle=False` always.
 
     Raises:
-        CorruptCheckpointError: not a readable archive, a CRC error, a
-            truncated file, or an entry that is not a numeric array.
+        CheckpointNotFoundError: no file at `path` ("Weights file not found:
+            'PATH'.").
+        UnsupportedCheckpointError: not an official `.npz`: a PyTorch,
+            safetensors or TensorFlow checkpoint, a whole Keras model, a
+            Keras `.weights.h5` (load those with `weights=` or
+            `model.load_weights`), an HTML page, ...
+        CorruptCheckpointError: an `.npz` that is damaged: a CRC error, a
+            truncated or empty file, or an entry that is not a numeric array
+            (pickled objects).
     """
+    name = os.fspath(path)
+    if sniff_checkpoint(path) == "keras_weights":
+        raise UnsupportedCheckpointError(
+            f"{name!r} is a Keras .weights.h5 file, not an official .npz "
+            "checkpoint: it holds no architecture. Pass it as `weights=` to "
+            "the builder of the model that wrote it (e.g. "
+            "keras_vit.ViTB16(weights=path)) or call model.load_weights(path); "
+            "read_checkpoint and model_from_checkpoint read official .npz files."
+        )
+    path = os.path.expanduser(name)
     try:
         with np.load(path, allow_pickle=False) as archive:
             if not hasattr(archive, "files"):
@@ -264,14 +586,14 @@ def read_checkpoint(path):
     except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError,
             KeyError) as error:
         raise CorruptCheckpointError(
-            f"{path} is not a readable .npz checkpoint: {error}"
+            f"{name} is not a readable .npz checkpoint: {error}"
         ) from error
     if not params:
-        raise CorruptCheckpointError(f"{path} is an empty .npz archive.")
+        raise CorruptCheckpointError(f"{name} is an empty .npz archive.")
     for key, value in params.items():
         if value.dtype.kind not in "fiu":
             raise CorruptCheckpointError(
-                f"{path}: entry {key!r} has dtype {value.dtype}, expected a "
+                f"{name}: entry {key!r} has dtype {value.dtype}, expected a "
                 "float array."
             )
     return canonical_keys(params)
@@ -311,7 +633,7 @@ def describe(params):
     )
 
 
-def _fmt(keys, limit=30):
+def _fmt(keys, limit=20):
     keys = list(keys)
     text = ", ".join(keys[:limit])
     if len(keys) > limit:
@@ -319,21 +641,78 @@ def _fmt(keys, limit=30):
     return text
 
 
-def load_official_weights(model, params, source="checkpoint", dropped=()):
-    """Assigns official `params` to `model`'s weights.
+def _what_the_file_is(params):
+    """`(phrase, variant or None)` for the mismatch message."""
+    from keras_vit.models.auto import checkpoint_variant, describe_architecture
+
+    try:
+        return describe_architecture(params), checkpoint_variant(params)
+    except (CheckpointMismatchError, KeyError, IndexError, ValueError):
+        return "no complete official ViT, hybrid or Mixer checkpoint", None
+
+
+def _mismatch_message(model, params, source, missing, unexpected, misshaped):
+    what, variant = _what_the_file_is(params)
+    path = source if isinstance(source, str) and os.path.isfile(
+        os.path.expanduser(source)) else None
+    shown = repr(path) if path else "path"
+    named = f" or keras_vit.{variant.function}(weights={shown})" if variant else ""
+    lines = [
+        f"Checkpoint {source} does not fit model {model.name!r}: "
+        f"{len(missing)} missing, {len(unexpected)} unexpected, "
+        f"{len(misshaped)} mis-shaped keys; the file looks like {what}.",
+        f"  To build the model the file describes, use "
+        f"keras_vit.model_from_checkpoint({shown}){named} (command line: "
+        f"keras-vit predict --model auto --weights {path or 'PATH'}); "
+        "`keras-vit models` lists which model each checkpoint family fits.",
+    ]
+    if missing:
+        lines.append(f"  missing keys ({len(missing)}): {_fmt(missing)}")
+    if unexpected:
+        lines.append(f"  unexpected keys ({len(unexpected)}): {_fmt(unexpected)}")
+    if misshaped:
+        lines.append(f"  mis-shaped keys ({len(misshaped)}): {_fmt(misshaped)}")
+    return "\n".join(lines)
+
+
+def load_official_weights(model, params, source=None, dropped=()):
+    """Assigns official checkpoint weights to `model`'s weights.
 
     Args:
         model: a keras_vit model.
-        params: `{key: array}` (e.g. from `read_checkpoint`).
-        source: how to name the checkpoint in messages.
+        params: `{key: array}` (e.g. from `read_checkpoint`), or the path
+            of an official `.npz` (read with `read_checkpoint`).
+        source: how to name the checkpoint in messages (default: the path,
+            or "checkpoint" for a dict).
         dropped: key prefixes the caller decided not to load (the head
             when it is replaced, `pre_logits` when it is dropped); they are
             neither loaded nor reported as unexpected.
 
+    Returns:
+        The number of model weights assigned.
+
     The position embedding is resized with the official algorithm when the
-    grid differs. Raises `CheckpointMismatchError` listing every missing,
-    unexpected and mis-shaped key before any weight is assigned.
+    grid differs. The whole key set is checked before any weight is
+    assigned.
+
+    Raises:
+        CheckpointMismatchError: keys or shapes do not fit the model. The
+            message opens with one line counting the missing, unexpected
+            and mis-shaped keys and saying which architecture the file
+            describes, then how to build that one
+            (`keras_vit.model_from_checkpoint`), then at most 20 keys of each
+            kind; the exception's `missing`, `unexpected` and `misshaped`
+            hold all of them.
+        CheckpointNotFoundError, UnsupportedCheckpointError,
+            CorruptCheckpointError: from `read_checkpoint` when `params` is
+            a path.
     """
+    if isinstance(params, (str, os.PathLike)):
+        if source is None:
+            source = os.fspath(params)
+        params = read_checkpoint(params)
+    if source is None:
+        source = "checkpoint"
     params = canonical_keys(params)
     table = official_params(model)
     expected = {k for p in table for k in p.keys}
@@ -368,18 +747,11 @@ def load_official_weights(model, params, source="checkpoint", dropped=()):
         if k not in expected and not any(k.startswith(p) for p in dropped)
     ]
     if missing or unexpected or misshaped:
-        lines = [f"Checkpoint {source} does not fit model {model.name!r}:"]
-        if missing:
-            lines.append(f"  missing keys ({len(missing)}): {_fmt(missing)}")
-        if unexpected:
-            lines.append(f"  unexpected keys ({len(unexpected)}): {_fmt(unexpected)}")
-        if misshaped:
-            lines.append(f"  mis-shaped keys ({len(misshaped)}): {_fmt(misshaped)}")
-        lines.append(
-            "  Is it a checkpoint of another architecture? `keras-vit models` "
-            "lists which model each family fits."
+        raise CheckpointMismatchError(
+            _mismatch_message(model, params, source, missing, unexpected, misshaped),
+            missing=missing, unexpected=unexpected, misshaped=misshaped,
+            source=source, model_name=model.name,
         )
-        raise CheckpointMismatchError("\n".join(lines))
     for param, value in assignments:
         param.variable.assign(value)
     return len(assignments)
@@ -400,13 +772,20 @@ def _resize_posemb(model, posemb, source):
 
 def save_official_weights(model, path):
     """Writes `model`'s weights as an official-format `.npz` (pre-Linen
-    names, float32) and returns the `{key: array}` dict. The file loads
-    back with `weights=path` and into the official JAX code."""
+    names, float32) and returns `path` (as a str). The file loads back with
+    `weights=path`, `keras_vit.model_from_checkpoint(path)` and into the
+    official JAX code.
+
+    Raises:
+        ValueError: `model` is not a keras_vit ViT / hybrid / Mixer (no
+            'patches' layer, or a layer with no official counterpart).
+    """
+    path = os.fspath(path)
     arrays = {}
     for param in official_params(model):
         value = np.asarray(param.variable.numpy(), dtype="float32")
         for key, array in zip(param.keys, param.to_official(value)):
             arrays[key] = np.ascontiguousarray(array, dtype="float32")
-    with open(path, "wb") as f:
+    with open(os.path.expanduser(path), "wb") as f:
         np.savez(f, **dict(sorted(arrays.items())))
-    return arrays
+    return path

@@ -5,7 +5,14 @@ import os
 
 from keras_vit.weights import registry
 from keras_vit.weights.download import fetch_checkpoint
-from keras_vit.weights.official import describe, read_checkpoint
+from keras_vit.weights.official import describe, read_checkpoint, sniff_checkpoint
+
+# Names with these endings are files, never registered names: a missing one
+# is "not found", not "unknown weights name".
+FILE_SUFFIXES = (
+    ".npz", ".h5", ".hdf5", ".keras", ".pth", ".pt", ".bin", ".ckpt",
+    ".safetensors", ".pkl", ".pickle", ".npy", ".msgpack", ".index",
+)
 
 
 @dataclasses.dataclass
@@ -21,8 +28,24 @@ class ResolvedWeights:
 def resolve_weights(weights, variant, description):
     """Turns `weights` (None, registered name, URL, local path) into arrays.
 
-    Returns None for `weights=None`. Raises ValueError for unknown names or
-    missing files, TypeError for a non-string.
+    A local file is recognised by its bytes (`sniff_checkpoint`), not its
+    name: an official `.npz` gives its arrays, a Keras `.weights.h5` is
+    loaded later by `model.load_weights`.
+
+    Returns:
+        None for `weights=None`, else a `ResolvedWeights`.
+
+    Raises:
+        TypeError: `weights` is not None, a str or a path.
+        ValueError: an unknown registered name.
+        CheckpointNotFoundError: a path with no file ("Weights file not
+            found: 'PATH'.").
+        UnsupportedCheckpointError: a file in another format (PyTorch,
+            safetensors, a whole Keras model, HTML, ...).
+        CorruptCheckpointError: a damaged file (also after one re-download
+            of a URL or registered name).
+        WeightsDownloadError: a URL or registered name that cannot be
+            downloaded.
     """
     if weights is None:
         return None
@@ -38,16 +61,16 @@ def resolve_weights(weights, variant, description):
         return ResolvedWeights(weights, path, params, describe(params))
     looks_like_path = (
         os.path.exists(weights)
-        or weights.endswith((".npz", ".h5"))
+        or weights.lower().endswith(FILE_SUFFIXES)
         or os.sep in weights
+        or (os.altsep is not None and os.altsep in weights)
+        or weights.startswith("~")
     ) and not weights.startswith(registry.AUGREG_PREFIX)
     if looks_like_path:
         path = os.path.expanduser(weights)
-        if not os.path.isfile(path):
-            raise ValueError(f"Weights file not found: {weights!r}.")
-        if path.endswith(".h5"):
+        if sniff_checkpoint(path, name=weights) == "keras_weights":
             return ResolvedWeights(weights, path, keras_weights=True)
-        params = read_checkpoint(path)
+        params = read_checkpoint(weights)
         return ResolvedWeights(weights, path, params, describe(params))
     remote = registry.resolve(weights, variant, description)
     path, params = fetch_checkpoint(remote.url, remote.filename)

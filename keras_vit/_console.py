@@ -1,0 +1,223 @@
+"""Quiet TensorFlow for the `keras-vit` command, and its one-line errors.
+
+TensorFlow's C++ runtime writes straight to file descriptor 2: absl's
+"All log messages before absl::InitializeLog()" banner, `I0000`/`E0000`
+lines (CUDA stubs, `cuInit`, CPU feature guard) and the TFLite converter's
+MLIR debug lines. `TF_CPP_MIN_LOG_LEVEL` silences only part of them, so
+every command runs under `filtered_stderr()`, which drops those lines and
+passes everything else through as it is written. `--verbose` turns all of it off.
+
+Nothing here imports TensorFlow at module load.
+"""
+
+import contextlib
+import logging
+import os
+import re
+import sys
+import threading
+import warnings
+
+PROG = "keras-vit"
+_state = {"verbose": False}
+
+# Lines written by TensorFlow's C++ logging (glog/absl format: "I0000 00:00:...",
+# "W1234 12:00:00.123 ..."), its pre-initialisation banner, and MLIR/converter
+# debug output.
+_NATIVE_LOG = re.compile(
+    r"^(?:[IWEF]\d{4} [\d:.]+\s+\d+ [\w.+-]+:\d+\] "
+    r"|WARNING: All log messages before absl::InitializeLog\(\)"
+    r"|To enable the following instructions: .* rebuild TensorFlow"
+    r"|INFO: (?:Created|Initialized) TensorFlow Lite"
+    r"|loc\(|\s*(?:fused|callsite)\(|\s*at callsite\("
+    r"|Summary on the non-converted ops:|\s*\* (?:Accepted|Non-Converted) dialects:"
+    r"|Estimated count of arithmetic ops:|\s*- tfl\.|\s*\* \d+ ARITH ops"
+    r"|fully_quantize: \d, inference_type: \d+, input_inference_type: \w+, "
+    r"output_inference_type: \w+)")
+
+
+def quiet(verbose=False):
+    """Silences the logging a command-line user cannot act on; call before
+    TensorFlow is imported. With `verbose=True` it only records the choice."""
+    _state["verbose"] = bool(verbose)
+    if verbose:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    os.environ.setdefault("ABSL_MIN_LOG_LEVEL", "3")
+    # Keras/TensorFlow Python warnings about their own internals.
+    for module in (r"keras(\..*)?", r"tensorflow(\..*)?", r"tf_keras(\..*)?",
+                   r"absl(\..*)?", r"ai_edge_litert(\..*)?"):
+        warnings.filterwarnings("ignore", module=module)
+    logging.getLogger("tensorflow").setLevel(logging.ERROR)
+    logging.getLogger("absl").setLevel(logging.ERROR)
+    if "absl.logging" in sys.modules:
+        _quiet_absl()
+
+
+def _quiet_absl():
+    try:
+        from absl import logging as absl_logging
+    except ImportError:  # pragma: no cover - absl ships with TensorFlow
+        return
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    absl_logging.set_stderrthreshold("error")
+
+
+@contextlib.contextmanager
+def filtered_stderr():
+    """Drops TensorFlow's native log lines written to fd 2 in the block;
+    every other line written to stderr (Python's included) passes through
+    as it is written (a thread reads a pipe standing in for fd 2)."""
+    if _state["verbose"]:
+        yield
+        return
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no real fd 2 (embedded)
+        yield
+        return
+    read_end, write_end = os.pipe()
+
+    def forward():
+        pending = b""
+        while True:
+            chunk = os.read(read_end, 65536)
+            *lines, pending = (pending + chunk).split(b"\n")
+            if not chunk and pending:  # EOF: the last line had no newline
+                lines.append(pending)
+            data = b"".join(line + b"\n" for line in lines
+                            if not _NATIVE_LOG.match(line.decode("utf-8", "replace")))
+            while data:
+                data = data[os.write(saved, data):]
+            if not chunk:
+                break
+        os.close(read_end)
+
+    thread = threading.Thread(target=forward, name="keras-vit-stderr", daemon=True)
+    thread.start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(Exception):
+            sys.stderr.flush()
+        os.dup2(saved, 2)  # closes the pipe's last write end: the thread sees EOF
+        thread.join(timeout=10)
+        os.close(saved)
+
+
+def load_tensorflow():
+    """Imports TensorFlow and Keras and queries the devices with their
+    native start-up lines filtered out; returns the `tensorflow` module."""
+    # (No device query here: a multi-worker strategy must come first. The
+    # cuInit line of the first device use is dropped by the filter `main`
+    # runs every command under.)
+    with filtered_stderr():
+        import tensorflow as tf
+        import keras  # noqa: F401  (its backend loads more native libraries)
+    if not _state["verbose"]:
+        _quiet_absl()
+        tf.get_logger().setLevel(logging.ERROR)
+        with contextlib.suppress(Exception):
+            tf.autograph.set_verbosity(0)
+    return tf
+
+
+# ----------------------------------------------------------------- errors
+
+# Optional dependency (import name) -> (pip package, extra of this project).
+DISTRIBUTION = "keras-vision-transformer"
+OPTIONAL = {
+    "matplotlib": ("matplotlib", "plots"),
+    "tensorflow_datasets": ("tensorflow-datasets", "tfds"),
+    "ai_edge_litert": ("ai-edge-litert", "export"),
+    "tensorboard": ("tensorboard", "train"),
+    "sklearn": ("scikit-learn", "train"),
+    "PIL": ("pillow", "train"),
+    "jax": ("jax[cpu]", "jax"),
+    "h5py": ("h5py", None),
+}
+
+
+def install_hint(module):
+    """`pip install ...` for an optional dependency's import name, or None."""
+    top = (module or "").split(".")[0]
+    if top not in OPTIONAL:
+        return None
+    package, extra = OPTIONAL[top]
+    hint = f"pip install {package}"
+    if extra:
+        hint += f' (or pip install "{DISTRIBUTION}[{extra}]")'
+    return hint
+
+
+_TF_INTERNALS = (
+    re.compile(r"\{\{function_node [^}]*\}\}\s*"),
+    re.compile(r"\[\[\{\{node [^}]*\}\}\]\]"),
+    re.compile(r"\s*\[Op:\w+\](?: name: \S*)?"),
+    re.compile(r"\s*\[\[[^\]]*\]\]"),
+)
+
+
+def _one_line(text):
+    lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
+    return " ".join(lines) if len(lines) <= 3 else lines[0]
+
+
+def _op_error_message(error):
+    message = getattr(error, "message", None) or str(error)
+    for pattern in _TF_INTERNALS:
+        message = pattern.sub(" ", message)
+    message = re.sub(r"\s+", " ", message).strip(" ;:\n")
+    return message or type(error).__name__
+
+
+def _is_op_error(error):
+    tf = sys.modules.get("tensorflow")
+    errors = getattr(tf, "errors", None)
+    op_error = getattr(errors, "OpError", None)
+    return op_error is not None and isinstance(error, op_error)
+
+
+def _converted_data_error(error):
+    """`keras_vit.data.data_error(error)` where it exists (it turns a
+    pipeline error about a corrupt file into a ValueError), else None."""
+    if "keras_vit.data" not in sys.modules:
+        return None
+    try:
+        from keras_vit.data import data_error
+    except ImportError:
+        return None
+    try:
+        return data_error(error)
+    except Exception:  # noqa: BLE001 - a failing converter must not hide the error
+        return None
+
+
+def error_message(error):
+    """(message, exit status) of an exception escaping a command, or None
+    for an exception that is a bug (shown with its traceback)."""
+    # our own ValueErrors already name the file; convert TensorFlow's only
+    converted = (None if isinstance(error, (ValueError, TypeError))
+                 else _converted_data_error(error))
+    if converted is not None:
+        return _one_line(converted), 2
+    if isinstance(error, ImportError):
+        hint = install_hint(getattr(error, "name", None))
+        message = _one_line(error)
+        if hint and "pip install" not in message:
+            message = f"{message.rstrip('.')}: {hint}"
+        return message, 2
+    if isinstance(error, OSError) and error.filename and error.strerror:
+        return f"{error.strerror}: {error.filename!r}.", 2
+    if isinstance(error, (ValueError, TypeError, OSError)):
+        return _one_line(error), 2
+    if _is_op_error(error):
+        return _op_error_message(error), 2
+    return None
+
+
+def print_error(message, file=None):
+    print(f"{PROG}: error: {message}", file=file or sys.stderr)

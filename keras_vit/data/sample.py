@@ -1,0 +1,186 @@
+"""`sample_images`: a small, seeded, class-stratified sample of one split
+of a data source, decoded as the eval pipeline decodes (for calibrating and
+verifying exports, or a quick look at a data set).
+
+>>> from keras_vit.data.sample import sample_images
+>>> sample = sample_images("folder:/data/digits", "train", image_size=32,
+...                        count=500, seed=0)  # doctest: +SKIP
+>>> sample.images.shape, sample.classes  # doctest: +SKIP
+((500, 32, 32, 3), 10)
+"""
+
+import dataclasses
+import inspect
+
+import numpy as np
+
+# Sources whose labels are not listed up front (TFRecords, TFDS) are scanned
+# record by record for their labels; the scan stops after this many records.
+MAX_SCAN = 50_000
+
+
+@dataclasses.dataclass
+class Sample:
+    """Images of one split of a source, in a stratified order.
+
+    `images`: float32 `(N, H, W, 3)` pixels in [0, 255]; `labels`: int
+    `(N,)`; `class_names`: the source's class names (list, may be empty);
+    `split` and `source` name where the images come from; `classes`: the
+    number of distinct labels in the sample; `indices`: the position of each
+    image in the split's record order; `names`: file names / record ids."""
+
+    images: np.ndarray
+    labels: np.ndarray
+    class_names: list
+    split: str
+    source: str
+    classes: int
+    indices: np.ndarray = None
+    names: list = None
+
+    def __len__(self):
+        return len(self.images)
+
+    def describe(self):
+        """`{"split", "images", "classes", "source"}` (what export reports say)."""
+        return {"split": self.split, "images": len(self), "classes": self.classes,
+                "source": self.source}
+
+
+def stratified_order(labels, count=None, seed=0, exclude=None):
+    """Positions into `labels`, `count` of them (all when None): the classes
+    are visited round-robin in a seeded order, each class's positions in a
+    seeded shuffle, so every class is present once `count` >= the number of
+    classes and any prefix of the result is stratified too. `exclude`:
+    positions never chosen."""
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(seed)
+    keep = np.ones(len(labels), bool)
+    if exclude is not None and len(exclude):
+        keep[np.asarray(exclude, int)] = False
+    classes = np.unique(labels[keep])
+    pools = [rng.permutation(np.flatnonzero(keep & (labels == c))) for c in classes]
+    pools = [pools[i] for i in rng.permutation(len(pools))]
+    total = int(keep.sum()) if count is None else min(int(count), int(keep.sum()))
+    order, depth = [], 0
+    while len(order) < total:
+        for pool in pools:
+            if depth < len(pool):
+                order.append(int(pool[depth]))
+                if len(order) == total:
+                    break
+        depth += 1
+    return np.asarray(order, dtype="int64")
+
+
+def _open(source, split, data_dir, holdout):
+    from keras_vit.data.sources import open_source
+
+    kwargs = {"data_dir": data_dir}
+    if "holdout" in inspect.signature(open_source).parameters:
+        kwargs["holdout"] = holdout
+    return open_source(source, split, **kwargs)
+
+
+def _record_labels(src, limit):
+    """int labels of the first `limit` records (read, not decoded)."""
+    import tensorflow as tf
+
+    labels = src.records.take(limit).map(
+        lambda *record: src.read(*record)[1], num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True)
+    return np.fromiter((int(x) for x in labels.as_numpy_iterator()), dtype="int64")
+
+
+def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, holdout=0.1,
+                  exclude=None):
+    """A seeded, class-stratified sample of `count` images of `source`'s `split`.
+
+    The classes are visited round-robin in a seeded order (each class's
+    images in a seeded shuffle), so every class is present when `count` is
+    at least the number of classes, and the same seed gives the same images.
+    Only the chosen images are decoded, with the eval preprocessing of
+    `make_dataset` (decode, bilinear resize to `image_size`).
+
+    Folders list their labels up front. TFRecord and TFDS sources are
+    streamed (undecoded) for their labels; the scan covers the first
+    `MAX_SCAN` (50,000) records of the split, and the sample is drawn from
+    those.
+
+    Args:
+        source: a `keras_vit.data` source string (`"folder:DIR"`,
+            `"tfrecord:..."`, `"tfds:NAME"`).
+        split: the split (`"train"`, `"test"`, `"validation"`; a folder of
+            class subfolders alone has a stratified `holdout` for
+            validation / test).
+        image_size: int or `(height, width)`.
+        count: how many images; None: the whole split (up to the scan cap
+            for streamed sources).
+        seed: the sampling seed.
+        data_dir: TFDS data directory.
+        holdout: the held-out fraction of a folder without split subfolders.
+        exclude: record positions (`Sample.indices` of another sample of the
+            same split) never to choose.
+
+    Returns:
+        `Sample`.
+
+    Example:
+
+    >>> s = sample_images("tfds:cifar10", "test", image_size=224, count=100)  # doctest: +SKIP
+    >>> s.classes, s.images.dtype  # doctest: +SKIP
+    (10, dtype('float32'))
+    """
+    import tensorflow as tf
+
+    from keras_vit.data import augment
+
+    if not isinstance(source, str):
+        raise TypeError(f"source must be a data source string such as 'folder:DIR'; "
+                        f"got {type(source).__name__}.")
+    if count is not None and (isinstance(count, bool) or not isinstance(count, int)
+                              or count < 1):
+        raise ValueError(f"count={count!r}; give a positive int or None (the whole split).")
+    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+    src = _open(source, split, data_dir, holdout)
+    labels = getattr(src, "labels", None)
+    if labels is not None:
+        labels = np.asarray(labels, dtype="int64")
+        scanned = len(labels)
+    else:
+        labels = _record_labels(src, MAX_SCAN)
+        scanned = len(labels)
+    if scanned == 0:
+        raise ValueError(f"{src.description} holds no images.")
+    order = stratified_order(labels, count, seed, exclude)
+    if len(order) == 0:
+        raise ValueError(f"{src.description} has no images left to sample "
+                         f"({0 if exclude is None else len(exclude)} excluded).")
+
+    chosen = tf.constant(np.sort(order))
+
+    def pick(position, record):
+        return tf.reduce_any(tf.equal(position, chosen))
+
+    def read(position, record):
+        record = record if isinstance(record, tuple) else (record,)
+        encoded, label, name = src.read(*record)
+        image = augment.resize(augment.decode_image(encoded), size)
+        return position, tf.ensure_shape(image, size + (3,)), label, name
+
+    dataset = (src.records.take(scanned).enumerate().filter(pick)
+               .map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+               .batch(64))
+    found = {}
+    for positions, images, got_labels, names in dataset.as_numpy_iterator():
+        for p, image, label, name in zip(positions, images, got_labels, names):
+            found[int(p)] = (image, int(label),
+                             name.decode("utf-8", "replace") if isinstance(name, bytes)
+                             else str(name))
+    missing = [int(p) for p in order if int(p) not in found]
+    assert not missing, f"records {missing[:5]} vanished between two reads"
+    images = np.stack([found[int(p)][0] for p in order]).astype("float32")
+    sample_labels = np.asarray([found[int(p)][1] for p in order], dtype="int64")
+    return Sample(images=images, labels=sample_labels, class_names=list(src.class_names or []),
+                  split=split, source=source, classes=int(len(np.unique(sample_labels))),
+                  indices=order, names=[found[int(p)][2] for p in order])

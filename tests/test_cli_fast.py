@@ -1,0 +1,260 @@
+"""The `keras-vit` command as a user runs it: a fresh process each time.
+
+`--help` and argument errors must not import TensorFlow or Keras; every
+error is one `keras-vit: error:` line with exit status 2; `predict` of a
+trained model reports probabilities and the class names stored in it.
+This module imports no TensorFlow itself (the model is built in a child).
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import numpy as np
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+COMMANDS = ["models", "predict", "explain", "train", "evaluate", "export", "quickstart"]
+CLASS_NAMES = ["zero", "one", "two", "three", "four"]
+
+
+def _env():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
+    return env
+
+
+def python(code, **kw):
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
+                          text=True, env=_env(), cwd=kw.pop("cwd", ROOT), **kw)
+
+
+def keras_vit(*argv, cwd=None):
+    """`keras-vit ARGV...` through the console script's launcher module."""
+    return subprocess.run([sys.executable, "-m", "keras_vit_cli", *map(str, argv)],
+                          capture_output=True, text=True, env=_env(), cwd=cwd or ROOT)
+
+
+def assert_one_error_line(result, *fragments, status=2):
+    assert result.returncode == status, (result.stdout, result.stderr)
+    assert "Traceback" not in result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("keras-vit: error: "), lines[0]
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]
+    return lines[0]
+
+
+# ------------------------------------------------------------ no TensorFlow
+
+def test_help_of_every_command_imports_neither_tensorflow_nor_keras():
+    result = python(f"""
+        import io, contextlib, sys, time
+        import keras_vit_cli
+        start = time.perf_counter()
+        for argv in [["--help"]] + [[c, "--help"] for c in {COMMANDS!r}]:
+            with contextlib.redirect_stdout(io.StringIO()) as text:
+                try:
+                    keras_vit_cli.main(argv)
+                except SystemExit as exit:
+                    assert exit.code == 0, (argv, exit.code)
+            assert "usage: keras-vit" in text.getvalue(), argv
+        print(sorted(m for m in ("tensorflow", "keras", "jax", "torch") if m in sys.modules))
+        print(time.perf_counter() - start)
+    """)
+    assert result.returncode == 0, result.stderr
+    modules, seconds = result.stdout.split("\n")[:2]
+    assert modules == "[]"
+    assert float(seconds) < 1.0
+    assert result.stderr == ""
+
+
+@pytest.mark.parametrize("launcher", ["keras_vit_cli", "keras_vit.cli", "keras_vit"])
+def test_help_process_is_fast_and_silent(launcher):
+    start = time.perf_counter()
+    result = subprocess.run([sys.executable, "-m", launcher, "--help"], capture_output=True,
+                            text=True, env=_env(), cwd=ROOT)
+    seconds = time.perf_counter() - start
+    assert result.returncode == 0 and result.stderr == ""
+    assert "--verbose" in result.stdout and "--debug" in result.stdout
+    for command in COMMANDS:
+        assert command in result.stdout
+    assert seconds < 3.0  # ~0.1 s alone; generous for a loaded machine
+
+
+def test_models_json_without_tensorflow():
+    result = python("""
+        import io, json, sys
+        import keras_vit_cli
+        from keras_vit import cli
+        out = io.StringIO()
+        assert cli.main(["models", "--json"], out=out) == 0
+        assert json.loads(out.getvalue())["models"]
+        print("tensorflow" in sys.modules, "keras" in sys.modules)
+    """)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False False"
+
+
+def test_installed_console_script_is_the_lazy_launcher():
+    script = shutil.which("keras-vit", path=os.path.dirname(sys.executable))
+    if script is None or "keras_vit_cli" not in pathlib.Path(script).read_text():
+        pytest.skip("the installed keras-vit script predates keras_vit_cli: pip install -e .")
+    result = subprocess.run([script, "--help"], capture_output=True, text=True, env=_env())
+    assert result.returncode == 0 and result.stderr == ""
+
+
+# ------------------------------------------------------------ errors
+
+def test_predict_missing_file(tmp_path):
+    line = assert_one_error_line(keras_vit("predict", tmp_path / "x.png", "--weights", "a.npz"))
+    assert line == f"keras-vit: error: Image not found: '{tmp_path / 'x.png'}'."
+
+
+def test_predict_empty_directory(tmp_path):
+    (tmp_path / "notes.txt").write_text("no pictures here")
+    assert_one_error_line(keras_vit("predict", tmp_path, "--weights", "a.npz"),
+                          "No image files", ".png", repr(str(tmp_path)))
+
+
+def test_export_of_an_official_checkpoint():
+    line = assert_one_error_line(keras_vit("export", "x.npz", "--format", "tflite",
+                                           "--out", "x.tflite"))
+    assert line == ("keras-vit: error: MODEL must be a .keras file written by keras-vit "
+                    "train or model.save; got 'x.npz' (an official checkpoint: use keras-vit "
+                    "predict --model auto --weights x.npz).")
+    assert_one_error_line(keras_vit("evaluate", "x.npz", "--data", "folder:x"), "got 'x.npz'")
+
+
+def test_predict_model_that_is_not_a_keras_file(tmp_path):
+    image = write_digits(tmp_path, 1)[0]
+    assert_one_error_line(keras_vit("predict", image, "--model", "x.txt"),
+                          "--model must be a .keras file", "'x.txt'")
+    assert_one_error_line(keras_vit("predict", image, "--model", "x.npz"),
+                          "--model auto --weights x.npz")
+    assert_one_error_line(keras_vit("predict", image, "--model", str(tmp_path / "m.keras")),
+                          "Model not found")
+
+
+def test_unknown_model(tmp_path):
+    image = write_digits(tmp_path, 1)[0]
+    assert_one_error_line(keras_vit("predict", image, "--model", "ViTQ", "--weights", "x"),
+                          "Unknown --model 'ViTQ'", "ViTB16")
+
+
+def test_debug_shows_the_traceback(tmp_path):
+    result = keras_vit("--debug", "predict", tmp_path / "x.png", "--weights", "a.npz")
+    assert result.returncode != 0
+    assert "Traceback" in result.stderr and "Image not found" in result.stderr
+    # also accepted after the command
+    result = keras_vit("predict", tmp_path / "x.png", "--weights", "a.npz", "--debug")
+    assert "Traceback" in result.stderr
+
+
+def test_usage_errors_are_argparse_lines():
+    result = keras_vit("predict")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines()[-1].startswith("keras-vit predict: error:")
+
+
+# ------------------------------------------------------------ predict, trained model
+
+def write_digits(folder, count):
+    """Real images: scikit-learn's digit scans (8x8, upscaled) as PNG."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    paths = []
+    for i in range(count):
+        pixels = (digits.images[i] * (255 / 16)).astype("uint8")
+        rgb = np.repeat(pixels[:, :, None], 3, axis=2)
+        path = pathlib.Path(folder) / f"digit{i}_{digits.target[i]}.png"
+        Image.fromarray(rgb).resize((32, 32), Image.NEAREST).save(path)
+        paths.append(str(path))
+    return paths
+
+
+@pytest.fixture(scope="module")
+def trained_model(tmp_path_factory):
+    """A tiny keras_vit ViT with a logits head, class names and a
+    WarmupDecay optimizer, saved as a trained model would be."""
+    folder = tmp_path_factory.mktemp("trained")
+    path = folder / "model.keras"
+    result = python(f"""
+        import keras, numpy as np
+        import keras_vit
+        from keras_vit.training.schedules import WarmupDecay
+        model = keras_vit.VisionTransformer(
+            patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+            input_shape=(32, 32, 3), classes={len(CLASS_NAMES)}, classifier_activation=None)
+        assert keras_vit.labels.set_class_names(model, {CLASS_NAMES!r})
+        model.compile(optimizer=keras.optimizers.AdamW(WarmupDecay(1e-3, 10, 2)),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+        x = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+        model.fit(x, np.arange(4) % {len(CLASS_NAMES)}, epochs=1, verbose=0)
+        model.save({str(path)!r})
+    """)
+    assert result.returncode == 0, result.stderr
+    return path
+
+
+def test_import_keras_vit_registers_everything_for_load_model(trained_model):
+    result = python(f"""
+        import keras
+        import keras_vit
+        model = keras.saving.load_model({str(trained_model)!r})
+        print(keras_vit.labels.class_names(model))
+        print(type(model.optimizer.learning_rate).__name__
+              if not hasattr(model.optimizer, "_learning_rate")
+              else type(model.optimizer._learning_rate).__name__)
+    """)
+    assert result.returncode == 0, result.stderr
+    names, schedule = result.stdout.strip().splitlines()[-2:]
+    assert names == repr(CLASS_NAMES)
+    assert schedule == "WarmupDecay"
+
+
+def test_predict_trained_model_probabilities_and_names(trained_model, tmp_path):
+    images = write_digits(tmp_path, 3)
+    (tmp_path / "sub").mkdir()
+    nested = write_digits(tmp_path / "sub", 1)
+    (tmp_path / "notes.txt").write_text("ignored: not an image extension")
+    result = keras_vit("predict", tmp_path, "--model", trained_model,
+                       "--top", len(CLASS_NAMES), "--json")
+    assert result.returncode == 0, result.stderr
+    assert result.stderr == ""
+    data = json.loads(result.stdout)
+    assert set(data) == {"model", "weights", "image_size", "predictions", "skipped"}
+    assert data["image_size"] == [32, 32] and data["skipped"] == []
+    assert [p["image"] for p in data["predictions"]] == sorted(images + nested)
+    for prediction in data["predictions"]:
+        top = prediction["top"]
+        assert sorted(row["label"] for row in top) == sorted(CLASS_NAMES)
+        assert all(CLASS_NAMES[row["index"]] == row["label"] for row in top)
+        probabilities = [row["probability"] for row in top]
+        assert all(0 <= p <= 1 for p in probabilities)
+        assert sum(probabilities) == pytest.approx(1.0, abs=1e-6)
+        assert probabilities == sorted(probabilities, reverse=True)
+
+
+def test_predict_corrupt_file_fails_or_is_skipped(trained_model, tmp_path):
+    good = write_digits(tmp_path, 1)[0]
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
+    assert_one_error_line(keras_vit("predict", good, bad, "--model", trained_model),
+                          "Cannot decode", repr(str(bad)), "--skip-corrupt")
+    result = keras_vit("predict", tmp_path, "--model", trained_model, "--json",
+                       "--skip-corrupt", "--top", 2)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["skipped"] == [str(bad)]
+    assert [p["image"] for p in data["predictions"]] == [good]
+    assert result.stderr.strip() == f"keras-vit: skipped 1 unreadable image file(s): {bad}"
