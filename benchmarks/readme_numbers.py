@@ -1,0 +1,175 @@
+"""Regenerates every measured number in the README from the commands the
+README shows next to them, with the date, the CPU model and its flags.
+
+    python benchmarks/readme_numbers.py            # run, write docs/readme_numbers.json,
+                                                   # rewrite the README's marked blocks
+    python benchmarks/readme_numbers.py --render   # only rewrite the README from the JSON
+
+The README's generated blocks sit between `<!-- readme_numbers:NAME -->` and
+`<!-- /readme_numbers:NAME -->`; `tests/test_readme.py` checks that they are
+what this script renders from `docs/readme_numbers.json`. Takes about 6
+minutes on 2 cores (the quickstart, four exports, the parity demo).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import pathlib
+import platform
+import re
+import subprocess
+import sys
+
+ROOT = pathlib.Path(__file__).resolve().parent.parent
+JSON_PATH = ROOT / "docs" / "readme_numbers.json"
+README = ROOT / "README.md"
+RUN = "runs/readme"
+QUICKSTART = f"keras-vit quickstart --out {RUN}/quickstart"
+EXPORT = (f"keras-vit export {RUN}/quickstart/model.keras --format tflite --quantize {{mode}} "
+          f"--calibration folder:{RUN}/quickstart/digits --out {RUN}/digits_{{mode}}.tflite "
+          "--json")
+PARITY = "python examples/classify_photos.py --json"
+MODES = ("none", "float16", "dynamic", "int8")
+
+
+def cpu():
+    """CPU model and the flags that matter for these numbers."""
+    model, flags = platform.processor() or "unknown", set()
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name") and model in ("unknown", "x86_64", ""):
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags"):
+                flags = set(line.split(":", 1)[1].split())
+                break
+    except OSError:
+        pass
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8")
+    return {"model": model, "cores": os.cpu_count(),
+            "flags": [f for f in wanted if f in flags]}
+
+
+def command(line):
+    """Runs a README command line; returns its last stdout line as JSON."""
+    print(f"$ {line}", file=sys.stderr, flush=True)
+    args = line.split()
+    if args[0] == "keras-vit":
+        args = [sys.executable, "-m", "keras_vit.cli", *args[1:]]
+    elif args[0] == "python":
+        args = [sys.executable, *args[1:]]
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise SystemExit(f"{line} failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def measure():
+    numbers = {"date": datetime.date.today().isoformat(), "cpu": cpu(),
+               "python": platform.python_version()}
+    quick = command(QUICKSTART)
+    numbers["quickstart"] = {
+        "command": QUICKSTART, "test_accuracy": quick["test_accuracy"],
+        "seconds": quick["seconds"], "parameters": quick["parameters"],
+        "epochs": quick["epochs"], "train_examples": quick["train_examples"],
+        "test_examples": quick["test_examples"],
+        "tflite_kb": round(quick["tflite_report"]["size_bytes"] / 1e3),
+        "tflite_agreement": quick["tflite_report"]["top1_agreement"],
+        "tflite_ms": quick["tflite_report"]["latency_ms"],
+        "keras_ms": quick["tflite_report"]["keras_latency_ms"],
+    }
+    numbers["tflite_digits"] = []
+    for mode in MODES:
+        line = EXPORT.format(mode=mode)
+        report = command(line)
+        numbers["tflite_digits"].append({
+            "command": line, "mode": mode, "size_kb": round(report["size_bytes"] / 1e3),
+            "max_abs_diff": report["max_abs_diff"],
+            "top1_agreement": report["top1_agreement"], "passed": report["passed"],
+            "calibration": report.get("calibration"), "validation": report["validation"]})
+    parity = command(PARITY)
+    numbers["parity"] = {"command": PARITY, "rows": [
+        {k: row.get(k) for k in ("checkpoint", "model", "max_abs_diff_vs_official",
+                                 "resized_to", "max_abs_diff_vs_official_resized",
+                                 "max_abs_diff_vs_original", "within_tolerance")}
+        for row in parity["results"]]}
+    return numbers
+
+
+def _where(n):
+    cpu_ = n["cpu"]
+    flags = ", ".join(cpu_["flags"]) or "no AVX-512/AMX"
+    return f"{cpu_['model']}, {cpu_['cores']} cores ({flags}), {n['date']}"
+
+
+def render(n):
+    """README block name -> markdown."""
+    q = n["quickstart"]
+    blocks = {"quickstart": (
+        f"Measured by `python benchmarks/readme_numbers.py` ({_where(n)}): "
+        f"`{q['command']}` reached **{100 * q['test_accuracy']:.1f}% test accuracy in "
+        f"{q['seconds']:.0f} s** ({q['epochs']} epochs, {q['parameters']:,} parameters, "
+        f"{q['train_examples']:,} training and {q['test_examples']} test digits; target: "
+        ">= 97% in <= 3 minutes; thread scheduling makes runs differ by a few tenths). "
+        "It saves `model.keras` (with the class names), `best.keras`, `labels.txt`, "
+        "`log.csv` and TensorBoard logs, then exports `model_dynamic_int8.tflite` "
+        f"({q['tflite_kb']} KB) and prints its verification on the {q['test_examples']} "
+        f"test digits ({100 * q['tflite_agreement']:.0f}% top-1 agreement with Keras, "
+        f"{q['tflite_ms']:.2f} ms per image vs {q['keras_ms']:.2f} ms in Keras).")}
+    rows = ["| `--quantize` | size | max \\|logit diff\\| | top-1 agreement with Keras "
+            "| calibration | verification |", "| --- | --- | --- | --- | --- | --- |"]
+    for r in n["tflite_digits"]:
+        cal = r["calibration"]
+        cal_text = (f"{cal['images']} `{cal['split']}` images, {cal['classes']} classes"
+                    if cal else "-")
+        val = r["validation"]
+        rows.append(f"| {r['mode']} | {r['size_kb']} KB | {r['max_abs_diff']:.2g} | "
+                    f"{100 * r['top1_agreement']:.2f}% | {cal_text} | {val['images']} "
+                    f"`{val['split']}` images, {val['classes']} classes |")
+    blocks["tflite_digits"] = (
+        f"Measured by `python benchmarks/readme_numbers.py` ({_where(n)}) on the "
+        "quickstart's digits ViT with, for each mode,\n`" + EXPORT.format(mode="MODE")
+        + "`:\n\n" + "\n".join(rows))
+    rows = ["| checkpoint | model | max \\|logit diff\\| at its resolution "
+            "| loaded at another resolution (posemb resized) |", "| --- | --- | ---: | ---: |"]
+    for r in n["parity"]["rows"]:
+        diff = r.get("max_abs_diff_vs_official")
+        if diff is None:
+            diff = r.get("max_abs_diff_vs_original")
+        resized = r.get("max_abs_diff_vs_official_resized")
+        rows.append(f"| {r['checkpoint']} | {r['model']} | {diff:.1e} | "
+                    + (f"{resized:.1e} ({r['resized_to']} px)" if resized is not None
+                       else "n/a") + " |")
+    blocks["parity"] = (f"Measured by `{n['parity']['command']}` ({_where(n)}):\n\n"
+                        + "\n".join(rows))
+    return blocks
+
+
+def rewrite_readme(blocks, text):
+    for name, body in blocks.items():
+        pattern = re.compile(rf"(<!-- readme_numbers:{name} -->\n).*?(\n<!-- /readme_numbers:"
+                             rf"{name} -->)", re.S)
+        if not pattern.search(text):
+            raise SystemExit(f"README.md has no <!-- readme_numbers:{name} --> block.")
+        text = pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
+    return text
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--render", action="store_true",
+                        help="only rewrite the README from docs/readme_numbers.json")
+    args = parser.parse_args(argv)
+    if args.render:
+        numbers = json.loads(JSON_PATH.read_text())
+    else:
+        numbers = measure()
+        JSON_PATH.write_text(json.dumps(numbers, indent=1) + "\n")
+        print(f"wrote {JSON_PATH.relative_to(ROOT)}", file=sys.stderr)
+    README.write_text(rewrite_readme(render(numbers), README.read_text()))
+    print(json.dumps(numbers))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
