@@ -10,7 +10,7 @@
     keras-vit evaluate MODEL.keras --data SOURCE [--split S] [--skip-corrupt] [--json]
     keras-vit export MODEL.keras --format saved_model|tflite
                      [--quantize none|float16|dynamic|int8] [--calibration SOURCE]
-                     [--validation SOURCE] --out PATH [--json]
+                     [--validation SOURCE] [--skip-corrupt] [--no-check] --out PATH [--json]
     keras-vit quickstart [--json]
 
 Errors are one line on stderr, `keras-vit: error: <message>`, exit status 2
@@ -399,8 +399,9 @@ def cmd_export(args, out):
 
     common = dict(outputs=args.outputs, validation_data=args.validation,
                   check=not args.no_check, verbose=not args.json,
+                  skip_corrupt=args.skip_corrupt,
                   **_optional(args, validation_split="validation_split",
-                              num_validation="validation_samples"))
+                              num_validation="validation_samples", holdout="holdout"))
     if args.format == "saved_model":
         report = export.to_saved_model(model, args.out, resize=args.resize,
                                        top_k=args.top_k, **common)
@@ -565,6 +566,12 @@ def build_parser():
                    help="default: 'validation' when the data has it, else 'test'")
     p.add_argument("--validation-samples", type=int, default=None,
                    help="images to verify on (default 2000)")
+    p.add_argument("--holdout", type=float, default=None,
+                   help="fraction of a folder without split subfolders held out for "
+                        "verification (default 0.1, as in train)")
+    p.add_argument("--skip-corrupt", action="store_true",
+                   help="leave image files that do not decode out of the samples "
+                        "(counted in the report) instead of failing")
     p.add_argument("--batch-size", type=int, default=1, help="static TFLite batch")
     p.add_argument("--resize", action="store_true",
                    help="SavedModel: accept uint8 images of any size")

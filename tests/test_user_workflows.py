@@ -177,6 +177,26 @@ def test_int8_export_calibrates_on_every_class_and_verifies_on_the_holdout(flat_
     assert label_file and open(label_file).read().split() == list(NAMES)
 
 
+def test_a_corrupt_calibration_image_is_named_or_left_out_and_counted(tmp_path, capsys):
+    """A file that trains with --skip-corrupt must not stop the export
+    without a name (it said "TensorFlow does not say which file")."""
+    data = tmp_path / "digits"
+    write_digit_folder(str(data), splits={"train": 6, "test": 3})
+    broken = data / "train" / NAMES[2] / "004.png"
+    broken.write_bytes(b"\x89PNG\r\n\x1a\n" + b"not really" * 5)  # a PNG header only
+    model = tiny_model_file(tmp_path / "m.keras")
+    args = ["export", model, "--format", "tflite", "--quantize", "int8", "--calibration",
+            f"folder:{data}", "--out", tmp_path / "m.tflite", "--json", "--no-check"]
+    code, out, err = run_cli(args, capsys)
+    assert_one_line_error(code, err, "004.png", "--skip-corrupt")
+    assert not (tmp_path / "m.tflite").exists()
+    code, out, err = run_cli(args + ["--skip-corrupt"], capsys)
+    assert code == 0, err
+    report = last_json(out)
+    assert report["calibration"]["images"] == 17 and report["calibration"]["skipped_corrupt"] == 1
+    assert report["validation"]["images"] == 9 and report["validation"]["split"] == "test"
+
+
 def test_a_failed_export_check_leaves_nothing_at_the_final_path(flat_run, tmp_path,
                                                                capsys, monkeypatch):
     """Problem 7: a file that misses its bar never sits at the final path."""

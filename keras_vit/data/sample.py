@@ -37,14 +37,19 @@ class Sample:
     classes: int
     indices: np.ndarray = None
     names: list = None
+    skipped_corrupt: list = dataclasses.field(default_factory=list)
 
     def __len__(self):
         return len(self.images)
 
     def describe(self):
-        """`{"split", "images", "classes", "source"}` (what export reports say)."""
-        return {"split": self.split, "images": len(self), "classes": self.classes,
-                "source": self.source}
+        """`{"split", "images", "classes", "source"}` (what export reports say),
+        with `"skipped_corrupt"` (a count) when files were skipped."""
+        row = {"split": self.split, "images": len(self), "classes": self.classes,
+               "source": self.source}
+        if self.skipped_corrupt:
+            row["skipped_corrupt"] = len(self.skipped_corrupt)
+        return row
 
 
 def stratified_order(labels, count=None, seed=0, exclude=None):
@@ -92,8 +97,22 @@ def _record_labels(src, limit):
     return np.fromiter((int(x) for x in labels.as_numpy_iterator()), dtype="int64")
 
 
+def _decode_failure(encoded):
+    """TensorFlow's own sentence for why `encoded` does not decode (eager,
+    so without a graph's node names), or None."""
+    import tensorflow as tf
+
+    try:
+        tf.io.decode_image(encoded, channels=3, expand_animations=False)
+    except tf.errors.OpError as error:
+        from keras_vit._console import _op_error_message
+
+        return _op_error_message(error).rstrip(". ") or None
+    return None
+
+
 def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, holdout=0.1,
-                  exclude=None):
+                  exclude=None, skip_corrupt=False):
     """A seeded, class-stratified sample of `count` images of `source`'s `split`.
 
     The classes are visited round-robin in a seeded order (each class's
@@ -121,6 +140,9 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
         holdout: the held-out fraction of a folder without split subfolders.
         exclude: record positions (`Sample.indices` of another sample of the
             same split) never to choose.
+        skip_corrupt: a chosen file that does not decode is left out (the
+            sample is smaller; `Sample.skipped_corrupt` names them) instead
+            of a ValueError naming it.
 
     Returns:
         `Sample`.
@@ -162,25 +184,43 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
     def pick(position, record):
         return tf.reduce_any(tf.equal(position, chosen))
 
-    def read(position, record):
+    def read(position, record):  # undecoded: a file that fails is named below
         record = record if isinstance(record, tuple) else (record,)
         encoded, label, name = src.read(*record)
-        image = augment.resize(augment.decode_image(encoded), size)
-        return position, tf.ensure_shape(image, size + (3,)), label, name
+        return position, encoded, label, name
+
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
+    def decode(encoded):
+        return tf.ensure_shape(augment.resize(augment.decode_image(encoded), size),
+                               size + (3,))
 
     dataset = (src.records.take(scanned).enumerate().filter(pick)
-               .map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-               .batch(64))
-    found = {}
-    for positions, images, got_labels, names in dataset.as_numpy_iterator():
-        for p, image, label, name in zip(positions, images, got_labels, names):
-            found[int(p)] = (image, int(label),
-                             name.decode("utf-8", "replace") if isinstance(name, bytes)
-                             else str(name))
+               .map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
+    found, skipped = {}, []
+    for position, encoded, label, name in dataset.as_numpy_iterator():
+        name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+        try:
+            image = decode(encoded).numpy()
+        except tf.errors.InvalidArgumentError as error:
+            if skip_corrupt:
+                skipped.append(name)
+                continue
+            reason = _decode_failure(encoded) or "it does not decode"
+            raise ValueError(
+                f"Corrupt or non-image file {name!r} in {src.description} ({reason}); "
+                "pass skip_corrupt=True (keras-vit: --skip-corrupt) to leave such files "
+                "out of the sample.") from None
+        found[int(position)] = (image, int(label), name)
+    if skipped:
+        order = np.asarray([p for p in order if int(p) in found], dtype="int64")
+        if len(order) == 0:
+            raise ValueError(f"None of the {len(skipped)} images sampled from "
+                             f"{src.description} decode.")
     missing = [int(p) for p in order if int(p) not in found]
     assert not missing, f"records {missing[:5]} vanished between two reads"
     images = np.stack([found[int(p)][0] for p in order]).astype("float32")
     sample_labels = np.asarray([found[int(p)][1] for p in order], dtype="int64")
     return Sample(images=images, labels=sample_labels, class_names=list(src.class_names or []),
                   split=split, source=source, classes=int(len(np.unique(sample_labels))),
-                  indices=order, names=[found[int(p)][2] for p in order])
+                  indices=order, names=[found[int(p)][2] for p in order],
+                  skipped_corrupt=skipped)

@@ -224,14 +224,21 @@ class ExportData:
 
 
 def source_data(source, split, size, count, seed=0, data_dir=None, holdout=0.1,
-                exclude=None):
+                exclude=None, skip_corrupt=False):
     """`ExportData` of a seeded stratified sample of a source string."""
     from keras_vit.data.sample import sample_images
 
     sample = sample_images(source, split, image_size=size, count=count, seed=seed,
-                           data_dir=data_dir, holdout=holdout, exclude=exclude)
-    return ExportData(sample.images, describe(split, len(sample), sample.classes, source),
-                      sample)
+                           data_dir=data_dir, holdout=holdout, exclude=exclude,
+                           skip_corrupt=skip_corrupt)
+    info = describe(split, len(sample), sample.classes, source)
+    if sample.skipped_corrupt:
+        info["skipped_corrupt"] = len(sample.skipped_corrupt)
+        logger.warning("Left %d corrupt or non-image file(s) out of the %s sample of %s: %s",
+                       len(sample.skipped_corrupt), split, source,
+                       ", ".join(sample.skipped_corrupt[:5])
+                       + (", ..." if len(sample.skipped_corrupt) > 5 else ""))
+    return ExportData(sample.images, info, sample)
 
 
 def given_data(data, size, count, name, source=None):
@@ -241,20 +248,22 @@ def given_data(data, size, count, name, source=None):
     return ExportData(images, describe(None, len(images), classes, source or f"given {kind}"))
 
 
-def calibration_data(data, size, count, split="train", seed=0, data_dir=None, holdout=0.1):
+def calibration_data(data, size, count, split="train", seed=0, data_dir=None, holdout=0.1,
+                     skip_corrupt=False):
     """`ExportData` to calibrate int8 on, or None when `data` is None: a
     seeded class-stratified sample of `count` images of a source string's
     `split`, or the first `count` images of an array / dataset."""
     if data is None:
         return None
     if isinstance(data, str):
-        return source_data(data, split, size, count, seed, data_dir, holdout)
+        return source_data(data, split, size, count, seed, data_dir, holdout,
+                           skip_corrupt=skip_corrupt)
     return given_data(data, size, count, "representative_data")
 
 
 def validation_data_for(data, size, count, split=None, *, calibration_source=None,
                         calibration_split="train", calibration=None, seed=0, data_dir=None,
-                        holdout=0.1):
+                        holdout=0.1, skip_corrupt=False):
     """`ExportData` to verify an export on.
 
     - `data` given: a source string's `split` (default: `"validation"` when
@@ -275,7 +284,7 @@ def validation_data_for(data, size, count, split=None, *, calibration_source=Non
                                                                  calibration_split)):
             exclude = calibration.sample.indices
         return source_data(data, split, size, count, seed + 1, data_dir, holdout,
-                           exclude=exclude)
+                           exclude=exclude, skip_corrupt=skip_corrupt)
     if data is not None:
         return given_data(data, size, count, "validation_data")
     if calibration is not None:

@@ -91,7 +91,8 @@ def _check_replaceable(path):
 
 def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outputs="auto",
                    validation_data=None, validation_split=None, num_validation=2000,
-                   check=True, verbose=True, seed=0, data_dir=None, holdout=0.1):
+                   check=True, verbose=True, seed=0, data_dir=None, holdout=0.1,
+                   skip_corrupt=False):
     """Writes a SavedModel with a `serving_default` signature, verifies it,
     then puts it at `path`.
 
@@ -133,6 +134,9 @@ def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outpu
         data_dir: TFDS data directory.
         holdout: the held-out fraction of a folder without split
             subfolders.
+        skip_corrupt: leave image files that do not decode out of the
+            calibration / validation samples (counted in the report) instead
+            of a ValueError naming the first.
 
     Returns:
         `ExportReport` (`labels`: `<path>/assets/labels.txt` or None).
@@ -158,7 +162,7 @@ def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outpu
                                    outputs=outputs)
     validation = validation_data_for(validation_data, size, num_validation,
                                      validation_split, seed=seed, data_dir=data_dir,
-                                     holdout=holdout)
+                                     holdout=holdout, skip_corrupt=skip_corrupt)
     names = model_class_names(model)
     temporary = temporary_path(path)
     labels_dir = temporary + ".labels"  # the asset keeps its file name: labels.txt

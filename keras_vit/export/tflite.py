@@ -217,7 +217,7 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
               image_size=None, outputs="auto", float_ops="auto", validation_data=None,
               validation_split=None, num_validation=2000, num_calibration=500,
               calibration_split="train", num_threads=None, latency_repeats=20, check=True,
-              verbose=True, seed=0, data_dir=None, holdout=0.1):
+              verbose=True, seed=0, data_dir=None, holdout=0.1, skip_corrupt=False):
     """Exports `model` to a LiteRT (TFLite) file, verifies it, then puts it
     at `path`.
 
@@ -269,6 +269,9 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
         data_dir: TFDS data directory.
         holdout: the held-out fraction of a folder without split
             subfolders.
+        skip_corrupt: leave image files that do not decode out of the
+            calibration / validation samples (counted in the report) instead
+            of a ValueError naming the first.
 
     Returns:
         `ExportReport` (size, op counts, calibration and validation
@@ -304,7 +307,8 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
     calibration = None
     if quantization == "int8":
         calibration = calibration_data(representative_data, size, num_calibration,
-                                       calibration_split, seed, data_dir, holdout)
+                                       calibration_split, seed, data_dir, holdout,
+                                       skip_corrupt=skip_corrupt)
         if calibration is None:
             raise ValueError(INT8_NEEDS_DATA)
     elif representative_data is not None and not isinstance(representative_data, str):
@@ -314,7 +318,7 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
         validation_data, size, num_validation, validation_split,
         calibration_source=representative_data if isinstance(representative_data, str)
         else None, calibration_split=calibration_split, calibration=calibration, seed=seed,
-        data_dir=data_dir, holdout=holdout)
+        data_dir=data_dir, holdout=holdout, skip_corrupt=skip_corrupt)
     content = convert(model, quantization=quantization,
                       representative_data=None if calibration is None else calibration.images,
                       batch_size=batch_size, image_size=size, outputs=outputs,
