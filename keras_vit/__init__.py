@@ -32,8 +32,8 @@ __version__ = "0.1.0"
 # Public name -> module that defines it.
 _EXPORTS = {
     **dict.fromkeys(
-        ["MLPMixer", "MixerB16", "MixerB32", "MixerL16", "MixerS16", "MixerS32",
-         "R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB16", "ViTB32", "ViTB8",
+        ["MLPMixer", "MixerB16", "MixerB32", "MixerL16", "MixerS8", "MixerS16", "MixerS32",
+         "R26ViTB32", "R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB16", "ViTB32", "ViTB8",
          "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16", "VisionTransformer",
          "model_from_checkpoint"],
         "keras_vit.models"),
@@ -51,8 +51,8 @@ _REGISTERING = ("keras_vit.layers", "keras_vit.models.vit", "keras_vit.models.mi
                 "keras_vit.models.auto", "keras_vit.training.schedules")
 
 __all__ = [
-    "MLPMixer", "MixerB16", "MixerB32", "MixerL16", "MixerS16", "MixerS32",
-    "R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB16", "ViTB32",
+    "MLPMixer", "MixerB16", "MixerB32", "MixerL16", "MixerS8", "MixerS16", "MixerS32",
+    "R26ViTB32", "R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB16", "ViTB32",
     "ViTB8", "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16",
     "VisionTransformer", "decode_predictions", "layers",
     "load_official_weights", "model_from_checkpoint", "official_manifest", "preprocess_input",

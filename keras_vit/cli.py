@@ -2,6 +2,7 @@
 
     keras-vit [--verbose] [--debug] COMMAND ...
     keras-vit models [--json]
+    keras-vit download NAME [--model ViTB16] [--print-url] [--json]
     keras-vit predict IMAGE_OR_DIR... --model ViTB16|auto|MODEL.keras [--weights NAME_OR_PATH]
                      [--top 5] [--image-size S] [--labels FILE] [--outputs auto|logits|probabilities]
                      [--skip-corrupt] [--json]
@@ -69,11 +70,29 @@ def _family_rows():
                 "family": kind,
                 "description": f.description,
                 "resolution": f.resolution,
+                "resolutions": {ALL_VARIANTS_BY_KEY[kind][k]: r
+                                for k, r in (f.resolutions or {}).items()},
                 "classes": f.classes,
                 "pre_logits": f.pre_logits,
+                "architecture": f.architecture or {},
                 "source": f.source,
+                "evidence": f.evidence,
                 "models": [ALL_VARIANTS_BY_KEY[kind][k] for k in f.files],
             })
+    return rows
+
+
+def _imagenet_rows():
+    """What `weights="imagenet"` loads, per named model."""
+    rows = []
+    for function, v in ALL_VARIANTS.items():
+        choice = registry.imagenet_choice(v)
+        if choice is None:
+            continue
+        family = registry.families_for(v)[choice.weights]
+        rows.append({"function": function, "weights": choice.weights,
+                     "resolution": family.resolution_for(v.key), "top1": choice.top1,
+                     "evidence": choice.evidence})
     return rows
 
 
@@ -84,9 +103,10 @@ ALL_VARIANTS_BY_KEY = {
 
 
 def cmd_models(args, out):
-    variants, families = _variant_rows(), _family_rows()
+    variants, families, imagenet = _variant_rows(), _family_rows(), _imagenet_rows()
     if args.json:
-        print(json.dumps({"models": variants, "weights": families}), file=out)
+        print(json.dumps({"models": variants, "weights": families, "imagenet": imagenet}),
+              file=out)
         return 0
     print("Models (keras_vit.<function>):", file=out)
     print(f"  {'function':<10} {'variant':<9} {'patch':>5} {'hidden':>6} "
@@ -105,8 +125,93 @@ def cmd_models(args, out):
         print(f"  {row['weights']:<30} {row['family']:<5} {row['resolution']:>3}px "
               f"{row['classes']:>5} classes  pre_logits={'yes' if row['pre_logits'] else 'no':<3} "
               f"{', '.join(row['models'])}  ({row['source']})", file=out)
+    print("\nweights='imagenet': the best official ImageNet-1k classifier "
+          "(top-1 as the official sources state it):", file=out)
+    for row in imagenet:
+        top1 = f"{row['top1']:g}%" if row["top1"] is not None else "n/a"
+        print(f"  {row['function']:<10} {row['weights']:<25} {row['resolution']:>3}px "
+              f"top-1 {top1:<7} ({row['evidence']})", file=out)
     print("\nAny AugReg file: weights='augreg:<filename>' (index: "
           f"{registry.url_for('vit_models/augreg', 'index')[:-4]}.csv).", file=out)
+    return 0
+
+
+def _named_variant(model):
+    """`--model`: a named model (`ViTB16`) or an official name (`ViT-B_16`)."""
+    if model in ALL_VARIANTS:
+        return ALL_VARIANTS[model]
+    for variant in ALL_VARIANTS.values():
+        if model == variant.official_name:
+            return variant
+    raise ValueError(
+        f"Unknown --model {model!r}; named models: {', '.join(ALL_VARIANTS)}."
+    )
+
+
+def _download_target(name, model):
+    """`(variant or None, url, cache file name)` of `keras-vit download`."""
+    if name.startswith(("http://", "https://")):
+        if model:
+            raise ValueError(
+                f"--model is for registered names; the URL {name!r} is downloaded as "
+                "it is (leave --model out)."
+            )
+        return None, name, "url--" + os.path.basename(name.split("?")[0])
+    if model:
+        variant = _named_variant(model)
+    elif name.startswith(registry.AUGREG_PREFIX):
+        prefix = name[len(registry.AUGREG_PREFIX):].split("-")[0]
+        matches = [v for v in ALL_VARIANTS.values() if v.augreg_name and v.augreg_name == prefix]
+        if not matches:
+            raise ValueError(
+                f"AugReg file {name[len(registry.AUGREG_PREFIX):]!r} starts with no "
+                "model's prefix; AugReg prefixes: "
+                f"{', '.join(v.augreg_name + '-' for v in ALL_VARIANTS.values() if v.augreg_name)}."
+            )
+        variant = matches[0]
+    else:
+        having = [f for f, v in ALL_VARIANTS.items() if name in registry.available_weights(v)]
+        if not having:
+            names = sorted({n for v in ALL_VARIANTS.values() for n in registry.available_weights(v)})
+            raise ValueError(
+                f"Unknown weights {name!r}; registered names: {', '.join(names)}, "
+                "or an http(s) URL."
+            )
+        raise ValueError(
+            f"The file of weights {name!r} depends on the model: pass --model, one "
+            f"of {', '.join(having)}."
+        )
+    remote = registry.resolve(name, variant, variant.official_name)
+    return variant, remote.url, remote.filename
+
+
+def cmd_download(args, out):
+    variant, url, filename = _download_target(args.name, args.model)
+    path = registry.cache_path(filename)
+    record = {"weights": args.name, "model": variant.function if variant else None,
+              "url": url, "path": path, "cached": os.path.exists(path)}
+    if args.print_url:
+        if args.json:
+            print(json.dumps(record), file=out)
+        else:
+            print(f"URL:     {url}", file=out)
+            print(f"Copy to: {path}", file=out)
+            print("(download it on a machine with internet access, e.g. curl -L -o FILE "
+                  "URL, and copy FILE to that path; `weights=` then finds it there)",
+                  file=out)
+        return 0
+    _console.load_tensorflow()  # keras.utils.get_file, with TensorFlow's logs quiet
+    from keras_vit.weights.download import fetch_checkpoint
+
+    with contextlib.redirect_stdout(sys.stderr):  # Keras' progress bar: stdout is the result
+        path, params = fetch_checkpoint(url, filename)
+    record.update(path=path, bytes=os.path.getsize(path), arrays=len(params))
+    if args.json:
+        print(json.dumps(record), file=out)
+    else:
+        verb = "Already cached" if record["cached"] else "Downloaded"
+        print(f"{verb}: {path} ({record['bytes'] / 2**20:.1f} MiB, {len(params)} arrays, "
+              f"from {url})", file=out)
     return 0
 
 
@@ -213,12 +318,19 @@ def _check_model_args(args):
     if args.weights is None:
         raise ValueError(f"--model {model!r} needs --weights (a registered name, "
                          "augreg:<file>, URL or path).")
-    if model == "auto" and not args.weights.endswith(".npz"):
+    if model != "auto":
+        return
+    weights = args.weights
+    if weights.startswith("hf://"):
+        return
+    if not weights.endswith((".npz", ".safetensors")) and not os.path.isdir(weights):
         raise ValueError(
-            "--model auto reads the architecture from a local official .npz; "
-            f"for --weights {args.weights!r} name the model, e.g. --model ViTB16.")
-    if model == "auto" and not os.path.isfile(args.weights):
-        raise ValueError(f"Checkpoint not found: {args.weights!r}.")
+            "--model auto reads the architecture from a local official .npz, a "
+            "Hugging Face Hub folder (config.json + model.safetensors), a "
+            f".safetensors file or hf://ORG/NAME; for --weights {weights!r} name the "
+            "model, e.g. --model ViTB16.")
+    if not os.path.exists(weights):
+        raise ValueError(f"Checkpoint not found: {weights!r}.")
 
 
 def _model_from_args(args):
@@ -281,6 +393,27 @@ def _probabilities(model, raw, outputs):
     return raw, kind
 
 
+def _input_size(model, image_size):
+    """(height, width) to resize images to for `model`: its input size; for a
+    model that takes any size, `--image-size`, else the size its position
+    embedding is stored at."""
+    shape = tuple(model.input_shape[1:3])
+    if None not in shape:
+        if image_size and shape != (image_size, image_size):
+            raise ValueError(f"--image-size {image_size}: the model takes {shape[0]}x"
+                             f"{shape[1]} images; leave --image-size out.")
+        return shape
+    if image_size:
+        return (image_size, image_size)
+    from keras_vit.inspect.analysis import stored_image_size
+
+    try:
+        return stored_image_size(model)
+    except ValueError:
+        raise ValueError(f"The model takes any image size ({shape}); pass "
+                         "--image-size.") from None
+
+
 def cmd_predict(args, out):
     import numpy as np
 
@@ -290,7 +423,7 @@ def cmd_predict(args, out):
     _check_model_args(args)
     images, kept, skipped = _decode_images(paths, skip_corrupt=args.skip_corrupt)
     model = _model_from_args(args)
-    size = tuple(model.input_shape[1:3])
+    size = _input_size(model, args.image_size)
     results = []
     if images:
         raw = model.predict(_resize(images, size), batch_size=32, verbose=0)
@@ -327,10 +460,11 @@ def cmd_explain(args, out):
     _check_model_args(args)
     images, _, _ = _decode_images(paths)
     model = _model_from_args(args)
-    from keras_vit.inspect import find_vit
+    from keras_vit.inspect.analysis import stored_image_size
     from keras_vit.inspect.plots import explain
 
-    size = tuple(find_vit(model).input_shape[1:3])
+    _input_size(model, args.image_size)
+    size = stored_image_size(model)  # a model taking any size: its stored grid
     names = [pathlib.Path(p).stem for p in paths]
     written = explain(model, _resize(images, size), args.out, names=names)
     if args.json:
@@ -465,17 +599,37 @@ def build_parser():
     p.add_argument("--json", action="store_true", help="one JSON document")
     p.set_defaults(func=cmd_models)
 
+    p = add("download", help="fill the weights cache ahead of time (or, with --print-url, "
+                             "say where to copy a file downloaded elsewhere)",
+            description="Downloads a registered checkpoint into the Keras cache "
+                        "($KERAS_HOME/models/keras_vit, default ~/.keras), where "
+                        "weights=NAME finds it later. KERAS_VIT_MIRROR replaces the "
+                        "official host.")
+    p.add_argument("name", metavar="NAME",
+                   help="registered name (keras-vit models lists them; 'imagenet': the "
+                        "best ImageNet-1k classifier), augreg:<filename>, or an http(s) URL")
+    p.add_argument("--model", help="named model the file is for, e.g. ViTB16 (needed for "
+                                   "registered names other than augreg:<filename>)")
+    p.add_argument("--print-url", action="store_true",
+                   help="print the URL and the exact cache path to copy the file to; "
+                        "download nothing")
+    p.add_argument("--json", action="store_true", help="one JSON object")
+    p.set_defaults(func=cmd_download)
+
     p = add("predict", help="top-k classes of images (files or directories)")
     p.add_argument("images", nargs="+", metavar="IMAGE",
                    help="image files, or directories (their image files, recursively)")
     p.add_argument("--model", default="auto",
-                   help="named model, e.g. ViTB16; 'auto' (default): the architecture a "
-                        "local official .npz describes; or a .keras file")
+                   help="named model, e.g. ViTB16; 'auto' (default): the architecture the "
+                        "checkpoint describes (official .npz, hf://ORG/NAME, Hub folder, "
+                        ".safetensors); or a .keras file")
     p.add_argument("--weights",
-                   help="registered name, augreg:<file>, URL or path to an official .npz")
+                   help="registered name, augreg:<file>, URL, path to an official .npz, "
+                        "hf://ORG/NAME (timm / transformers), a Hub folder or .safetensors")
     p.add_argument("--top", type=int, default=5, help="classes per image (default 5)")
     p.add_argument("--image-size", type=int, default=None,
-                   help="input resolution (default: the checkpoint's)")
+                   help="input resolution (default: the checkpoint's; for a .keras "
+                        "model that takes any size, its position embedding's size)")
     p.add_argument("--labels", help="text file with one class name per line (default: the "
                                     "names stored in the model, else ImageNet's, else "
                                     "class_<i>)")
@@ -491,9 +645,10 @@ def build_parser():
                             "embeddings and filters as PNG pictures")
     p.add_argument("images", nargs="+", metavar="IMAGE")
     p.add_argument("--model", default="auto",
-                   help="named model (ViTB16), 'auto' (the architecture of a local official "
-                        ".npz) or a .keras file")
-    p.add_argument("--weights", help="registered name, augreg:<file>, URL or .npz path")
+                   help="named model (ViTB16), 'auto' (the architecture the checkpoint "
+                        "describes) or a .keras file")
+    p.add_argument("--weights", help="registered name, augreg:<file>, URL, .npz path, "
+                                     "hf://ORG/NAME, Hub folder or .safetensors")
     p.add_argument("--image-size", type=int, default=None)
     p.add_argument("--out", required=True, help="folder for the PNG files")
     p.add_argument("--json", action="store_true", help="one JSON line listing the files")
@@ -501,7 +656,8 @@ def build_parser():
 
     p = add("train", help="train or fine-tune with a recipe; ends with a JSON line")
     p.add_argument("--model", default="ViTB16", help="named model or a .keras file")
-    p.add_argument("--weights", help="registered name, augreg:<file> or path")
+    p.add_argument("--weights", help="registered name, augreg:<file>, path, "
+                                     "hf://ORG/NAME, Hub folder or .safetensors")
     p.add_argument("--data", required=True, help="tfds:NAME, tfrecord:DIR_OR_GLOB, folder:DIR")
     p.add_argument("--recipe", default="finetune", choices=["finetune", "augreg", "scratch"])
     p.add_argument("--image-size", type=int)

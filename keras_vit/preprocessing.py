@@ -21,7 +21,7 @@ LABEL_FILES = {
 _cache = {}
 
 
-def preprocess_input(x):
+def preprocess_input(x, mean=None, std=None):
     """Maps raw RGB pixels in [0, 255] to [-1, 1]: `(x - 127.5) / 127.5`.
 
     The official eval preprocessing. Models built with
@@ -29,7 +29,14 @@ def preprocess_input(x):
     function for models built with `include_preprocessing=False`.
 
     Args:
-        x: array or tensor of pixels, any shape, any numeric dtype.
+        x: array or tensor of pixels, any shape, any numeric dtype
+            (channels last).
+        mean, std: per-channel values on the [0, 1] scale for weights from
+            timm or transformers whose normalisation is not the official
+            one, e.g. `keras_vit.weights.hub.read_hub_checkpoint(path).
+            preprocessing["mean"]` (ImageNet: `(0.485, 0.456, 0.406)`,
+            `(0.229, 0.224, 0.225)`); then `(x / 255 - mean) / std`.
+            None: 0.5, the official form.
 
     Returns:
         float32 NumPy array for NumPy input, else a float32 backend tensor.
@@ -39,6 +46,13 @@ def preprocess_input(x):
     >>> preprocess_input(np.array([0, 127.5, 255]))
     array([-1.,  0.,  1.], dtype=float32)
     """
+    if mean is not None or std is not None:
+        mean = np.broadcast_to(np.asarray(0.5 if mean is None else mean, "float32"), (3,))
+        std = np.broadcast_to(np.asarray(0.5 if std is None else std, "float32"), (3,))
+        shift, scale = np.float32(255) * mean, np.float32(255) * std
+        if isinstance(x, (np.ndarray, list, tuple, int, float)):
+            return (np.asarray(x, dtype="float32") - shift) / scale
+        return (ops.cast(x, "float32") - shift) / scale
     if isinstance(x, (np.ndarray, list, tuple, int, float)):
         x = np.asarray(x, dtype="float32")
         return (x - np.float32(127.5)) / np.float32(127.5)

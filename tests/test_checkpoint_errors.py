@@ -109,13 +109,25 @@ def test_safetensors(tmp_path):
     }).encode()
     header += b" " * (-len(header) % 8)
     path.write_bytes(struct.pack("<Q", len(header)) + header + bytes(24))
-    message = assert_unsupported_everywhere(
-        path, f"{str(path)!r} is a safetensors file (2 tensors, e.g. "
-        f"'blocks.0.attn.qkv.weight'); {ACCEPTED} ")
-    assert "pickled" not in message
-    assert message.endswith("safetensors (timm, Hugging Face transformers) are not "
-                            "read yet: convert it, or load it with the library "
-                            "that wrote it.")
+    # The official reader names the format and where safetensors are read.
+    for load in (official.read_checkpoint,
+                 lambda p: official.load_official_weights(tiny_vit(), p)):
+        with pytest.raises(UnsupportedCheckpointError) as info:
+            load(str(path))
+        message = str(info.value)
+        assert message.startswith(
+            f"{str(path)!r} is a safetensors file (2 tensors, e.g. "
+            f"'blocks.0.attn.qkv.weight'); {ACCEPTED} "), message
+        assert "pickled" not in message
+        assert message.endswith("with weights=path or "
+                                "keras_vit.model_from_checkpoint(path) (or its "
+                                "folder with config.json).")
+    # The builders read timm / transformers safetensors (tests/test_hub.py);
+    # these keys are neither.
+    for load in (keras_vit.model_from_checkpoint, lambda p: tiny_vit(weights=p)):
+        with pytest.raises(UnsupportedCheckpointError,
+                           match="neither a timm nor a transformers"):
+            load(str(path))
 
 
 def test_keras2_whole_model_h5(tmp_path):

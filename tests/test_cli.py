@@ -107,7 +107,7 @@ def test_predict_errors_exit_2(tmp_path, capsys):
     (tmp_path / "ok.png").write_bytes(tf.io.encode_png(fixture.io["images_uint8"][0]).numpy())
     code, _ = run(["predict", str(tmp_path / "ok.png"), "--weights", "imagenet21k"])
     assert code == 2
-    assert "--model auto reads the architecture from a local official .npz" in capsys.readouterr().err
+    assert "--model auto reads the architecture from a local official .npz, a " in capsys.readouterr().err
     code, _ = run(["predict", str(tmp_path / "ok.png"), "--model", "ViTQ",
                    "--weights", "imagenet21k"])
     assert code == 2

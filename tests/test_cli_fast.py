@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-COMMANDS = ["models", "predict", "explain", "train", "evaluate", "export", "quickstart"]
+COMMANDS = ["models", "download", "predict", "explain", "train", "evaluate", "export", "quickstart"]
 CLASS_NAMES = ["zero", "one", "two", "three", "four"]
 
 

@@ -19,6 +19,8 @@ LAYER_CASES = [
     (layers.ResNetRoot, dict(width=32), (1, 16, 16, 3)),
     (layers.BottleneckUnit, dict(features=32, strides=(2, 2)), (1, 8, 8, 64)),
     (layers.SequencePooling, dict(mode="gap"), (2, 5, 16)),
+    (layers.SequencePooling, dict(mode="max", num_prefix_tokens=1), (2, 5, 16)),
+    (layers.PatchEncoder, dict(hidden_size=16, grid_size=(2, 4)), (2, 3, 3, 12)),
 ]
 
 
@@ -144,8 +146,8 @@ def test_layer_argument_errors():
         layers.Patches("x")
     with pytest.raises(ValueError, match=r"The hidden size 10 is not divisible by num_heads=3\."):
         layers.TransformerBlock(3, 8)(np.zeros((1, 2, 10), "float32"))
-    with pytest.raises(ValueError, match=r"Unknown pooling mode 'max'; allowed: \('token', 'gap'\)\."):
-        layers.SequencePooling("max")
+    with pytest.raises(ValueError, match=r"Unknown pooling mode 'min'; allowed: \('token', 'gap', 'avg', 'max'\)\."):
+        layers.SequencePooling("min")
 
 
 def test_mixed_bfloat16_block_keeps_softmax_in_float32():

@@ -20,7 +20,8 @@ OFFICIAL_PARAMS = {
     "ViTB8": 86_576_872, "ViTB16": 86_567_656, "ViTB32": 88_224_232,
     "ViTL16": 304_326_632, "ViTL32": 306_535_400, "ViTH14": 632_045_800,
     "RViTTi16": 6_337_704, "R26ViTS32": 36_431_912, "R50ViTB16": 98_659_112,
-    "R50ViTL32": 328_994_856,
+    "R50ViTL32": 328_994_856, "R26ViTB32": 101_383_976,
+    "MixerS8": 20_646_504,  # not in the official models.py: see test_registry.py
     "MixerS16": 18_528_264, "MixerS32": 19_104_624, "MixerB16": 59_880_472,
     "MixerB32": 60_293_428, "MixerL16": 208_196_168,
 }
@@ -209,7 +210,7 @@ def test_error_channels_other_than_three_with_pretrained_weights():
 
 def test_error_unknown_weights_name_lists_valid_names():
     with pytest.raises(ValueError, match=re.escape(
-            "Unknown weights 'imagenet22k' for ViT-S_16. Valid: None, 'sam', 'gsam', "
+            "Unknown weights 'imagenet22k' for ViT-S_16. Valid: None, 'imagenet', 'sam', 'gsam', "
             "'augreg', 'augreg+imagenet2012', 'augreg:<filename>', or the path to an "
             "official .npz or a Keras .weights.h5 file.")):
         keras_vit.ViTS16(weights="imagenet22k")
@@ -298,15 +299,15 @@ def test_error_classes_wrong_type():
 
 def test_error_pooling_not_allowed():
     with pytest.raises(ValueError, match=re.escape(
-            "Unknown `pooling='max'`. Allowed: (None, 'token', 'gap').")):
-        tiny_vit(include_top=False, pooling="max")
+            "Unknown `pooling='min'`. Allowed: (None, 'token', 'gap', 'avg', 'max').")):
+        tiny_vit(include_top=False, pooling="min")
     with pytest.raises(ValueError, match=re.escape(
-            "Unknown `pooling='token'`. Allowed: (None, 'gap').")):
+            "Unknown `pooling='token'`. Allowed: (None, 'gap', 'avg', 'max').")):
         tiny_mixer(include_top=False, pooling="token")
     with pytest.raises(ValueError, match=re.escape(
             "`pooling='gap'` is only used with include_top=False; with the head the "
             "model pools as its classifier says. Allowed with include_top=False: "
-            "(None, 'token', 'gap').")):
+            "(None, 'token', 'gap', 'avg', 'max').")):
         tiny_vit(pooling="gap")
     with pytest.raises(ValueError, match=re.escape(
             "pooling='token' needs a class token, but this model has classifier='gap'. "

@@ -78,6 +78,12 @@ def output_kind(model, outputs="auto"):
     name = getattr(activation, "__name__", None)
     if isinstance(last, keras.layers.Dense) and name in ("softmax", "linear"):
         return "probabilities" if name == "softmax" else "logits"
+    if last.name in ("pre_logits", "encoder_norm", "pool"):
+        raise ValueError(
+            f"{model.name!r} has no classification head: it outputs features of shape "
+            f"{tuple(model.output_shape[1:])} (built with include_top=False, or from a "
+            "checkpoint without a head). Give it one with classes=N and fine-tune it "
+            "(keras-vit train), or load a classifier checkpoint.")
     raise ValueError(
         f"Cannot tell whether {model.name!r} outputs logits or probabilities (its "
         f"last layer is {type(last).__name__} {last.name!r}); pass outputs='logits' "

@@ -6,6 +6,7 @@ temporary name, verified, then renamed into place."""
 import os
 import shutil
 
+import keras
 import numpy as np
 
 from keras_vit.export._common import (
@@ -31,12 +32,54 @@ LABELS_ASSET = "labels.txt"
 from keras_vit.layers._fused import portable_graph
 
 
+def _walk(model):
+    for layer in model.layers:
+        yield layer
+        if isinstance(layer, keras.Model):
+            yield from _walk(layer)
+
+
+def dynamic_size_layout(model):
+    """For a model built with `input_shape=(None, None, 3)`: `(native,
+    multiple)`. `native`: `(height, width)` of the stored position-embedding
+    grid in pixels (the checkpoint's resolution), None for a model that is
+    not a keras_vit ViT. `multiple`: the pixel multiple each image side
+    must be (the patch size), None for a hybrid, whose stem takes any size.
+    """
+    from keras_vit.layers import BottleneckUnit, PatchEncoder, Patches, ResNetRoot
+
+    layers = list(_walk(model))
+    encoder = next((l for l in layers if isinstance(l, PatchEncoder)), None)
+    patches = next((l for l in layers if isinstance(l, Patches)), None)
+    if encoder is None or patches is None or encoder.grid_size is None:
+        return None, None
+    stride = 1
+    if any(isinstance(l, ResNetRoot) for l in layers):
+        stride = 4
+        for unit in layers:
+            if isinstance(unit, BottleneckUnit):
+                stride *= unit.strides[0]
+    pixels = (patches.patch_size[0] * stride, patches.patch_size[1] * stride)
+    native = (encoder.grid_size[0] * pixels[0], encoder.grid_size[1] * pixels[1])
+    return native, (None if stride > 1 else patches.patch_size)
+
+
+def takes_any_size(model):
+    """True for a model built with a None height or width."""
+    shape = model.input_shape
+    return not isinstance(shape, list) and len(shape) == 4 and None in shape[1:3]
+
+
 def serving_function(model, *, resize=False, top_k=5, image_size=None, outputs="auto"):
     """The `serving_default` function and its input signature.
 
     Input `images`: uint8, `(batch, H, W, 3)` at the model's size, or any
     `(batch, height, width, 3)` with `resize=True` (bilinear resize inside,
-    as the eval pipeline). Outputs: `logits` and `probabilities`
+    as the eval pipeline). A model built with `input_shape=(None, None, 3)`
+    and `resize=False` takes any `(batch, height, width, 3)` as it is
+    (sides multiples of the patch size; a hybrid any size), its position
+    embedding resized inside; `image_size` is then the size that
+    `resize=True` resizes to. Outputs: `logits` and `probabilities`
     `(batch, classes)`, `top_k_indices` (int32) and `top_k_probabilities`
     `(batch, k)`. A channel count other than 3, or another size without
     `resize`, fails with an error that says so.
@@ -45,19 +88,32 @@ def serving_function(model, *, resize=False, top_k=5, image_size=None, outputs="
 
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k={top_k!r}; give a positive int.")
-    height, width = model_image_size(model, image_size)
+    dynamic = takes_any_size(model) and not resize
+    multiple = None
+    if dynamic:
+        native, multiple = dynamic_size_layout(model)
+        size = image_size or native
+        height, width = model_image_size(model, size) if size else (None, None)
+    else:
+        height, width = model_image_size(model, image_size)
     call = logits_and_probabilities(model, outputs)
     classes = model.output_shape[-1]
     k = min(top_k, classes)
-    spec = tf.TensorSpec([None, None, None, None] if resize else [None, height, width, None],
-                         tf.uint8, name="images")
+    spec = tf.TensorSpec([None, None, None, None] if resize or dynamic
+                         else [None, height, width, None], tf.uint8, name="images")
 
     def serve(images):
         rgb = tf.debugging.assert_equal(
             tf.shape(images)[-1], 3, message="keras_vit serving: `images` must be RGB, "
             "uint8 (batch, height, width, 3); got this many channels")
         checks = [rgb]
-        if not resize:
+        if dynamic and multiple is not None:
+            checks.append(tf.debugging.assert_equal(
+                tf.math.floormod(tf.shape(images)[1:3], multiple), [0, 0],
+                message=f"keras_vit serving: `images` height and width must be "
+                f"multiples of the patch size {multiple[0]}x{multiple[1]}; got "
+                "height, width modulo it"))
+        elif not resize and not dynamic:
             checks.append(tf.debugging.assert_equal(
                 tf.shape(images)[1:3], [height, width],
                 message=f"keras_vit serving: `images` must be {height}x{width} "
@@ -66,7 +122,8 @@ def serving_function(model, *, resize=False, top_k=5, image_size=None, outputs="
             images = tf.cast(images, tf.float32)
         if resize:
             images = tf.image.resize(images, (height, width), method="bilinear")
-        images = tf.ensure_shape(images, [None, height, width, 3])
+        images = tf.ensure_shape(images, [None, None, None, 3] if dynamic
+                                 else [None, height, width, 3])
         logits, probabilities = call(images)
         top = tf.math.top_k(probabilities, k=k)
         return {"logits": logits, "probabilities": probabilities,
@@ -112,8 +169,14 @@ def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outpu
             wrapped; the input is RGB pixels in [0, 255]).
         path: the SavedModel directory.
         resize: accept uint8 images of any size and resize them inside.
+            A model built with `input_shape=(None, None, 3)` takes any size
+            without it (no resize: its position embedding is resized
+            inside, as the Keras model does).
         top_k: how many classes `top_k_indices` holds.
-        image_size: `(height, width)` for a model built with a free size.
+        image_size: `(height, width)` for a model built with a free size:
+            the size it is verified at (and `resize=True` resizes to);
+            default for a keras_vit ViT: its stored position-embedding
+            grid's size (the checkpoint's resolution).
         outputs: `"auto"`, `"logits"` or `"probabilities"`: what the model
             outputs (auto reads the head).
         validation_data: images to verify on: a `keras_vit.data` source
@@ -157,6 +220,8 @@ def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outpu
     require_tensorflow_backend()
     path = str(path)
     _check_replaceable(path)
+    if image_size is None and takes_any_size(model):
+        image_size = dynamic_size_layout(model)[0]  # verify at the stored grid's size
     size = model_image_size(model, image_size)
     serve, spec = serving_function(model, resize=resize, top_k=top_k, image_size=size,
                                    outputs=outputs)

@@ -27,6 +27,32 @@ def find_vit(model):
         "have no attention or position embedding to inspect.")
 
 
+def stored_image_size(model):
+    """`(height, width)` in pixels of the grid `model`'s position embedding
+    is stored at: the input size of a fixed-size ViT, and the size a model
+    built with `input_shape=(None, None, 3)` computes without resizing (the
+    checkpoint's, else 224).
+
+    >>> import keras_vit
+    >>> stored_image_size(keras_vit.ViTTi16(input_shape=(None, None, 3)))
+    (224, 224)
+    """
+    vit = find_vit(model)
+    shape = tuple(vit.input_shape[1:3])
+    if None not in shape:
+        return shape
+    layers = vit.layers
+    encoder = next(layer for layer in layers if isinstance(layer, PatchEncoder))
+    patch = next(layer for layer in layers if isinstance(layer, Patches)).patch_size
+    stride = 1
+    if any(isinstance(layer, ResNetRoot) for layer in layers):
+        # The root halves twice (conv, pool); every stage after the first once.
+        stages = {layer.name.split("_")[0] for layer in layers
+                  if layer.name.startswith("block") and "_unit" in layer.name}
+        stride = 4 * 2 ** (len(stages) - 1)
+    return tuple(int(g * p * stride) for g, p in zip(encoder.grid_size, patch))
+
+
 class _Parts:
     def __init__(self, model):
         self.vit = find_vit(model)
@@ -34,7 +60,8 @@ class _Parts:
         self.encoder = next(layer for layer in layers if isinstance(layer, PatchEncoder))
         self.blocks = [layer for layer in layers if isinstance(layer, TransformerBlock)]
         self.patches = next((layer for layer in layers if isinstance(layer, Patches)), None)
-        self.image_size = tuple(self.vit.input_shape[1:3])
+        # A model that takes any size is inspected at its stored grid.
+        self.image_size = stored_image_size(self.vit)
         self.grid = tuple(self.encoder.grid_size)
         self.prefix = self.encoder.num_prefix_tokens
         # Pixels per token: the patch size, times the ResNet stride in hybrids.

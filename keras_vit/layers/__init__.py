@@ -4,7 +4,7 @@ TensorFlow, JAX and PyTorch backends."""
 from keras_vit.layers.drop_path import DropPath
 from keras_vit.layers.head import ClassifierHead
 from keras_vit.layers.mixer import MixerBlock
-from keras_vit.layers.patch_encoder import PatchEncoder
+from keras_vit.layers.patch_encoder import PatchEncoder, interpolate_position_embedding
 from keras_vit.layers.patches import Patches
 from keras_vit.layers.pooling import SequencePooling
 from keras_vit.layers.resnet import BottleneckUnit, ResNetRoot, StdConv2D
@@ -21,4 +21,5 @@ __all__ = [
     "SequencePooling",
     "StdConv2D",
     "TransformerBlock",
+    "interpolate_position_embedding",
 ]

@@ -95,15 +95,29 @@ def layer_norm(layer, x):
     return tf.reshape(y, tf.shape(x)) * gamma + beta
 
 
+GELU_FORMS = ("tanh", "erf")
+
+
 def gelu_tanh(x):
     """GELU with the tanh approximation, as `flax.linen.gelu` (the official
     models) computes it. Exact-erf GELU changes official logits by ~2e-4."""
     return ops.gelu(x, approximate=True)
 
 
+def check_gelu(gelu):
+    """Validates a GELU form name: "tanh" (official) or "erf" (exact, as
+    PyTorch's `nn.GELU()` in timm and transformers)."""
+    if gelu not in GELU_FORMS:
+        raise ValueError(f"Unknown gelu={gelu!r}; allowed: {GELU_FORMS}.")
+    return gelu
+
+
 def dense(layer, x, gelu=False):
-    """`layer(x)`, then GELU-tanh if `gelu`, for a `keras.layers.Dense`
+    """`layer(x)`, then GELU if `gelu`, for a `keras.layers.Dense`
     without its own activation and a 2-D `x` of shape `(rows, features)`.
+
+    `gelu`: False (none), True or "tanh" (the tanh approximation), "erf"
+    (exact GELU).
 
     Must be called from inside the owning layer's `call`, so that the
     mixed-precision autocast scope casts the kernel to the compute dtype.
@@ -120,7 +134,11 @@ def dense(layer, x, gelu=False):
             else:
                 y = ops.add(y, bias)
     # On TensorFlow ops.gelu is tf.nn.gelu, the op grappler fuses.
-    return gelu_tanh(y) if gelu else y
+    if not gelu:
+        return y
+    if gelu == "erf":
+        return ops.gelu(y, approximate=False)
+    return gelu_tanh(y)
 
 
 def softmax_attention(qkv, tokens, num_heads, dropout, training):

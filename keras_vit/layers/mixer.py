@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers._fused import dense, layer_norm
+from keras_vit.layers._fused import check_gelu, dense, layer_norm
 from keras_vit.layers._utils import check_positive_int, check_rate
 from keras_vit.layers.drop_path import DropPath
 
@@ -28,6 +28,8 @@ class MixerBlock(keras.layers.Layer):
         drop_path_rate: stochastic depth rate of both residual branches
             (0 in the paper).
         layer_norm_epsilon: LayerNorm epsilon (official: 1e-6).
+        gelu: `"tanh"` (official) or `"erf"` (exact GELU, as timm's
+            Mixers compute it).
 
     Example:
 
@@ -42,9 +44,11 @@ class MixerBlock(keras.layers.Layer):
         channels_mlp_dim,
         drop_path_rate=0.0,
         layer_norm_epsilon=1e-6,
+        gelu="tanh",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.gelu = check_gelu(gelu)
         self.tokens_mlp_dim = check_positive_int(tokens_mlp_dim, "tokens_mlp_dim")
         self.channels_mlp_dim = check_positive_int(
             channels_mlp_dim, "channels_mlp_dim"
@@ -96,12 +100,12 @@ class MixerBlock(keras.layers.Layer):
         _, tokens, channels = inputs.shape
         # Token mixing: one MLP over the token axis, shared by all channels.
         y = ops.reshape(ops.swapaxes(layer_norm(self.norm1, inputs), 1, 2), (-1, tokens))
-        y = dense(self.token_mixing2, dense(self.token_mixing1, y, gelu=True))
+        y = dense(self.token_mixing2, dense(self.token_mixing1, y, gelu=self.gelu))
         y = ops.swapaxes(ops.reshape(y, (-1, channels, tokens)), 1, 2)
         x = inputs + self.drop_path(y, training=training)
         # Channel mixing: one MLP over the channels, shared by all tokens.
         y = ops.reshape(layer_norm(self.norm2, x), (-1, channels))
-        y = dense(self.channel_mixing2, dense(self.channel_mixing1, y, gelu=True))
+        y = dense(self.channel_mixing2, dense(self.channel_mixing1, y, gelu=self.gelu))
         y = ops.reshape(y, (-1, tokens, channels))
         return x + self.drop_path(y, training=training)
 
@@ -116,6 +120,7 @@ class MixerBlock(keras.layers.Layer):
                 "channels_mlp_dim": self.channels_mlp_dim,
                 "drop_path_rate": self.drop_path_rate,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "gelu": self.gelu,
             }
         )
         return config

@@ -4,7 +4,68 @@ embedding (ViT paper, Eq. 1)."""
 import keras
 from keras import ops
 
-from keras_vit.layers._utils import check_positive_int
+from keras_vit.layers._utils import check_positive_int, to_pair
+
+
+def _linear_coordinates(old, new):
+    """Source indices and weights of 1-D linear interpolation with aligned
+    corners from `old` (a Python int) to `new` points (an int or a scalar
+    tensor): output `i` reads input `i * (old - 1) / (new - 1)`, as
+    `scipy.ndimage.zoom(order=1)` (a single output point reads input 0).
+
+    The integer part comes from integer arithmetic, so for `new == old`
+    every index is exactly `i` and every weight exactly 0 (XLA may divide
+    floats through a reciprocal, which is not exact).
+    """
+    numerator = ops.arange(new, dtype="int32") * (old - 1)
+    denominator = ops.maximum(ops.cast(new, "int32") - 1, 1)
+    low = ops.minimum(ops.floor_divide(numerator, denominator), old - 1)
+    remainder = numerator - low * denominator
+    fraction = ops.cast(remainder, "float32") / ops.cast(denominator, "float32")
+    high = ops.minimum(low + 1, old - 1)
+    return low, high, fraction
+
+
+def interpolate_position_embedding(posemb, new_grid, old_grid, num_prefix_tokens=1):
+    """Resizes a `(1, prefix + old_h * old_w, D)` position embedding to
+    `new_grid` inside the graph (keras.ops, any backend).
+
+    The official algorithm, as `keras_vit.weights.resize_position_embedding`
+    computes it in NumPy for loading: bilinear interpolation with aligned
+    corners (`scipy.ndimage.zoom(order=1)`) of the patch grid, the prefix
+    (class token) kept apart and unchanged. Computed in float32 with
+    gathers and element-wise arithmetic only (no matmul, so no TF32 on
+    GPUs); the same grid gives back the embedding exactly.
+
+    Args:
+        posemb: tensor `(1, num_prefix_tokens + old_h * old_w, D)`.
+        new_grid: `(new_h, new_w)`: Python ints or scalar tensors (a size
+            known only when the graph runs).
+        old_grid: `(old_h, old_w)`, Python ints.
+        num_prefix_tokens: leading tokens kept as they are.
+
+    Returns:
+        float32 tensor `(1, num_prefix_tokens + new_h * new_w, D)`.
+
+    Example:
+
+    >>> pe = keras.ops.zeros((1, 1 + 4 * 4, 8))
+    >>> interpolate_position_embedding(pe, (6, 3), (4, 4)).shape
+    (1, 19, 8)
+    """
+    old_h, old_w = (int(v) for v in old_grid)
+    new_h, new_w = new_grid
+    posemb = ops.cast(posemb, "float32")
+    width = posemb.shape[-1]
+    prefix = posemb[:, :num_prefix_tokens]
+    grid = ops.reshape(posemb[0, num_prefix_tokens:], (old_h, old_w, width))
+    for axis, old, new in ((0, old_h, new_h), (1, old_w, new_w)):
+        low, high, fraction = _linear_coordinates(old, new)
+        fraction = ops.reshape(fraction, (-1, 1, 1) if axis == 0 else (1, -1, 1))
+        grid = (ops.take(grid, low, axis=axis) * (1.0 - fraction)
+                + ops.take(grid, high, axis=axis) * fraction)
+    grid = ops.reshape(grid, (1, -1, width))
+    return ops.concatenate([prefix, grid], axis=1) if num_prefix_tokens else grid
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -23,15 +84,25 @@ class PatchEncoder(keras.layers.Layer):
         kernel_initializer, position_initializer: initializers of the
             projection and of the position embedding (official defaults:
             LeCun normal and normal(stddev=0.02); the class token starts at 0).
+        grid_size: `(grid_h, grid_w)` of the stored position embedding;
+            None: the input's grid when built. An input whose grid differs
+            (or is unknown when built: a model with
+            `input_shape=(None, None, 3)`) gets the stored embedding resized
+            in the graph to its grid with the official algorithm
+            (`interpolate_position_embedding`); the stored grid itself is
+            used as it is.
 
     Attributes:
-        grid_size: `(grid_h, grid_w)` once built.
+        grid_size: `(grid_h, grid_w)` of the stored position embedding once
+            built.
         num_prefix_tokens: 1 with a class token, else 0.
 
     Example:
 
     >>> patches = keras.ops.ones((2, 4, 4, 48))
     >>> PatchEncoder(64)(patches).shape
+    (2, 17, 64)
+    >>> PatchEncoder(64, grid_size=(2, 2))(patches).shape  # 2x2 resized to 4x4
     (2, 17, 64)
     """
 
@@ -41,6 +112,7 @@ class PatchEncoder(keras.layers.Layer):
         use_class_token=True,
         kernel_initializer="lecun_normal",
         position_initializer=None,
+        grid_size=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -51,20 +123,29 @@ class PatchEncoder(keras.layers.Layer):
             position_initializer
             or keras.initializers.RandomNormal(stddev=0.02)
         )
-        self.grid_size = None
+        self.grid_size = None if grid_size is None else to_pair(grid_size, "grid_size")
 
     @property
     def num_prefix_tokens(self):
         return 1 if self.use_class_token else 0
 
     def build(self, input_shape):
-        if len(input_shape) != 4 or None in tuple(input_shape[1:]):
+        if len(input_shape) != 4 or input_shape[-1] is None:
             raise ValueError(
-                "PatchEncoder expects a static patch grid of shape (batch, "
-                f"grid_h, grid_w, patch_dim), got {tuple(input_shape)}."
+                "PatchEncoder expects a patch grid of shape (batch, grid_h, "
+                f"grid_w, patch_dim) with a static patch_dim, got "
+                f"{tuple(input_shape)}."
             )
         _, gh, gw, patch_dim = input_shape
-        self.grid_size = (int(gh), int(gw))
+        if self.grid_size is None:
+            if gh is None or gw is None:
+                raise ValueError(
+                    "PatchEncoder got a patch grid of unknown size "
+                    f"{tuple(input_shape)}; pass grid_size=(grid_h, grid_w), "
+                    "the grid of the stored position embedding."
+                )
+            self.grid_size = (int(gh), int(gw))
+        gh, gw = self.grid_size
         self.kernel = self.add_weight(
             name="kernel",
             shape=(patch_dim, self.hidden_size),
@@ -80,16 +161,30 @@ class PatchEncoder(keras.layers.Layer):
                 initializer="zeros",
             )
         num_tokens = self.num_prefix_tokens + gh * gw
+        # Not autocast: `call` reads it in its own dtype (float32 under a
+        # mixed policy) so that a resize computes in float32, then casts.
         self.position_embedding = self.add_weight(
             name="position_embedding",
             shape=(1, num_tokens, self.hidden_size),
             initializer=self.position_initializer,
+            autocast=False,
         )
         self.built = True
 
     def call(self, inputs):
-        gh, gw = self.grid_size
-        x = ops.reshape(inputs, (-1, gh * gw, inputs.shape[-1]))
+        gh, gw = inputs.shape[1], inputs.shape[2]
+        patch_dim = inputs.shape[-1]
+        if (gh, gw) == self.grid_size:
+            x = ops.reshape(inputs, (-1, gh * gw, patch_dim))
+            posemb = self.position_embedding
+        else:
+            shape = ops.shape(inputs)
+            gh = shape[1] if gh is None else gh
+            gw = shape[2] if gw is None else gw
+            x = ops.reshape(inputs, (shape[0], -1, patch_dim))
+            posemb = interpolate_position_embedding(
+                self.position_embedding, (gh, gw), self.grid_size,
+                self.num_prefix_tokens)
         x = ops.matmul(x, self.kernel) + self.bias
         if self.use_class_token:
             cls = ops.broadcast_to(
@@ -97,11 +192,12 @@ class PatchEncoder(keras.layers.Layer):
                 (ops.shape(x)[0], 1, self.hidden_size),
             )
             x = ops.concatenate([cls, x], axis=1)
-        return x + self.position_embedding
+        return x + ops.cast(posemb, x.dtype)
 
     def compute_output_shape(self, input_shape):
         _, gh, gw, _ = input_shape
-        return (input_shape[0], self.num_prefix_tokens + gh * gw, self.hidden_size)
+        tokens = None if gh is None or gw is None else self.num_prefix_tokens + gh * gw
+        return (input_shape[0], tokens, self.hidden_size)
 
     def get_config(self):
         config = super().get_config()
@@ -115,6 +211,7 @@ class PatchEncoder(keras.layers.Layer):
                 "position_initializer": keras.initializers.serialize(
                     self.position_initializer
                 ),
+                "grid_size": self.grid_size,
             }
         )
         return config

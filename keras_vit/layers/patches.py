@@ -17,6 +17,12 @@ class Patches(keras.layers.Layer):
     A strided convolution with kernel = stride = patch size is exactly
     `PatchEncoder(Patches(x))`.
 
+    Height and width may be unknown when the layer is built (a model built
+    with `input_shape=(None, None, 3)`); each image must then have sides
+    that are multiples of the patch size. A static side that is not raises
+    a `ValueError` (eager calls, JAX, fixed-size models); in a TensorFlow
+    graph with unknown sides the reshape fails when the graph runs.
+
     Args:
         patch_size: int or `(height, width)` of a patch.
 
@@ -32,38 +38,52 @@ class Patches(keras.layers.Layer):
         self.patch_size = to_pair(patch_size, "patch_size")
 
     def _grid(self, input_shape):
+        """`(grid_h, grid_w, channels)`; a grid side is None where the image
+        side is unknown (a model built with `input_shape=(None, None, 3)`)."""
         if len(input_shape) != 4:
             raise ValueError(
                 "Patches expects images of shape (batch, height, width, "
                 f"channels), got shape {tuple(input_shape)}."
             )
         _, h, w, c = input_shape
-        if h is None or w is None or c is None:
+        if c is None:
             raise ValueError(
-                "Patches needs a static height, width and channel count, got "
-                f"shape {tuple(input_shape)}. Build the model with a fixed "
-                "`input_shape`."
+                "Patches needs a static channel count, got shape "
+                f"{tuple(input_shape)}."
             )
         ph, pw = self.patch_size
-        if h % ph or w % pw:
+        if (h is not None and h % ph) or (w is not None and w % pw):
             raise ValueError(
                 f"Image size {(h, w)} is not divisible by the patch size "
-                f"{self.patch_size}."
+                f"{self.patch_size}. Height and width must be multiples of it."
             )
-        return h // ph, w // pw, c
+        return (None if h is None else h // ph), (None if w is None else w // pw), c
 
     def build(self, input_shape):
         self._grid(input_shape)
         self.built = True
 
     def call(self, inputs):
+        # Static sides (eager, JAX, a fixed-size model) are checked here; a
+        # side only known when the graph runs (a TensorFlow graph of a
+        # dynamic-size model) is not: an image whose side is not a multiple
+        # of the patch then fails in the reshape below ("Input to reshape
+        # is a tensor with ... values"), never silently (the batch size is
+        # explicit, so no other reading of the pixels fits).
         gh, gw, c = self._grid(inputs.shape)
         ph, pw = self.patch_size
         if (ph, pw) == (1, 1):
             return inputs
-        x = ops.reshape(inputs, (-1, gh, ph, gw, pw, c))
+        if gh is None or gw is None:
+            shape = ops.shape(inputs)
+            batch = shape[0]
+            gh = shape[1] // ph if gh is None else gh
+            gw = shape[2] // pw if gw is None else gw
+        else:
+            batch = -1
+        x = ops.reshape(inputs, (batch, gh, ph, gw, pw, c))
         x = ops.transpose(x, (0, 1, 3, 2, 4, 5))
-        return ops.reshape(x, (-1, gh, gw, ph * pw * c))
+        return ops.reshape(x, (batch, gh, gw, ph * pw * c))
 
     def compute_output_shape(self, input_shape):
         gh, gw, c = self._grid(input_shape)

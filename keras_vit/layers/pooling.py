@@ -1,10 +1,13 @@
 """SequencePooling: turn the token sequence into one vector (`token` or
-`gap`, the official `classifier` field)."""
+`gap`, the official `classifier` field; `avg` or `max` over the patch
+tokens, the keras.applications `pooling=` values)."""
 
 import keras
 from keras import ops
 
-POOLING_MODES = ("token", "gap")
+from keras_vit.layers._utils import check_positive_int
+
+POOLING_MODES = ("token", "gap", "avg", "max")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -14,28 +17,44 @@ class SequencePooling(keras.layers.Layer):
     Args:
         mode: `"token"` takes the first (class) token, `"gap"` averages all
             tokens (the official `classifier="gap"`: a mean over the
-            sequence after the final LayerNorm).
+            sequence after the final LayerNorm). `"avg"` and `"max"`: the
+            mean / maximum over the patch tokens only, the first
+            `num_prefix_tokens` (the class token) left out; the
+            keras.applications `pooling="avg"` / `"max"`.
+        num_prefix_tokens: how many leading tokens `"avg"` and `"max"`
+            leave out (1 for a class-token model). `"token"` and `"gap"`
+            ignore it.
 
     Example:
 
     >>> x = keras.ops.reshape(keras.ops.arange(6.0), (1, 3, 2))
     >>> SequencePooling("gap")(x)
     array([[2., 3.]], dtype=float32)
+    >>> SequencePooling("avg", num_prefix_tokens=1)(x)
+    array([[3., 4.]], dtype=float32)
     """
 
-    def __init__(self, mode="token", **kwargs):
+    def __init__(self, mode="token", num_prefix_tokens=0, **kwargs):
         super().__init__(**kwargs)
         if mode not in POOLING_MODES:
             raise ValueError(
                 f"Unknown pooling mode {mode!r}; allowed: {POOLING_MODES}."
             )
+        if num_prefix_tokens != 0:
+            check_positive_int(num_prefix_tokens, "num_prefix_tokens")
         self.mode = mode
+        self.num_prefix_tokens = int(num_prefix_tokens)
         self.built = True
 
     def call(self, inputs):
         if self.mode == "token":
             return inputs[:, 0]
-        return ops.mean(inputs, axis=1)
+        if self.mode == "gap":
+            return ops.mean(inputs, axis=1)
+        patches = inputs[:, self.num_prefix_tokens:] if self.num_prefix_tokens else inputs
+        if self.mode == "avg":
+            return ops.mean(patches, axis=1)
+        return ops.max(patches, axis=1)
 
     def compute_output_shape(self, input_shape):
         return (input_shape[0], input_shape[-1])
@@ -43,4 +62,5 @@ class SequencePooling(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config["mode"] = self.mode
+        config["num_prefix_tokens"] = self.num_prefix_tokens
         return config

@@ -10,6 +10,28 @@ from keras_vit.layers._utils import check_positive_int, to_pair
 GROUPS = 32
 GROUP_NORM_EPSILON = 1e-6
 WEIGHT_STANDARDIZATION_EPSILON = 1e-5
+STANDARDIZATIONS = ("std", "variance")
+# The stem's arithmetic per source: (standardization, its epsilon, GroupNorm
+# epsilon). Official `StdConv`: (w - mean) / (std + 1e-5), flax GroupNorm
+# 1e-6. timm's hybrids (`StdConv2dSame(eps=1e-8)`, a batch_norm over the
+# kernel): (w - mean) / sqrt(var + 1e-8), `nn.GroupNorm` 1e-5.
+RESNET_ARITHMETIC = {
+    "official": ("std", WEIGHT_STANDARDIZATION_EPSILON, GROUP_NORM_EPSILON),
+    "timm": ("variance", 1e-8, 1e-5),
+}
+
+
+def resnet_arithmetic(name):
+    """`{"standardization", "standardization_epsilon",
+    "group_norm_epsilon"}` of a named stem arithmetic ("official",
+    "timm"), as `ResNetRoot` / `BottleneckUnit` keyword arguments."""
+    if name not in RESNET_ARITHMETIC:
+        raise ValueError(
+            f"Unknown resnet arithmetic {name!r}; allowed: {tuple(RESNET_ARITHMETIC)}."
+        )
+    mode, ws_eps, gn_eps = RESNET_ARITHMETIC[name]
+    return {"standardization": mode, "standardization_epsilon": ws_eps,
+            "group_norm_epsilon": gn_eps}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -19,7 +41,10 @@ class StdConv2D(keras.layers.Conv2D):
     The kernel is standardised over `(height, width, in_channels)` before
     every convolution: `w = (w - mean(w)) / (std(w) + eps)` with the
     population standard deviation and `eps = 1e-5`, as the official
-    `StdConv`. Takes every `keras.layers.Conv2D` argument.
+    `StdConv`; with `standardization="variance"`,
+    `w = (w - mean(w)) / sqrt(var(w) + eps)`, as timm's `StdConv2dSame`
+    (whose hybrids use `eps=1e-8`). Takes every `keras.layers.Conv2D`
+    argument.
 
     Example:
 
@@ -28,16 +53,25 @@ class StdConv2D(keras.layers.Conv2D):
     (1, 6, 6, 8)
     """
 
-    def __init__(self, *args, epsilon=WEIGHT_STANDARDIZATION_EPSILON, **kwargs):
+    def __init__(self, *args, epsilon=WEIGHT_STANDARDIZATION_EPSILON,
+                 standardization="std", **kwargs):
         super().__init__(*args, **kwargs)
         self.epsilon = float(epsilon)
+        if standardization not in STANDARDIZATIONS:
+            raise ValueError(
+                f"Unknown standardization={standardization!r}; allowed: "
+                f"{STANDARDIZATIONS}."
+            )
+        self.standardization = standardization
 
     def standardized_kernel(self, kernel):
         w = ops.cast(kernel, "float32")
         mean = ops.mean(w, axis=(0, 1, 2), keepdims=True)
         w = w - mean
-        std = ops.sqrt(ops.mean(ops.square(w), axis=(0, 1, 2), keepdims=True))
-        return ops.cast(w / (std + self.epsilon), kernel.dtype)
+        variance = ops.mean(ops.square(w), axis=(0, 1, 2), keepdims=True)
+        if self.standardization == "variance":
+            return ops.cast(w / ops.sqrt(variance + self.epsilon), kernel.dtype)
+        return ops.cast(w / (ops.sqrt(variance) + self.epsilon), kernel.dtype)
 
     def convolution_op(self, inputs, kernel):
         return super().convolution_op(inputs, self.standardized_kernel(kernel))
@@ -45,17 +79,29 @@ class StdConv2D(keras.layers.Conv2D):
     def get_config(self):
         config = super().get_config()
         config["epsilon"] = self.epsilon
+        config["standardization"] = self.standardization
         return config
 
 
-def _group_norm(name, policy, gamma_initializer="ones"):
+def _group_norm(name, policy, gamma_initializer="ones", epsilon=GROUP_NORM_EPSILON):
     return keras.layers.GroupNormalization(
         groups=GROUPS,
-        epsilon=GROUP_NORM_EPSILON,
+        epsilon=epsilon,
         gamma_initializer=gamma_initializer,
         dtype=policy,
         name=name,
     )
+
+
+def _std(layer):
+    return {"standardization": layer.standardization,
+            "epsilon": layer.standardization_epsilon}
+
+
+def _arithmetic_config(layer):
+    return {"standardization": layer.standardization,
+            "standardization_epsilon": layer.standardization_epsilon,
+            "group_norm_epsilon": layer.group_norm_epsilon}
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -65,6 +111,9 @@ class ResNetRoot(keras.layers.Layer):
 
     Args:
         width: number of channels (64 times the width factor).
+        standardization, standardization_epsilon: the `StdConv2D`
+            arithmetic (official: "std", 1e-5; timm: "variance", 1e-8).
+        group_norm_epsilon: GroupNorm epsilon (official 1e-6, timm 1e-5).
 
     Example:
 
@@ -72,9 +121,14 @@ class ResNetRoot(keras.layers.Layer):
     (1, 8, 8, 64)
     """
 
-    def __init__(self, width=64, **kwargs):
+    def __init__(self, width=64, standardization="std",
+                 standardization_epsilon=WEIGHT_STANDARDIZATION_EPSILON,
+                 group_norm_epsilon=GROUP_NORM_EPSILON, **kwargs):
         super().__init__(**kwargs)
         self.width = check_positive_int(width, "width")
+        self.standardization = standardization
+        self.standardization_epsilon = float(standardization_epsilon)
+        self.group_norm_epsilon = float(group_norm_epsilon)
         if self.width % GROUPS:
             raise ValueError(
                 f"ResNetRoot width must be a multiple of {GROUPS} (GroupNorm "
@@ -83,9 +137,9 @@ class ResNetRoot(keras.layers.Layer):
         policy = self.dtype_policy
         self.conv_root = StdConv2D(
             self.width, 7, strides=2, padding="same", use_bias=False,
-            dtype=policy, name="conv_root",
+            dtype=policy, name="conv_root", **_std(self),
         )
-        self.gn_root = _group_norm("gn_root", policy)
+        self.gn_root = _group_norm("gn_root", policy, epsilon=self.group_norm_epsilon)
         self.pool = keras.layers.MaxPooling2D(
             3, strides=2, padding="same", dtype=policy, name="pool"
         )
@@ -107,6 +161,7 @@ class ResNetRoot(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config["width"] = self.width
+        config.update(_arithmetic_config(self))
         return config
 
 
@@ -120,6 +175,8 @@ class BottleneckUnit(keras.layers.Layer):
     Args:
         features: bottleneck width; the output has `4 * features` channels.
         strides: stride of the 3x3 conv and of the projection.
+        standardization, standardization_epsilon, group_norm_epsilon: as
+            in `ResNetRoot`.
 
     Example:
 
@@ -127,21 +184,27 @@ class BottleneckUnit(keras.layers.Layer):
     (1, 4, 4, 128)
     """
 
-    def __init__(self, features, strides=1, **kwargs):
+    def __init__(self, features, strides=1, standardization="std",
+                 standardization_epsilon=WEIGHT_STANDARDIZATION_EPSILON,
+                 group_norm_epsilon=GROUP_NORM_EPSILON, **kwargs):
         super().__init__(**kwargs)
         self.features = check_positive_int(features, "features")
         self.strides = to_pair(strides, "strides")
+        self.standardization = standardization
+        self.standardization_epsilon = float(standardization_epsilon)
+        self.group_norm_epsilon = float(group_norm_epsilon)
+        std, gn_eps = _std(self), self.group_norm_epsilon
         policy = self.dtype_policy
         f = self.features
-        self.conv1 = StdConv2D(f, 1, use_bias=False, dtype=policy, name="conv1")
-        self.gn1 = _group_norm("gn1", policy)
+        self.conv1 = StdConv2D(f, 1, use_bias=False, dtype=policy, name="conv1", **std)
+        self.gn1 = _group_norm("gn1", policy, epsilon=gn_eps)
         self.conv2 = StdConv2D(
             f, 3, strides=self.strides, padding="same", use_bias=False,
-            dtype=policy, name="conv2",
+            dtype=policy, name="conv2", **std,
         )
-        self.gn2 = _group_norm("gn2", policy)
-        self.conv3 = StdConv2D(4 * f, 1, use_bias=False, dtype=policy, name="conv3")
-        self.gn3 = _group_norm("gn3", policy, gamma_initializer="zeros")
+        self.gn2 = _group_norm("gn2", policy, epsilon=gn_eps)
+        self.conv3 = StdConv2D(4 * f, 1, use_bias=False, dtype=policy, name="conv3", **std)
+        self.gn3 = _group_norm("gn3", policy, gamma_initializer="zeros", epsilon=gn_eps)
         self.conv_proj = None
         self.gn_proj = None
 
@@ -155,9 +218,9 @@ class BottleneckUnit(keras.layers.Layer):
         if input_shape[-1] != 4 * f or self.strides != (1, 1):
             self.conv_proj = StdConv2D(
                 4 * f, 1, strides=self.strides, use_bias=False, dtype=policy,
-                name="conv_proj",
+                name="conv_proj", **_std(self),
             )
-            self.gn_proj = _group_norm("gn_proj", policy)
+            self.gn_proj = _group_norm("gn_proj", policy, epsilon=self.group_norm_epsilon)
             self.conv_proj.build(input_shape)
             self.gn_proj.build(self.conv_proj.compute_output_shape(input_shape))
         shape = input_shape
@@ -187,4 +250,5 @@ class BottleneckUnit(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update({"features": self.features, "strides": self.strides})
+        config.update(_arithmetic_config(self))
         return config

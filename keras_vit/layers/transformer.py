@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers._fused import dense, layer_norm, softmax_attention
+from keras_vit.layers._fused import check_gelu, dense, layer_norm, softmax_attention
 from keras_vit.layers._utils import check_positive_int, check_rate
 from keras_vit.layers.drop_path import DropPath
 
@@ -34,7 +34,11 @@ class TransformerBlock(keras.layers.Layer):
         dropout_rate: dropout after attention and in the MLP.
         attention_dropout_rate: dropout on the attention weights.
         drop_path_rate: stochastic depth rate of both residual branches.
-        layer_norm_epsilon: LayerNorm epsilon (official: 1e-6).
+        layer_norm_epsilon: LayerNorm epsilon (official and timm: 1e-6;
+            Hugging Face transformers ViT: 1e-12).
+        gelu: `"tanh"` (the tanh approximation, official) or `"erf"`
+            (exact GELU, PyTorch's `nn.GELU()` as timm and transformers
+            use it). Weights loaded from those libraries set it.
 
     Call arguments:
         inputs: `(batch, tokens, hidden)`.
@@ -60,9 +64,11 @@ class TransformerBlock(keras.layers.Layer):
         attention_dropout_rate=0.0,
         drop_path_rate=0.0,
         layer_norm_epsilon=1e-6,
+        gelu="tanh",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.gelu = check_gelu(gelu)
         self.num_heads = check_positive_int(num_heads, "num_heads")
         self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
         self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
@@ -152,7 +158,7 @@ class TransformerBlock(keras.layers.Layer):
 
     def _mlp(self, x, training):
         rows = ops.reshape(x, (-1, self.hidden_size))
-        y = self.dropout(dense(self.mlp_dense1, rows, gelu=True), training=training)
+        y = self.dropout(dense(self.mlp_dense1, rows, gelu=self.gelu), training=training)
         y = dense(self.mlp_dense2, y)
         return ops.reshape(y, ops.shape(x))
 
@@ -176,6 +182,7 @@ class TransformerBlock(keras.layers.Layer):
                 "attention_dropout_rate": self.attention_dropout_rate,
                 "drop_path_rate": self.drop_path_rate,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
+                "gelu": self.gelu,
             }
         )
         return config

@@ -8,9 +8,9 @@ from keras_vit._lazy import attach
 
 _EXPORTS = {
     **dict.fromkeys(["architecture_from_checkpoint", "model_from_checkpoint"], "auto"),
-    **dict.fromkeys(["MixerB16", "MixerB32", "MixerL16", "MixerS16", "MixerS32",
-                     "MLPMixer"], "mixer"),
-    **dict.fromkeys(["R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB8", "ViTB16",
+    **dict.fromkeys(["MixerB16", "MixerB32", "MixerL16", "MixerS8", "MixerS16",
+                     "MixerS32", "MLPMixer"], "mixer"),
+    **dict.fromkeys(["R26ViTB32", "R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB8", "ViTB16",
                      "ViTB32", "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16",
                      "VisionTransformer"], "vit"),
 }

@@ -26,18 +26,30 @@ def check_classes(classes):
     return classes
 
 
+# keras.applications' `pooling=`: the backbone's feature vector, a global
+# average / maximum over the patch tokens after the final LayerNorm (class
+# token left out), without pre_logits. Every model family takes them.
+FEATURE_POOLINGS = ("avg", "max")
+# The poolings after which a model's pre_logits layer (when it has one) is
+# applied, as the official model with `num_classes=0`.
+PRE_LOGITS_POOLINGS = ("token", "gap")
+
+
 def check_pooling(pooling, include_top, allowed):
+    """`pooling` if allowed with `include_top`; `allowed`: the model's own
+    poolings (its classifiers), to which `FEATURE_POOLINGS` are added."""
+    allowed = (None, *allowed, *(p for p in FEATURE_POOLINGS if p not in allowed))
     if include_top:
         if pooling is not None:
             raise ValueError(
                 f"`pooling={pooling!r}` is only used with include_top=False; "
                 "with the head the model pools as its classifier says. "
-                f"Allowed with include_top=False: {(None, *allowed)}."
+                f"Allowed with include_top=False: {allowed}."
             )
         return None
-    if pooling not in (None, *allowed):
+    if pooling not in allowed:
         raise ValueError(
-            f"Unknown `pooling={pooling!r}`. Allowed: {(None, *allowed)}."
+            f"Unknown `pooling={pooling!r}`. Allowed: {allowed}."
         )
     return pooling
 
@@ -51,12 +63,18 @@ def mixed_precision_head_dtype():
 
 
 def image_input(input_tensor, input_shape, default_size, effective_patch,
-                description, pretrained, mixer_grid=None):
+                description, pretrained, mixer_grid=None, allow_dynamic=True):
     """Validates the input shape and returns `(inputs, x, (height, width))`.
 
     `effective_patch` is the pixel size of one token (patch x ResNet
     stride); the image must be a multiple of it. `mixer_grid`: the token
     grid a Mixer checkpoint was trained at (Mixers cannot change it).
+
+    A side given as None (`input_shape=(None, None, 3)`, as
+    keras.applications allows) makes a model that takes any size at call
+    time; `allow_dynamic=False` (Mixers) refuses it. The returned
+    `(height, width)` is then `default_size` for each None side: the size
+    the position embedding is stored at (the checkpoint's, else 224).
     """
     if input_shape is None and input_tensor is not None:
         shape = tuple(input_tensor.shape)
@@ -64,14 +82,32 @@ def image_input(input_tensor, input_shape, default_size, effective_patch,
     if input_shape is None:
         input_shape = (default_size, default_size, 3)
     input_shape = tuple(input_shape)
-    if len(input_shape) != 3 or any(
-        not isinstance(d, int) or isinstance(d, bool) or d <= 0 for d in input_shape
+
+    def valid(d, may_be_none):
+        if d is None:
+            return may_be_none
+        return isinstance(d, int) and not isinstance(d, bool) and d > 0
+
+    if len(input_shape) != 3 or not (
+        valid(input_shape[0], True) and valid(input_shape[1], True)
+        and valid(input_shape[2], False)
     ):
         raise ValueError(
             "`input_shape` must be (height, width, channels) with positive "
-            f"ints (channels last), got {input_shape!r}."
+            "ints (channels last; height and width may be None for any size "
+            f"at call time), got {input_shape!r}."
         )
     height, width, channels = input_shape
+    dynamic = height is None or width is None
+    if dynamic and not allow_dynamic:
+        raise ValueError(
+            f"{description[:1].upper()}{description[1:]} cannot take "
+            f"input_shape={input_shape}: an "
+            "MLP-Mixer's token-mixing weights fix the number of patches, so "
+            "its image size is fixed when it is built. Give the size, e.g. "
+            f"input_shape=({default_size}, {default_size}, {channels}), and "
+            "resize images to it."
+        )
     if pretrained and channels != 3:
         raise ValueError(
             f"Pretrained weights expect 3 input channels (RGB), got "
@@ -79,11 +115,12 @@ def image_input(input_tensor, input_shape, default_size, effective_patch,
             "channels."
         )
     ph, pw = effective_patch
-    if height % ph or width % pw:
+    if (height is not None and height % ph) or (width is not None and width % pw):
+        suggest = tuple(None if s is None else max(1, round(s / p)) * p
+                        for s, p in ((height, ph), (width, pw)))
         raise ValueError(
             f"Image size {(height, width)} is not divisible by the patch size "
-            f"{(ph, pw)} of {description}; use a multiple, e.g. "
-            f"{(max(1, round(height / ph)) * ph, max(1, round(width / pw)) * pw)}."
+            f"{(ph, pw)} of {description}; use a multiple, e.g. {suggest}."
         )
     if mixer_grid is not None and (height // ph, width // pw) != tuple(mixer_grid):
         trained = (mixer_grid[0] * ph, mixer_grid[1] * pw)
@@ -95,21 +132,37 @@ def image_input(input_tensor, input_shape, default_size, effective_patch,
             "A Mixer cannot change resolution with pretrained weights: resize "
             f"images to {trained[0]}x{trained[1]} or use weights=None."
         )
+    size = (default_size if height is None else height,
+            default_size if width is None else width)
     if input_tensor is None:
         inputs = keras.layers.Input(shape=input_shape, name="images")
-        return inputs, inputs, (height, width)
+        return inputs, inputs, size
     if not keras.backend.is_keras_tensor(input_tensor):
         x = keras.layers.Input(tensor=input_tensor, shape=input_shape)
-        return x, x, (height, width)
+        return x, x, size
     inputs = keras.utils.get_source_inputs(input_tensor)
-    return inputs, input_tensor, (height, width)
+    return inputs, input_tensor, size
 
 
-def preprocessing_layer():
+def preprocessing_layer(mean=None, std=None):
     """`(x - 127.5) / 127.5`: raw [0, 255] pixels to [-1, 1], exactly the
-    official eval pipeline."""
+    official eval pipeline.
+
+    `mean`, `std`: per-channel values on the [0, 1] scale (timm's
+    `pretrained_cfg`, transformers' `image_mean`/`image_std`), e.g. the
+    ImageNet `(0.485, 0.456, 0.406)`, `(0.229, 0.224, 0.225)`; then
+    `(x - 255 * mean) / (255 * std)`. None, or 0.5 for every channel, is
+    the official form.
+    """
+    official = all(v is None or all(float(c) == 0.5 for c in v) for v in (mean, std))
+    if official:
+        return keras.layers.Normalization(
+            mean=IMAGE_MEAN, variance=IMAGE_STD**2, name="preprocessing"
+        )
+    mean = [255.0 * float(c) for c in (mean if mean is not None else (0.5,) * 3)]
+    std = [255.0 * float(c) for c in (std if std is not None else (0.5,) * 3)]
     return keras.layers.Normalization(
-        mean=IMAGE_MEAN, variance=IMAGE_STD**2, name="preprocessing"
+        mean=mean, variance=[s * s for s in std], name="preprocessing"
     )
 
 
@@ -130,7 +183,7 @@ def plan_head(resolved, include_top, pooling, classes, representation_size,
             )
         classes = info.classes
     keep_head = include_top and classes == info.classes
-    uses_pre_logits = include_top or pooling is not None
+    uses_pre_logits = include_top or pooling in PRE_LOGITS_POOLINGS
     if representation_size is None:
         if info.representation_size and uses_pre_logits and (
             keep_head or not include_top
@@ -154,22 +207,68 @@ def plan_head(resolved, include_top, pooling, classes, representation_size,
                 " and dropping pre_logits"
                 if info.representation_size and not representation_size else "",
             )
-    if info.representation_size and not representation_size:
+    if info.representation_size and (not representation_size or not uses_pre_logits):
         dropped.append("pre_logits/")
     return classes, representation_size, tuple(dropped)
 
 
+ARITHMETIC_DEFAULTS = dict(gelu="tanh", layer_norm_epsilon=1e-6, fc_norm=False,
+                          resnet_arithmetic="official", image_mean=None, image_std=None)
+
+
+def arithmetic(resolved, **given):
+    """The builder's arithmetic arguments: each the user's value when not
+    None, else the checkpoint source's (timm / transformers weights), else
+    the official default (`ARITHMETIC_DEFAULTS`)."""
+    out = {}
+    source = getattr(resolved, "foreign", None)
+    pre = (source.preprocessing or {}) if source is not None else {}
+    for key, default in ARITHMETIC_DEFAULTS.items():
+        value = given.get(key)
+        if value is None and source is not None:
+            if key in ("image_mean", "image_std"):
+                value = pre.get(key[len("image_"):])
+            else:
+                value = source.arithmetic.get(key)
+        out[key] = default if value is None else value
+    for key in ("image_mean", "image_std"):
+        value = out[key]
+        if value is not None:
+            value = (value,) * 3 if isinstance(value, (int, float)) else tuple(value)
+            if len(value) != 3 or not all(isinstance(v, (int, float)) for v in value) \
+                    or (key == "image_std" and min(value) <= 0):
+                raise ValueError(
+                    f"`{key}` must be a number or 3 numbers on the [0, 1] scale"
+                    f"{' (positive)' if key == 'image_std' else ''}, got {value!r}.")
+            out[key] = value
+    return out
+
+
 def classification_head(x, norm_name, pool, representation_size, include_top,
-                        classes, classifier_activation):
+                        classes, classifier_activation, layer_norm_epsilon=1e-6,
+                        fc_norm=False, num_prefix_tokens=0):
     """Final LayerNorm, pooling, optional `pre_logits` (Dense + tanh) and
-    the zero-initialised head; float32 under a mixed-precision policy."""
+    the zero-initialised head; float32 under a mixed-precision policy.
+
+    `pool`: "token" / "gap" (then pre_logits when `representation_size`),
+    or the feature poolings "avg" / "max" over the patch tokens (the first
+    `num_prefix_tokens` left out), never followed by pre_logits.
+
+    `fc_norm=True` (timm's `gap` models): pool first, then the LayerNorm
+    (named "fc_norm"); the sequence itself is not normalised."""
     from keras_vit.layers import ClassifierHead, SequencePooling
 
     dtype = mixed_precision_head_dtype()
-    x = keras.layers.LayerNormalization(epsilon=1e-6, dtype=dtype, name=norm_name)(x)
+    if not fc_norm:
+        x = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=dtype, name=norm_name)(x)
     if pool is not None:
-        x = SequencePooling(pool, dtype=dtype, name="pool")(x)
-        if representation_size:
+        prefix = num_prefix_tokens if pool in FEATURE_POOLINGS else 0
+        x = SequencePooling(pool, num_prefix_tokens=prefix, dtype=dtype, name="pool")(x)
+        if fc_norm:
+            x = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=dtype, name="fc_norm")(x)
+        if representation_size and pool in PRE_LOGITS_POOLINGS:
             x = keras.layers.Dense(representation_size, activation="tanh",
                                    dtype=dtype, name="pre_logits")(x)
     if include_top:
@@ -184,6 +283,15 @@ def finish(inputs, outputs, name, resolved):
         return model
     if resolved.keras_weights:
         _load_keras_weights(model, resolved.path)
+        return model
+    if resolved.foreign is not None:  # timm / transformers: their own rules
+        resolved.foreign.load(model, resolved.dropped)
+        names = resolved.foreign.class_names
+        if names and "head/" not in resolved.dropped \
+                and model.output_shape[-1] == len(names):
+            from keras_vit.labels import set_class_names
+
+            set_class_names(model, names)  # the config's id2label / label_names
         return model
     load_official_weights(model, resolved.params, resolved.source,
                           dropped=resolved.dropped)

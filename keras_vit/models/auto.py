@@ -1,5 +1,7 @@
-"""Build the model an official checkpoint describes, from its keys alone."""
+"""Build the model a checkpoint describes: an official `.npz` from its keys
+alone, a timm / transformers checkpoint from its config.json and shapes."""
 
+import os
 import re
 
 from keras_vit.models.variants import find_variant
@@ -124,12 +126,23 @@ def describe_architecture(params):
 
 
 def model_from_checkpoint(path, **kwargs):
-    """Builds and loads the ViT / hybrid / Mixer stored in an official `.npz`.
+    """Builds and loads the ViT / hybrid / Mixer stored in a checkpoint.
 
     Args:
-        path: local path of an official-format checkpoint.
+        path: local path of an official-format `.npz`; or a timm /
+            Hugging Face transformers checkpoint: `"hf://ORG/NAME"`
+            (downloaded with huggingface_hub, the `hf` extra), a folder in
+            the Hub layout (config.json + model.safetensors), or a bare
+            `.safetensors` file. Those bring their source's arithmetic
+            (GELU form, LayerNorm epsilon, fc_norm, hybrid stem, position-
+            embedding resize, input mean/std); see
+            `keras_vit.weights.hub`. A checkpoint without a head
+            (transformers `ViTModel`) gives `include_top=False` and, with
+            its pooler, `pooling="token"` (the pooler output).
         **kwargs: further builder arguments (`input_shape`, `classes`,
-            `include_top`, `classifier_activation`, ...).
+            `include_top`, `classifier_activation`, ...); architecture
+            arguments given here (e.g. `num_heads` for a bare
+            `.safetensors` of a non-standard width) override what is read.
 
     Raises:
         CheckpointNotFoundError: no file at `path` ("Weights file not found:
@@ -144,11 +157,33 @@ def model_from_checkpoint(path, **kwargs):
 
     ```python
     model = keras_vit.model_from_checkpoint("ViT-B_16.npz")
+    model = keras_vit.model_from_checkpoint(
+        "hf://timm/vit_base_patch16_224.augreg2_in21k_ft_in1k")
+    model = keras_vit.model_from_checkpoint("hf://google/vit-base-patch16-224")
     ```
     """
     from keras_vit.models.mixer import MLPMixer
     from keras_vit.models.vit import VisionTransformer
+    from keras_vit.weights import hub
 
-    family, config = architecture_from_checkpoint(read_checkpoint(path))
-    builder = MLPMixer if family == "mixer" else VisionTransformer
-    return builder(**config, weights=path, **kwargs)
+    foreign = hub.resolve_hub(path) if isinstance(path, (str, os.PathLike)) else None
+    if foreign is None:
+        family, config = architecture_from_checkpoint(read_checkpoint(path))
+        builder = MLPMixer if family == "mixer" else VisionTransformer
+        return builder(**config, weights=path, **kwargs)
+    config = dict(foreign.architecture)
+    for key in list(kwargs):
+        if key in config:
+            config[key] = kwargs.pop(key)
+    if foreign.family == "vit" and not config.get("num_heads"):
+        raise CheckpointMismatchError(
+            f"Cannot tell the number of attention heads of {foreign.source} "
+            f"({foreign.format} format, width {config['hidden_size']}, no "
+            "config.json saying it); pass num_heads=.")
+    info = foreign.info()
+    if info.classes is None and "classes" not in kwargs:
+        kwargs.setdefault("include_top", False)
+        if not kwargs["include_top"] and info.representation_size:
+            kwargs.setdefault("pooling", "token")
+    builder = MLPMixer if foreign.family == "mixer" else VisionTransformer
+    return builder(**config, weights=foreign, **kwargs)

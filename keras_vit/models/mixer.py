@@ -34,6 +34,10 @@ def MLPMixer(
     classifier_activation="softmax",
     include_preprocessing=True,
     name=None,
+    gelu=None,
+    layer_norm_epsilon=None,
+    image_mean=None,
+    image_std=None,
 ):
     """Builds an MLP-Mixer.
 
@@ -48,13 +52,23 @@ def MLPMixer(
         tokens_mlp_dim, channels_mlp_dim: MLP widths of the two mixings.
         drop_path_rate: stochastic depth of the last block (0 in the paper);
             block i uses `drop_path_rate * i / (num_blocks - 1)`.
-        include_top, weights, input_tensor, input_shape, classes,
+        include_top, weights, input_tensor, classes,
         classifier_activation, include_preprocessing, name: as in
-            `keras_vit.VisionTransformer`. A Mixer's token-mixing weights fix
-            the number of patches: with pretrained weights, `input_shape`
-            must be the checkpoint's resolution.
+            `keras_vit.VisionTransformer`.
+        input_shape: `(height, width, channels)`, multiples of the patch
+            size; defaults to the checkpoint's resolution, else 224. A
+            Mixer's token-mixing weights fix the number of patches: with
+            pretrained weights `input_shape` must be the checkpoint's
+            resolution, and a None side (`(None, None, 3)`, any size at
+            call time, which `VisionTransformer` takes) is a `ValueError`.
         pooling: with `include_top=False`: None returns the patch sequence
-            after the final LayerNorm, `"gap"` its mean.
+            after the final LayerNorm `(batch, patches, hidden_size)`;
+            `"gap"` or `"avg"` its mean over the patches (the official
+            Mixer's own pooling), `"max"` its maximum: `(batch,
+            hidden_size)`, the keras.applications `pooling=` values.
+        gelu, layer_norm_epsilon, image_mean, image_std: the arithmetic, as
+            in `keras_vit.VisionTransformer`: None takes it from a timm
+            checkpoint (exact GELU, its mean/std), else the official one.
 
     Example:
 
@@ -63,6 +77,12 @@ def MLPMixer(
     ...                  input_shape=(32, 32, 3), classes=10)
     >>> model.output_shape
     (None, 10)
+    >>> features = MLPMixer(patch_size=4, hidden_size=48, num_blocks=2,
+    ...                     tokens_mlp_dim=24, channels_mlp_dim=96,
+    ...                     input_shape=(32, 32, 3), include_top=False,
+    ...                     pooling="avg")
+    >>> features.output_shape
+    (None, 48)
     """
     patch = to_pair(patch_size, "patch_size")
     hidden_size = check_positive_int(hidden_size, "hidden_size")
@@ -88,12 +108,14 @@ def MLPMixer(
         default_size = grid[0] * patch[0]
     inputs, x, (height, width) = _common.image_input(
         input_tensor, input_shape, default_size, patch, description,
-        pretrained=resolved is not None, mixer_grid=grid,
+        pretrained=resolved is not None, mixer_grid=grid, allow_dynamic=False,
     )
     tokens = (height // patch[0]) * (width // patch[1])
 
+    arith = _common.arithmetic(resolved, gelu=gelu, layer_norm_epsilon=layer_norm_epsilon,
+                               image_mean=image_mean, image_std=image_std)
     if include_preprocessing:
-        x = _common.preprocessing_layer()(x)
+        x = _common.preprocessing_layer(arith["image_mean"], arith["image_std"])(x)
     x = Patches(patch, name="patches")(x)
     x = keras.layers.Dense(hidden_size, name="stem")(x)
     x = keras.layers.Reshape((tokens, hidden_size), name="tokens")(x)
@@ -101,11 +123,13 @@ def MLPMixer(
         x = MixerBlock(
             tokens_mlp_dim, channels_mlp_dim,
             drop_path_rate=drop_path_rate * i / max(num_blocks - 1, 1),
+            layer_norm_epsilon=arith["layer_norm_epsilon"], gelu=arith["gelu"],
             name=f"mixerblock_{i}",
         )(x)
     x = _common.classification_head(
         x, "pre_head_layer_norm", "gap" if include_top else pooling, None,
         include_top, classes, classifier_activation,
+        layer_norm_epsilon=arith["layer_norm_epsilon"],
     )
     if resolved is not None:
         resolved.dropped = dropped
@@ -119,6 +143,7 @@ def _named(key):
     )
 
 
+MixerS8 = _named("S/8")
 MixerS16 = _named("S/16")
 MixerS32 = _named("S/32")
 MixerB16 = _named("B/16")

@@ -60,6 +60,11 @@ _TABLE = [
     # R26 = 4 stages of 2 units: output stride 32, 1x1 patches.
     ("R26+S/32", "R26ViTS32", "R26+ViT-S_32",
      _vit("S", 1, resnet_layers=(2, 2, 2, 2), resnet_width=1), "R26_S_32"),
+    # Official `get_r26_b32_config`: ViT-B/32 on the same R26 stem
+    # (101,383,976 parameters in the official `models_test.py`). Released as
+    # `gs://vit_models/imagenet21k/R26+ViT-B_32.npz` only; no AugReg files.
+    ("R26+B/32", "R26ViTB32", "R26+ViT-B_32",
+     _vit("B", 1, resnet_layers=(2, 2, 2, 2), resnet_width=1), None),
     # "R50" with (3, 4, 9) units: output stride 16, 1x1 patches.
     ("R50+B/16", "R50ViTB16", "R50+ViT-B_16",
      _vit("B", 1, resnet_layers=(3, 4, 9), resnet_width=1), None),
@@ -68,6 +73,10 @@ _TABLE = [
 ]
 
 _MIXER_TABLE = [
+    # Mixer-S/8: not in the official `models.py`, but released as
+    # `gs://mixer_models/gsam/Mixer-S_8.npz` (bucket listing in the official
+    # `vit_jax.ipynb`); the Mixer paper's S width/depth with 8x8 patches.
+    ("S/8", "MixerS8", "Mixer-S_8", _mixer("S", 8)),
     ("S/16", "MixerS16", "Mixer-S_16", _mixer("S", 16)),
     ("S/32", "MixerS32", "Mixer-S_32", _mixer("S", 32)),
     ("B/16", "MixerB16", "Mixer-B_16", _mixer("B", 16)),

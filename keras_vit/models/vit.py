@@ -20,6 +20,7 @@ from keras_vit.layers import (
     TransformerBlock,
 )
 from keras_vit.layers._utils import check_positive_int, check_rate, to_pair
+from keras_vit.layers.resnet import resnet_arithmetic as resnet_arithmetic_args
 from keras_vit.models import _common
 from keras_vit.models.variants import VIT_VARIANTS, effective_patch_size, find_variant
 from keras_vit.weights.resolve import resolve_weights
@@ -49,6 +50,12 @@ def VisionTransformer(
     classifier_activation="softmax",
     include_preprocessing=True,
     name=None,
+    gelu=None,
+    layer_norm_epsilon=None,
+    fc_norm=None,
+    resnet_arithmetic=None,
+    image_mean=None,
+    image_std=None,
 ):
     """Builds a Vision Transformer or an R+ViT hybrid.
 
@@ -77,13 +84,31 @@ def VisionTransformer(
             `"augreg:<filename>"`, a URL, or a path to an official `.npz` or
             a Keras `.weights.h5` file.
         input_tensor: optional Keras tensor to use as image input.
-        input_shape: `(height, width, 3)`; defaults to the checkpoint's
-            resolution, else 224. Another size than the checkpoint's resizes
-            the position embeddings with the official algorithm.
+        input_shape: `(height, width, 3)`, multiples of the patch size
+            (times the ResNet stride for hybrids); defaults to the
+            checkpoint's resolution, else 224. Another size than the
+            checkpoint's resizes the position embeddings once, at loading,
+            with the official algorithm (bilinear, aligned corners).
+            `(None, None, 3)`, as keras.applications allows: one model for
+            any image size at call time. The position embedding is stored
+            at the checkpoint's grid (without weights: 224 pixels' worth)
+            and resized in the graph, with the same algorithm, to each
+            call's grid (not at all at the stored grid), so a call at a size
+            equals a model built at that size. Each height and width must
+            be a multiple of the patch size: another raises a `ValueError`
+            in eager calls and on JAX; in a TensorFlow graph it fails in a
+            reshape. Hybrids accept any size (their stem pads, as the
+            official one). E.g. `ViTB16(weights="imagenet",
+            input_shape=(None, None, 3))(images_384)`.
         pooling: with `include_top=False`: None returns the token sequence
-            after the final LayerNorm; `"token"` or `"gap"` a vector (then
+            after the final LayerNorm `(batch, tokens, hidden_size)`;
+            `"token"` or `"gap"` the official pooled vector (then
             `pre_logits` if the model has one, as the official model with
-            `num_classes=0`).
+            `num_classes=0`); `"avg"` or `"max"` the keras.applications
+            feature vector: the mean / maximum over the patch tokens after
+            the final LayerNorm, the class token left out, no `pre_logits`.
+            E.g. `ViTB16(weights="imagenet", include_top=False,
+            pooling="avg")` gives `(batch, 768)`.
         classes: number of classes; None keeps the checkpoint's head (1000
             without weights). Another number replaces the head by a
             zero-initialised one and drops `pre_logits`.
@@ -91,6 +116,17 @@ def VisionTransformer(
         include_preprocessing: if True the model takes raw pixels in
             [0, 255] and applies `(x - 127.5) / 127.5`.
         name: model name.
+        gelu, layer_norm_epsilon, fc_norm, resnet_arithmetic, image_mean,
+            image_std: the arithmetic. None (the default) takes it from
+            the checkpoint's source library when `weights` is a timm or
+            transformers checkpoint (`hf://...`, a Hub folder,
+            `.safetensors`), else the official one: `gelu="tanh"` (or
+            `"erf"`, exact), `layer_norm_epsilon=1e-6`, `fc_norm=False`
+            (True: pool, then LayerNorm, as timm's gap models),
+            `resnet_arithmetic="official"` (or `"timm"`: the hybrid stem's
+            weight standardisation and GroupNorm epsilons), and input
+            normalisation `image_mean=image_std=0.5` per channel on the
+            [0, 1] scale, i.e. `(x - 127.5) / 127.5`.
 
     Returns:
         A functional `keras.Model`.
@@ -160,23 +196,28 @@ def VisionTransformer(
     default_size = 224
     if resolved is not None and resolved.info is not None:
         default_size = resolved.info.grid[0] * effective[0]
-    inputs, x, _ = _common.image_input(
+    inputs, x, size = _common.image_input(
         input_tensor, input_shape, default_size, effective, description,
         pretrained=resolved is not None,
     )
 
+    arith = _common.arithmetic(
+        resolved, gelu=gelu, layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm,
+        resnet_arithmetic=resnet_arithmetic, image_mean=image_mean, image_std=image_std)
     if include_preprocessing:
-        x = _common.preprocessing_layer()(x)
+        x = _common.preprocessing_layer(arith["image_mean"], arith["image_std"])(x)
     if resnet_layers is not None:
         width = 64 * resnet_width
-        x = ResNetRoot(width, name="resnet_root")(x)
+        stem = resnet_arithmetic_args(arith["resnet_arithmetic"])
+        x = ResNetRoot(width, name="resnet_root", **stem)(x)
         for stage, units in enumerate(resnet_layers, start=1):
             for unit in range(1, units + 1):
                 stride = 2 if stage > 1 and unit == 1 else 1
                 x = BottleneckUnit(width * 2 ** (stage - 1), strides=stride,
-                                   name=f"block{stage}_unit{unit}")(x)
+                                   name=f"block{stage}_unit{unit}", **stem)(x)
     x = Patches(patch, name="patches")(x)
     x = PatchEncoder(hidden_size, use_class_token=classifier == "token",
+                     grid_size=(size[0] // effective[0], size[1] // effective[1]),
                      name="patch_encoder")(x)
     x = keras.layers.Dropout(dropout_rate, name="encoder_dropout")(x)
     for i in range(num_layers):
@@ -184,11 +225,14 @@ def VisionTransformer(
             num_heads, mlp_dim, dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate,
             drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
+            layer_norm_epsilon=arith["layer_norm_epsilon"], gelu=arith["gelu"],
             name=f"encoderblock_{i}",
         )(x)
     x = _common.classification_head(
         x, "encoder_norm", classifier if include_top else pooling,
         representation_size, include_top, classes, classifier_activation,
+        layer_norm_epsilon=arith["layer_norm_epsilon"], fc_norm=arith["fc_norm"],
+        num_prefix_tokens=int(classifier == "token"),
     )
     if resolved is not None:
         resolved.dropped = dropped
@@ -208,7 +252,7 @@ _NAMED_DOC = """Builds {description} ({params}).
             `keras_vit.VisionTransformer` (keras.applications style).
         **kwargs: {regularization}.
 
-    Registered weights: {weights}.
+    Registered weights: {weights}.{imagenet}{architecture}
 
     Example:
 
@@ -222,9 +266,46 @@ def default_name(variant):
     return variant.official_name.lower().replace("+", "_").replace("-", "_")
 
 
+def apply_family_architecture(variant, weights, kwargs):
+    """`kwargs` with the builder settings the files of `weights` need (a
+    family's `architecture`, e.g. `weights="gsam"` ViTs: `classifier="gap",
+    representation_size=None`) where the user did not pass them.
+
+    Raises:
+        ValueError: the user passed a conflicting value.
+    """
+    from keras_vit.weights.registry import architecture_for, family_of
+
+    settings = architecture_for(weights, variant)
+    if not settings:
+        return kwargs
+    kwargs = dict(kwargs)
+    family = family_of(weights, variant)
+    for key, value in settings.items():
+        if key in kwargs and kwargs[key] != value:
+            needed = ", ".join(f"{k}={v!r}" for k, v in settings.items())
+            raise ValueError(
+                f"weights={weights!r} loads {variant.official_name} files of the "
+                f"{family.name!r} family, built with {needed}; got {key}="
+                f"{kwargs[key]!r}. Leave `{key}` out (or pass {key}={value!r}), "
+                f"or use other weights."
+            )
+        kwargs[key] = value
+    return kwargs
+
+
 def named_model_builder(variant, builder, allowed_kwargs, summary):
-    """Makes the one-line named function (`ViTB16`, `MixerB16`, ...)."""
-    from keras_vit.weights.registry import available_weights
+    """Makes the one-line named function (`ViTB16`, `MixerB16`, ...).
+
+    The function takes the keras.applications arguments plus
+    `allowed_kwargs`; a registered `weights=` name whose family declares an
+    `architecture` sets those arguments (see `apply_family_architecture`).
+    """
+    from keras_vit.weights.registry import (
+        available_weights,
+        families_for,
+        imagenet_choice,
+    )
 
     def build(include_top=True, weights=None, input_tensor=None,
               input_shape=None, pooling=None, classes=None,
@@ -237,6 +318,7 @@ def named_model_builder(variant, builder, allowed_kwargs, summary):
                 f"{unknown}; allowed besides the keras.applications ones: "
                 f"{list(allowed_kwargs)}."
             )
+        kwargs = apply_family_architecture(variant, weights, kwargs)
         return builder(
             **variant.config, **kwargs, include_top=include_top,
             weights=weights, input_tensor=input_tensor,
@@ -247,12 +329,25 @@ def named_model_builder(variant, builder, allowed_kwargs, summary):
         )
 
     names = available_weights(variant)
+    choice = imagenet_choice(variant)
+    imagenet = ""
+    if choice is not None:
+        family = families_for(variant)[choice.weights]
+        top1 = f", top-1 {choice.top1:g}%" if choice.top1 is not None else ""
+        imagenet = (f"\n    `weights=\"imagenet\"` is {choice.weights!r} "
+                    f"({family.resolution_for(variant.key)}px{top1}).")
+    architecture = "".join(
+        f"\n    `weights={f.name!r}` builds "
+        + ", ".join(f"{k}={v!r}" for k, v in f.architecture.items())
+        + " (the files' architecture)."
+        for f in families_for(variant).values() if f.architecture)
     build.__name__ = build.__qualname__ = variant.function
     build.__doc__ = _NAMED_DOC.format(
         description=variant.official_name, function=variant.function,
         params=", ".join(f"{k}={v}" for k, v in variant.config.items()),
         summary=summary, regularization=", ".join(allowed_kwargs),
         weights=", ".join(names) if names else "none (weights=None or a file)",
+        imagenet=imagenet, architecture=architecture,
         example=names[0] if names else "/path/to/checkpoint.npz",
     )
     return build
@@ -276,5 +371,6 @@ ViTL32 = _named("L/32")
 ViTH14 = _named("H/14")
 RViTTi16 = _named("R+Ti/16")
 R26ViTS32 = _named("R26+S/32")
+R26ViTB32 = _named("R26+B/32")
 R50ViTB16 = _named("R50+B/16")
 R50ViTL32 = _named("R50+L/32")

@@ -1,4 +1,5 @@
-"""Official checkpoints: registry, download, key mapping, posemb resize.
+"""Checkpoints: official registry, download, key mappings (official,
+timm, transformers, the Hugging Face Hub), posemb resizes.
 
 The names load on first use (PEP 562), so `keras_vit.weights.registry`
 (pure Python) can be read without importing Keras or TensorFlow.
@@ -19,6 +20,11 @@ _EXPORTS = {
     "read_checkpoint": "official",
     "save_official_weights": "official",
     "resize_position_embedding": "posemb",
+    "resample_abs_pos_embed_timm": "posemb",
+    "interpolate_pos_encoding_transformers": "posemb",
+    "read_hub_checkpoint": "hub",
+    "HubCheckpoint": "hub",
+    "MissingDependencyError": "hub",
 }
 
 __getattr__, __dir__, __all__ = attach(__name__, _EXPORTS)

@@ -4,27 +4,20 @@ with an integrity check and one retry for corrupt cached files."""
 import logging
 import os
 
-import keras
-
 from keras_vit.weights.official import (
     CorruptCheckpointError,
     UnsupportedCheckpointError,
     read_checkpoint,
 )
+# The cache location is pure Python (registry), so `keras-vit download
+# --print-url` can say it without importing Keras.
+from keras_vit.weights.registry import CACHE_SUBDIR, cache_path, cache_root  # noqa: F401
 
 logger = logging.getLogger("keras_vit")
-
-CACHE_SUBDIR = os.path.join("models", "keras_vit")
 
 
 class WeightsDownloadError(OSError):
     """A file could not be downloaded (offline, HTTP error, bad mirror)."""
-
-
-def cache_root():
-    """`$KERAS_HOME` (read at each call, so it can be changed at run time),
-    else `~/.keras`, as Keras itself uses."""
-    return os.environ.get("KERAS_HOME") or os.path.join(os.path.expanduser("~"), ".keras")
 
 
 def fetch(url, filename, hint=None):
@@ -34,6 +27,8 @@ def fetch(url, filename, hint=None):
     Raises:
         WeightsDownloadError: naming the URL and what to do offline.
     """
+    import keras
+
     try:
         return keras.utils.get_file(
             fname=filename, origin=url, cache_subdir=CACHE_SUBDIR,

@@ -251,6 +251,8 @@ def official_params(model):
             params += _layer_norm("Transformer/encoder_norm", layer)
         elif name == "pre_head_layer_norm":
             params += _layer_norm("pre_head_layer_norm", layer)
+        elif name == "fc_norm":  # timm's gap models: LayerNorm after pooling
+            params += _layer_norm("fc_norm", layer)
         elif name in ("pre_logits", "head"):
             params += _dense(name, layer)
         elif layer.weights and not isinstance(layer, Patches):
@@ -349,8 +351,9 @@ def _sniff_safetensors(name, path, head, size):
     except (ValueError, TypeError, UnicodeDecodeError):
         what = "a safetensors file"
     return _unsupported(
-        name, what, "safetensors (timm, Hugging Face transformers) are not read "
-        "yet: convert it, or load it with the library that wrote it.")
+        name, what, "Load a timm or Hugging Face transformers safetensors file "
+        "with weights=path or keras_vit.model_from_checkpoint(path) (or its "
+        "folder with config.json).")
 
 
 def _sniff_zip(name, path):

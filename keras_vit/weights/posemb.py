@@ -68,3 +68,125 @@ def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=No
             raise AssertionError(f"zoom produced {grid.shape}")
     grid = grid.reshape(1, new_h * new_w, -1)
     return np.concatenate([prefix, grid], axis=1).astype(np.float32)
+
+
+# --- the resizes of other libraries ----------------------------------------
+#
+# A checkpoint from timm or Hugging Face transformers is resized as its own
+# library resizes it, so that a model loaded at another resolution computes
+# what that library computes. Both are PyTorch's `F.interpolate(...,
+# mode="bicubic")` on the (D, h, w) grid, written here in NumPy (float64,
+# then float32) so that no PyTorch is needed.
+
+
+def _cubic(x, a):
+    """Keys' cubic convolution kernel with parameter `a`."""
+    x = np.abs(x)
+    return np.where(
+        x <= 1, ((a + 2) * x - (a + 3)) * x * x + 1,
+        np.where(x < 2, ((a * x - 5 * a) * x + 8 * a) * x - 4 * a, 0.0),
+    )
+
+
+def _bicubic_matrix(old, new):
+    """`(new, old)` interpolation matrix of PyTorch's bicubic upsampling
+    with `align_corners=False` and no antialias (`upsample_bicubic2d`):
+    source coordinate `(i + 0.5) * old / new - 0.5`, kernel a = -0.75,
+    indices clamped at the borders."""
+    matrix = np.zeros((new, old))
+    scale = old / new
+    for i in range(new):
+        src = (i + 0.5) * scale - 0.5
+        base = int(np.floor(src))
+        t = src - base
+        for k, offset in enumerate((-1, 0, 1, 2)):
+            weight = _cubic(np.float64(t - offset), -0.75)
+            matrix[i, min(max(base + offset, 0), old - 1)] += weight
+    return matrix
+
+
+def _antialiased_bicubic_matrix(old, new):
+    """`(new, old)` matrix of PyTorch's `antialias=True` bicubic resize
+    (`_upsample_bicubic2d_aa`, PIL's algorithm): kernel a = -0.5, stretched
+    by the scale when shrinking, truncated at the borders and normalised."""
+    matrix = np.zeros((new, old))
+    scale = old / new
+    support = 2.0 * scale if scale >= 1.0 else 2.0
+    inv = 1.0 / scale if scale >= 1.0 else 1.0
+    for i in range(new):
+        center = scale * (i + 0.5)
+        lo = max(int(center - support + 0.5), 0)
+        hi = min(int(center + support + 0.5), old)
+        j = np.arange(lo, hi)
+        weights = _cubic((j - center + 0.5) * inv, -0.5)
+        total = weights.sum()
+        matrix[i, lo:hi] = weights / total if total != 0 else weights
+    return matrix
+
+
+def _resize_grid(posemb, new_grid, num_prefix_tokens, old_grid, matrices):
+    posemb = np.asarray(posemb)
+    if posemb.ndim != 3 or posemb.shape[0] != 1:
+        raise ValueError(
+            f"Expected a position embedding of shape (1, tokens, D), got "
+            f"{posemb.shape}."
+        )
+    prefix, grid = posemb[:, :num_prefix_tokens], posemb[0, num_prefix_tokens:]
+    if old_grid is None:
+        old_grid = square_grid(grid.shape[0])
+    (old_h, old_w), (new_h, new_w) = tuple(old_grid), tuple(new_grid)
+    if old_h * old_w != grid.shape[0]:
+        raise ValueError(
+            f"old_grid {tuple(old_grid)} does not hold the {grid.shape[0]} "
+            "patch embeddings."
+        )
+    grid = grid.reshape(old_h, old_w, -1).astype(np.float64)
+    if (old_h, old_w) != (new_h, new_w):
+        grid = np.einsum("ih,hwd->iwd", matrices(old_h, new_h), grid)
+        grid = np.einsum("jw,iwd->ijd", matrices(old_w, new_w), grid)
+    grid = grid.reshape(1, new_h * new_w, -1)
+    return np.concatenate([prefix, grid], axis=1).astype(np.float32)
+
+
+def resample_abs_pos_embed_timm(posemb, new_grid, num_prefix_tokens=1, old_grid=None):
+    """Resizes a position embedding as timm does when a checkpoint is loaded
+    at another size (`timm.layers.resample_abs_pos_embed`, called by
+    `checkpoint_filter_fn`): bicubic with `antialias=True` and
+    `align_corners=False`; the prefix (class) tokens are kept.
+
+    Arguments and result as `resize_position_embedding`.
+
+    Example:
+
+    >>> pe = np.zeros((1, 1 + 14 * 14, 8), "float32")
+    >>> resample_abs_pos_embed_timm(pe, (24, 24)).shape
+    (1, 577, 8)
+    """
+    return _resize_grid(posemb, new_grid, num_prefix_tokens, old_grid,
+                        _antialiased_bicubic_matrix)
+
+
+def interpolate_pos_encoding_transformers(posemb, new_grid, num_prefix_tokens=1,
+                                          old_grid=None):
+    """Resizes a position embedding as Hugging Face transformers' ViT does
+    with `interpolate_pos_encoding=True` (`ViTEmbeddings.
+    interpolate_pos_encoding`): bicubic, `align_corners=False`, no
+    antialias, to the exact new grid; the class token is kept.
+
+    Arguments and result as `resize_position_embedding`.
+
+    Example:
+
+    >>> pe = np.zeros((1, 1 + 14 * 14, 8), "float32")
+    >>> interpolate_pos_encoding_transformers(pe, (24, 24)).shape
+    (1, 577, 8)
+    """
+    return _resize_grid(posemb, new_grid, num_prefix_tokens, old_grid,
+                        _bicubic_matrix)
+
+
+POSEMB_RESIZES = {
+    "official": resize_position_embedding,
+    "timm": resample_abs_pos_embed_timm,
+    "transformers": interpolate_pos_encoding_transformers,
+}

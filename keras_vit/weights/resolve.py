@@ -3,7 +3,7 @@
 import dataclasses
 import os
 
-from keras_vit.weights import registry
+from keras_vit.weights import hub, registry
 from keras_vit.weights.download import fetch_checkpoint
 from keras_vit.weights.official import describe, read_checkpoint, sniff_checkpoint
 
@@ -23,14 +23,28 @@ class ResolvedWeights:
     info: object = None         # official.CheckpointInfo
     keras_weights: bool = False  # a Keras .weights.h5 file
     dropped: tuple = ()         # key prefixes the builder chose not to load
+    foreign: object = None      # hub.HubCheckpoint (timm / transformers)
+
+    def arithmetic(self, name, value, default):
+        """A builder argument: the user's `value` when given, else the
+        checkpoint source's (timm / transformers), else `default`."""
+        if value is not None:
+            return value
+        if self.foreign is not None:
+            return self.foreign.arithmetic.get(name, default)
+        return default
 
 
 def resolve_weights(weights, variant, description):
-    """Turns `weights` (None, registered name, URL, local path) into arrays.
+    """Turns `weights` (None, registered name, URL, `hf://` reference,
+    local path) into arrays.
 
     A local file is recognised by its bytes (`sniff_checkpoint`), not its
     name: an official `.npz` gives its arrays, a Keras `.weights.h5` is
-    loaded later by `model.load_weights`.
+    loaded later by `model.load_weights`. An `hf://ORG/NAME` reference, a
+    folder in the Hugging Face Hub layout or a `.safetensors` file is read
+    by `keras_vit.weights.hub` (timm and transformers formats): its arrays
+    mapped to official keys, and its source's arithmetic in `foreign`.
 
     Returns:
         None for `weights=None`, else a `ResolvedWeights`.
@@ -44,17 +58,26 @@ def resolve_weights(weights, variant, description):
             safetensors, a whole Keras model, HTML, ...).
         CorruptCheckpointError: a damaged file (also after one re-download
             of a URL or registered name).
-        WeightsDownloadError: a URL or registered name that cannot be
-            downloaded.
+        WeightsDownloadError: a URL, `hf://` reference or registered name
+            that cannot be downloaded.
+        MissingDependencyError: an `hf://` reference without
+            huggingface_hub installed.
     """
     if weights is None:
         return None
+    if isinstance(weights, hub.HubCheckpoint):  # read by model_from_checkpoint
+        return ResolvedWeights(weights.source, weights.source, weights.params,
+                               weights.info(), foreign=weights)
     if not isinstance(weights, (str, os.PathLike)):
         raise TypeError(
             "`weights` must be None, a registered name or a file path, got "
             f"{type(weights).__name__} {weights!r}."
         )
     weights = os.fspath(weights)
+    foreign = hub.resolve_hub(weights)
+    if foreign is not None:
+        return ResolvedWeights(weights, weights, foreign.params, foreign.info(),
+                               foreign=foreign)
     if weights.startswith(("http://", "https://")):
         filename = "url--" + os.path.basename(weights.split("?")[0])
         path, params = fetch_checkpoint(weights, filename)

@@ -1,0 +1,507 @@
+"""Weights from the Hugging Face Hub and its folder layout (timm and
+transformers formats).
+
+`weights=` and `keras_vit.model_from_checkpoint` accept:
+
+- `"hf://ORG/NAME"` (optionally `"hf://ORG/NAME@REVISION"`): downloaded
+  with `huggingface_hub.hf_hub_download` into its cache (`HF_HOME`,
+  `HF_HUB_CACHE`, `HF_HUB_OFFLINE`, `HF_ENDPOINT` and tokens apply as for
+  every Hugging Face library). Needs the `hf` extra:
+  `pip install 'keras-vision-transformer[hf]'`.
+- a local folder in the Hub layout: `config.json` + `model.safetensors`
+  (or `model.safetensors.index.json` and its shards), plus
+  `preprocessor_config.json` for transformers, as written by timm's
+  `push_to_hf.save_for_hf(..., safe_serialization=True)` or transformers'
+  `save_pretrained`.
+- a bare `.safetensors` file, with a builder that says the architecture
+  (no `config.json`: the format is told from the key names; the
+  preprocessing stays the official one unless `image_mean`/`image_std`
+  are given).
+
+The format is told from `config.json` (transformers configs have
+`model_type`, timm configs `architecture`) and the key names; the key
+mapping of each format is in `keras_vit.weights.timm` and
+`keras_vit.weights.transformers`. The loaded model computes what the
+source library computes: its GELU form, LayerNorm epsilon, `fc_norm`,
+hybrid-stem standardisation, position-embedding resize and input
+normalisation become the model's configuration (and so are kept by
+`.keras` files). Files are read with NumPy (float32, float16 and bfloat16
+tensors); nothing is unpickled: repositories with only
+`pytorch_model.bin` are refused.
+
+Example:
+
+```python
+model = keras_vit.model_from_checkpoint(
+    "hf://timm/vit_base_patch16_224.augreg2_in21k_ft_in1k")
+model = keras_vit.ViTB16(weights="hf://google/vit-base-patch16-224")
+model = keras_vit.model_from_checkpoint("path/to/saved_folder")
+```
+"""
+
+import dataclasses
+import json
+import logging
+import os
+import struct
+
+import numpy as np
+
+from keras_vit.weights import timm as timm_format
+from keras_vit.weights import transformers as transformers_format
+from keras_vit.weights.official import (
+    POSEMB_KEY,
+    CheckpointMismatchError,
+    CheckpointNotFoundError,
+    CorruptCheckpointError,
+    UnsupportedCheckpointError,
+    describe,
+    load_official_weights,
+)
+from keras_vit.weights.posemb import POSEMB_RESIZES, square_grid
+
+logger = logging.getLogger("keras_vit")
+# How each source library resizes position embeddings (`posemb.POSEMB_RESIZES`).
+_RESIZE_HOW = {"timm": "bicubic with antialias (resample_abs_pos_embed)",
+               "transformers": "bicubic, align_corners=False (interpolate_pos_encoding)"}
+
+HF_PREFIX = "hf://"
+INSTALL_HINT = "pip install 'keras-vision-transformer[hf]'"
+CONFIG = "config.json"
+WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+PREPROCESSOR = "preprocessor_config.json"
+_DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "BF16": None,
+           "I64": np.int64, "I32": np.int32}
+
+
+class MissingDependencyError(ImportError):
+    """`hf://` weights need huggingface_hub (the `hf` extra)."""
+
+
+def is_hub_uri(weights):
+    return isinstance(weights, str) and weights.startswith(HF_PREFIX)
+
+
+def is_hub_folder(path):
+    """True for a folder with a `config.json` and safetensors weights."""
+    path = os.path.expanduser(os.fspath(path))
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, CONFIG)) and (
+        os.path.isfile(os.path.join(path, WEIGHTS))
+        or os.path.isfile(os.path.join(path, WEIGHTS_INDEX)))
+
+
+def is_safetensors(path):
+    """True when the file's first bytes are a safetensors header."""
+    path = os.path.expanduser(os.fspath(path))
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        head = f.read(9)
+    if len(head) < 9 or head[8:9] != b"{":
+        return False
+    (length,) = struct.unpack("<Q", head[:8])
+    return 2 <= length <= os.path.getsize(path) - 8
+
+
+def read_safetensors(path):
+    """Reads a `.safetensors` file into `{name: float32 array}` with NumPy
+    (F32, F16, BF16, F64; no PyTorch, nothing unpickled).
+
+    Raises:
+        CorruptCheckpointError: a truncated file or a header that does not
+            fit it.
+    """
+    name = os.fspath(path)
+    path = os.path.expanduser(name)
+    if not os.path.isfile(path):
+        raise CheckpointNotFoundError(name)
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        (length,) = struct.unpack("<Q", raw[:8])
+        if length > size - 8:
+            raise ValueError(f"header length {length} > file size {size}")
+        header = json.loads(raw[8:8 + length])
+    except (struct.error, ValueError, UnicodeDecodeError) as error:
+        raise CorruptCheckpointError(
+            f"{name!r} is not a readable safetensors file ({error})."
+        ) from error
+    data = memoryview(raw)[8 + length:]
+    out = {}
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        try:
+            dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
+        except (KeyError, TypeError, ValueError) as error:
+            raise CorruptCheckpointError(f"{name!r}: bad header entry {key!r}.") from error
+        if dtype not in _DTYPES:
+            raise CorruptCheckpointError(
+                f"{name!r}: tensor {key!r} has dtype {dtype}; expected a float tensor.")
+        count = int(np.prod(shape, dtype=np.int64))
+        if end > len(data) or begin > end:
+            raise CorruptCheckpointError(
+                f"{name!r} is truncated: tensor {key!r} ends at byte {end} of "
+                f"{len(data)}. Download it again.")
+        buffer = data[begin:end]
+        if dtype == "BF16":
+            bits = np.frombuffer(buffer, dtype="<u2").astype(np.uint32) << 16
+            array = bits.view(np.float32)
+        else:
+            array = np.frombuffer(buffer, dtype=np.dtype(_DTYPES[dtype]).newbyteorder("<"))
+        if array.size != count:
+            raise CorruptCheckpointError(
+                f"{name!r}: tensor {key!r} holds {array.size} values, its shape "
+                f"{shape} needs {count}.")
+        out[key] = array.reshape(shape).astype(np.float32)
+    return out
+
+
+def _read_json(path, what):
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as error:
+        raise CorruptCheckpointError(f"{what} {path!r} is not readable JSON ({error}).") from error
+
+
+def _read_folder_weights(folder):
+    single = os.path.join(folder, WEIGHTS)
+    if os.path.isfile(single):
+        return read_safetensors(single)
+    index = _read_json(os.path.join(folder, WEIGHTS_INDEX), "Index")
+    state = {}
+    for shard in sorted(set((index.get("weight_map") or {}).values())):
+        state.update(read_safetensors(os.path.join(folder, shard)))
+    return state
+
+
+# --- download -----------------------------------------------------------------
+
+
+def _huggingface_hub():
+    try:
+        import huggingface_hub
+    except ImportError as error:
+        raise MissingDependencyError(
+            f"weights='hf://...' downloads with huggingface_hub, which is not "
+            f"installed: {INSTALL_HINT}"
+        ) from error
+    return huggingface_hub
+
+
+def parse_uri(uri):
+    """`"hf://org/name@rev"` -> `("org/name", "rev" or None)`."""
+    rest = uri[len(HF_PREFIX):].strip("/")
+    repo, _, revision = rest.partition("@")
+    if repo.count("/") != 1 or not all(repo.split("/")):
+        raise ValueError(
+            f"Bad Hugging Face Hub reference {uri!r}; expected "
+            "'hf://ORG/NAME' or 'hf://ORG/NAME@REVISION', e.g. "
+            "'hf://timm/vit_base_patch16_224.augreg2_in21k_ft_in1k'.")
+    return repo, revision or None
+
+
+def download(uri):
+    """Downloads the files a model needs (config.json, the safetensors
+    weights, preprocessor_config.json when there is one) with
+    `huggingface_hub.hf_hub_download` and returns the folder they are in
+    (a snapshot folder of the Hugging Face cache).
+
+    Raises:
+        MissingDependencyError: huggingface_hub is not installed.
+        WeightsDownloadError: the repository or a file cannot be fetched
+            (offline without a cached copy, unknown repository, ...).
+        UnsupportedCheckpointError: the repository has no safetensors
+            weights (only `pytorch_model.bin`, which keras_vit never
+            unpickles).
+    """
+    from keras_vit.weights.download import WeightsDownloadError
+
+    hub = _huggingface_hub()
+    import huggingface_hub.errors as errors  # a submodule, not an attribute
+    repo, revision = parse_uri(uri)
+
+    class Absent(Exception):
+        """The file is not in the repository (the server said so)."""
+
+    def get(filename, optional=False):
+        try:
+            return hub.hf_hub_download(repo, filename, revision=revision)
+        except errors.LocalEntryNotFoundError:  # offline and not cached
+            if optional:
+                return None
+            raise
+        except errors.EntryNotFoundError as error:  # not in the repository
+            if optional:
+                return None
+            raise Absent(f"{filename} is not in the repository") from error
+
+    try:
+        config = get(CONFIG)
+        folder = os.path.dirname(config)
+        try:
+            get(WEIGHTS)
+        except Absent:
+            index = get(WEIGHTS_INDEX, optional=True)
+            if index is None:
+                raise UnsupportedCheckpointError(
+                    f"{uri} has no {WEIGHTS} (nor a sharded {WEIGHTS_INDEX}); "
+                    "keras_vit reads safetensors weights only and never "
+                    "unpickles pytorch_model.bin files.") from None
+            for shard in sorted(set(_read_json(index, "Index")["weight_map"].values())):
+                get(shard)
+        get(PREPROCESSOR, optional=True)
+    except (UnsupportedCheckpointError, MissingDependencyError):
+        raise
+    except Exception as error:  # noqa: BLE001 - huggingface_hub's many kinds
+        offline = os.environ.get("HF_HUB_OFFLINE", "") not in ("", "0", "false", "False")
+        hint = ("HF_HUB_OFFLINE is set and the files are not in the Hugging Face "
+                "cache" if offline else
+                "check the name and revision, your network, HF_ENDPOINT and HF_TOKEN")
+        raise WeightsDownloadError(
+            f"Could not download {uri} from the Hugging Face Hub "
+            f"({type(error).__name__}: {error}); {hint}. Or download the "
+            "repository elsewhere and pass its folder."
+        ) from error
+    return folder
+
+
+# --- one checkpoint --------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class HubCheckpoint:
+    """A timm or transformers checkpoint, read and described.
+
+    Attributes:
+        format: "timm" or "transformers".
+        source: how messages name it (the URI or path as given).
+        config: the parsed `config.json` (None for a bare file).
+        state: `{source key: float32 array}`.
+        family: "vit" or "mixer".
+        architecture: builder arguments read off config and shapes
+            (patch size, width, depth, heads, MLP, classifier, ResNet).
+        arithmetic: builder arguments reproducing the source's arithmetic
+            (`gelu`, `layer_norm_epsilon`, `fc_norm`, `resnet_arithmetic`).
+        preprocessing: `{"mean", "std", ...}` on the [0, 1] scale (None
+            when the file does not say: a bare `.safetensors`).
+        class_names: the label names the config carries, or None.
+    """
+
+    format: str
+    source: str
+    config: dict
+    state: dict
+    family: str
+    architecture: dict
+    arithmetic: dict
+    preprocessing: dict
+    class_names: list = None
+    params: dict = None
+    names: dict = None
+    unmapped: list = None
+
+    def __post_init__(self):
+        self.convert(self.architecture.get("num_heads") or 1)
+
+    @property
+    def module(self):
+        return timm_format if self.format == "timm" else transformers_format
+
+    def convert(self, num_heads):
+        """Maps the state onto official keys (`params`), splitting the
+        attention weights into `num_heads` heads."""
+        params, names, unmapped = self.module.to_official(self.state, num_heads)
+        if self.family == "mixer":
+            params, names = timm_format.mixer_keys(params, names)
+        self.params, self.names, self.unmapped = params, names, unmapped
+        return params
+
+    def info(self):
+        """`official.CheckpointInfo` (head, pre_logits, classifier, grid)."""
+        try:
+            return describe(self.params)
+        except CheckpointMismatchError as error:
+            raise CheckpointMismatchError(
+                f"{self.source} ({self.format} format): {error}") from None
+
+    def source_name(self, key):
+        if self.format == "timm":
+            return timm_format.source_name(key)
+        prefix = "vit." if any(k.startswith("vit.") for k in self.state) else ""
+        return transformers_format.source_name(key, prefix)
+
+    def load(self, model, dropped=()):
+        """Assigns the weights to `model` (built with this checkpoint's
+        architecture), resizing the position embedding as the source
+        library does. The whole key set is checked first.
+
+        Raises:
+            CheckpointMismatchError: missing, unexpected (including keys no
+                mapping rule knows) or mis-shaped keys, named as in the
+                checkpoint.
+        """
+        from keras_vit.layers import PatchEncoder, TransformerBlock
+
+        shape = model.input_shape
+        if self.family == "vit" and isinstance(shape, tuple) and None in shape[1:3]:
+            how = _RESIZE_HOW[self.format]
+            raise ValueError(
+                f"input_shape={tuple(shape[1:])} (any size at call time) resizes the "
+                "position embedding in the graph with the official algorithm (bilinear, "
+                f"aligned corners); {self.source} is a {self.format} checkpoint, which "
+                f"resizes {how}, so at other sizes the model would not compute what "
+                f"{self.format} computes. Build one model per size, e.g. "
+                "input_shape=(384, 384, 3).")
+        blocks = [l for l in model.layers if isinstance(l, TransformerBlock)]
+        params = dict(self.convert(blocks[0].num_heads) if blocks else self.params)
+        encoder = next((l for l in model.layers if isinstance(l, PatchEncoder)), None)
+        posemb = params.get(POSEMB_KEY)
+        if encoder is not None and posemb is not None and posemb.ndim == 3:
+            params[POSEMB_KEY] = self._resize(posemb, encoder)
+        extra = {k: self.state[k] for k in self.unmapped}
+        try:
+            return load_official_weights(model, {**params, **extra}, self.source,
+                                         dropped=dropped)
+        except CheckpointMismatchError as error:
+            raise self._mismatch(model, error) from None
+
+    def _resize(self, posemb, encoder):
+        prefix = encoder.num_prefix_tokens
+        new = tuple(encoder.grid_size)
+        tokens = posemb.shape[1] - prefix
+        try:
+            old = square_grid(tokens)
+        except ValueError:
+            return posemb  # reported as mis-shaped by the loader
+        if old == new:
+            return posemb
+        logger.info(
+            "Resizing the position embedding of %s from a %dx%d to a %dx%d grid "
+            "as %s does (%s).", self.source, *old, *new, self.format,
+            _RESIZE_HOW[self.format])
+        return POSEMB_RESIZES[self.format](posemb, new, prefix, old)
+
+    def _mismatch(self, model, error):
+        def named(keys):
+            out = []
+            for key in keys:
+                head, _, rest = key.partition(": ")
+                name = self.names.get(head) or self.source_name(head)
+                out.append(f"{name}: {rest}" if rest else name)
+            return list(dict.fromkeys(out))
+
+        missing, unexpected = named(error.missing), named(error.unexpected)
+        misshaped = named(error.misshaped)
+        lines = [
+            f"Checkpoint {self.source} ({self.format} format) does not fit model "
+            f"{model.name!r}: {len(missing)} missing, {len(unexpected)} unexpected, "
+            f"{len(misshaped)} mis-shaped keys (named as in the checkpoint; no key "
+            "is ignored).",
+            f"  To build the model the checkpoint describes, use "
+            f"keras_vit.model_from_checkpoint({self.source!r}).",
+        ]
+        for what, keys in (("missing", missing), ("unexpected", unexpected),
+                           ("mis-shaped", misshaped)):
+            if keys:
+                shown = ", ".join(keys[:20]) + (
+                    f", ... and {len(keys) - 20} more" if len(keys) > 20 else "")
+                lines.append(f"  {what} keys ({len(keys)}): {shown}")
+        return CheckpointMismatchError(
+            "\n".join(lines), missing=missing, unexpected=unexpected,
+            misshaped=misshaped, source=self.source, model_name=model.name)
+
+
+def _detect_format(config, state, source):
+    if config is not None:
+        if "model_type" in config or "architectures" in config:
+            return "transformers"
+        if "architecture" in config:
+            return "timm"
+    if transformers_format.is_transformers_state(state):
+        return "transformers"
+    if timm_format.is_timm_state(state):
+        return "timm"
+    shown = ", ".join(sorted(state)[:5])
+    raise UnsupportedCheckpointError(
+        f"{source!r} is neither a timm nor a transformers ViT / hybrid / Mixer "
+        f"checkpoint (keys: {shown}, ...).")
+
+
+def read_hub_checkpoint(path, source=None):
+    """Reads a Hub-layout folder or a bare `.safetensors` file.
+
+    Args:
+        path: a folder (config.json + model.safetensors [+
+            preprocessor_config.json]) or a `.safetensors` file.
+        source: how to name it in messages (default: `path`).
+
+    Returns:
+        A `HubCheckpoint`.
+
+    Raises:
+        CheckpointNotFoundError, CorruptCheckpointError,
+        UnsupportedCheckpointError: unreadable or not a timm/transformers
+            ViT, hybrid or Mixer.
+        CheckpointMismatchError: a model keras_vit cannot reproduce
+            exactly (the message says what differs).
+
+    Example:
+
+    ```python
+    ckpt = read_hub_checkpoint("vit_folder")
+    ckpt.format, ckpt.architecture, ckpt.preprocessing
+    ```
+    """
+    name = os.fspath(path)
+    source = source or name
+    path = os.path.expanduser(name)
+    config = preprocessor = None
+    if os.path.isdir(path):
+        if not is_hub_folder(path):
+            raise UnsupportedCheckpointError(
+                f"{name!r} is a folder without {CONFIG} and {WEIGHTS}: not in the "
+                "Hugging Face Hub layout (timm save_for_hf / transformers "
+                "save_pretrained). Pass the checkpoint file inside it, or a "
+                "folder with both files.")
+        config = _read_json(os.path.join(path, CONFIG), "Config")
+        if os.path.isfile(os.path.join(path, PREPROCESSOR)):
+            preprocessor = _read_json(os.path.join(path, PREPROCESSOR), "Preprocessor config")
+        state = _read_folder_weights(path)
+    else:
+        state = read_safetensors(path)
+    fmt = _detect_format(config, state, source)
+    if fmt == "timm":
+        family, arch = timm_format.architecture(state, config)
+        arithmetic = timm_format.arithmetic(config, set(state))
+        preprocessing = timm_format.preprocessing(config)
+        names = timm_format.class_names(config)
+    else:
+        family, arch = transformers_format.architecture(state, config)
+        arithmetic = transformers_format.arithmetic(config)
+        preprocessing = (transformers_format.preprocessing(preprocessor)
+                         if config is not None else None)
+        names = transformers_format.class_names(config)
+    if config is None:
+        logger.info(
+            "%s is a bare %s safetensors file: no config.json says its input "
+            "normalisation; the model uses the official (x - 127.5) / 127.5 "
+            "unless image_mean/image_std are given.", source, fmt)
+    return HubCheckpoint(fmt, source, config, state, family, arch, arithmetic,
+                         preprocessing, names)
+
+
+def resolve_hub(weights):
+    """`weights` (an `hf://` URI, a Hub folder or a `.safetensors` file) ->
+    `HubCheckpoint`, or None when it is none of these."""
+    if is_hub_uri(weights):
+        return read_hub_checkpoint(download(weights), source=weights)
+    path = os.path.expanduser(os.fspath(weights))
+    if os.path.isdir(path) and is_hub_folder(path):
+        return read_hub_checkpoint(path, source=os.fspath(weights))
+    if os.path.isfile(path) and is_safetensors(path):
+        return read_hub_checkpoint(path, source=os.fspath(weights))
+    return None

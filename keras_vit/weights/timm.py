@@ -1,0 +1,385 @@
+"""timm checkpoint keys <-> official keys, in one place.
+
+A timm state dict (`model.safetensors` of a `timm/...` Hub repository, or
+of a folder written by `timm.models.push_to_hf.save_for_hf`) is turned
+into the official `.npz` layout (`keras_vit.weights.official`), which the
+one loader maps onto keras_vit layers. Every key is accounted for: a key
+with no rule here (layer scale, register tokens, attention pooling, q/k
+norms, ...) comes back in `unmapped` and is reported by the loader as
+unexpected; nothing is dropped silently.
+
+The families keras_vit builds:
+
+| timm                                   | official                         |
+| -------------------------------------- | -------------------------------- |
+| `patch_embed.proj.weight (D, C, p, p)` | `embedding/kernel (p, p, C, D)`  |
+| `cls_token`, `pos_embed`               | `cls`, `Transformer/posembed_input/pos_embedding` |
+| `blocks.i.attn.qkv.weight (3D, D)`     | `.../MultiHeadDotProductAttention_1/{query,key,value}/kernel (D, H, D/H)` |
+| `blocks.i.attn.proj`                   | `.../out`                        |
+| `blocks.i.norm1`, `norm2`, `mlp.fc1/2` | `LayerNorm_0`, `LayerNorm_2`, `MlpBlock_3/Dense_0/1` |
+| `norm` / `fc_norm`                     | `Transformer/encoder_norm` / `fc_norm` |
+| `head`                                 | `head`                           |
+| `patch_embed.backbone.stem.conv/norm`  | `conv_root`, `gn_root` (hybrids) |
+| `...stages.s.blocks.u.conv1..3/norm1..3/downsample` | `block{s+1}/unit{u+1}/conv1..3/gn1..3/conv_proj/gn_proj` |
+| Mixer `stem.proj`, `blocks.i.mlp_tokens/mlp_channels`, `norm` | `stem`, `MixerBlock_i/token_mixing/channel_mixing`, `pre_head_layer_norm` |
+
+timm's arithmetic, which the loaded model reproduces: exact (erf) GELU;
+LayerNorm epsilon 1e-6; `gap` models pool, then LayerNorm (`fc_norm`);
+hybrid stems standardise kernels as `(w - mean) / sqrt(var + 1e-8)` with
+GroupNorm epsilon 1e-5 (`resnet_arithmetic="timm"`); position embeddings
+resized with `resample_abs_pos_embed` (bicubic, antialias).
+"""
+
+import re
+
+import numpy as np
+
+from keras_vit.weights.official import POSEMB_KEY, CheckpointMismatchError
+
+FORMAT = "timm"
+
+# timm model names -> attention heads, for configs without `model_args`
+# (the Hub's timm repositories record only the architecture name).
+_HEADS_BY_NAME = (
+    ("vit_tiny_", 3), ("vit_small_", 6), ("vit_medium_", 8), ("vit_base_", 12),
+    ("vit_large_", 16), ("vit_huge_", 16), ("vit_giant_", 16), ("vit_gigantic_", 16),
+)
+_HEADS_BY_WIDTH = {192: 3, 384: 6, 512: 8, 768: 12, 1024: 16, 1280: 16}
+
+_BLOCK = r"blocks\.(\d+)\."
+_STAGE_UNIT = r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\."
+_STEM = r"patch_embed\.backbone\.(?:stem\.)?"
+
+
+def is_timm_state(keys):
+    """True when the key names are those of a timm ViT / hybrid / Mixer."""
+    keys = set(keys)
+    return bool({"patch_embed.proj.weight", "stem.proj.weight"} & keys) or any(
+        k.startswith("patch_embed.backbone.") for k in keys)
+
+
+def family(keys):
+    return "mixer" if "stem.proj.weight" in keys else "vit"
+
+
+def _t(a):
+    return np.ascontiguousarray(np.asarray(a).T)
+
+
+def _conv(a):
+    """PyTorch conv `(O, I, kh, kw)` -> Flax `(kh, kw, I, O)`."""
+    return np.ascontiguousarray(np.asarray(a).transpose(2, 3, 1, 0))
+
+
+def _heads_kernel(w, heads):
+    """PyTorch Linear `(D*, D)` weight -> official `(D, H, D*/H)`."""
+    return _t(w).reshape(w.shape[1], heads, -1)
+
+
+def to_official(state, num_heads):
+    """`(params, names, unmapped)`: the official arrays, the timm key each
+    official key came from, and the timm keys no rule maps.
+
+    `num_heads` splits the fused query-key-value weights into the official
+    per-head arrays.
+    """
+    params, names, unmapped = {}, {}, []
+
+    def put(key, value, source):
+        params[key] = np.asarray(value, dtype=np.float32)
+        names[key] = source
+
+    for key, value in state.items():
+        value = np.asarray(value)
+        if not _map_one(key, value, num_heads, put):
+            unmapped.append(key)
+    return params, names, sorted(unmapped)
+
+
+_SIMPLE = {
+    "patch_embed.proj.bias": "embedding/bias",
+    "cls_token": "cls",
+    "pos_embed": POSEMB_KEY,
+    "fc_norm.weight": "fc_norm/scale",
+    "fc_norm.bias": "fc_norm/bias",
+    "head.bias": "head/bias",
+    "stem.proj.bias": "stem/bias",
+}
+
+
+def _map_one(key, value, heads, put):  # noqa: C901 - one table, read top down
+    if key == "patch_embed.proj.weight":
+        put("embedding/kernel", _conv(value), key)
+    elif key == "stem.proj.weight":
+        put("stem/kernel", _conv(value), key)
+    elif key in ("norm.weight", "norm.bias"):
+        # A Mixer's final norm is "pre_head_layer_norm"; the caller renames.
+        put(f"Transformer/encoder_norm/{'scale' if key.endswith('weight') else 'bias'}",
+            value, key)
+    elif key == "head.weight":
+        put("head/kernel", _t(value), key)
+    elif key in _SIMPLE:
+        put(_SIMPLE[key], value, key)
+    elif m := re.fullmatch(_BLOCK + r"attn\.qkv\.(weight|bias)", key):
+        i, kind = m.groups()
+        prefix = f"Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1"
+        for name, part in zip(("query", "key", "value"), np.split(value, 3, axis=0)):
+            if kind == "weight":
+                put(f"{prefix}/{name}/kernel", _heads_kernel(part, heads), key)
+            else:
+                put(f"{prefix}/{name}/bias", part.reshape(heads, -1), key)
+    elif m := re.fullmatch(_BLOCK + r"attn\.proj\.(weight|bias)", key):
+        i, kind = m.groups()
+        prefix = f"Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/out"
+        if kind == "weight":
+            put(f"{prefix}/kernel", _t(value).reshape(heads, -1, value.shape[0]), key)
+        else:
+            put(f"{prefix}/bias", value, key)
+    elif m := re.fullmatch(_BLOCK + r"(norm1|norm2|mlp\.fc1|mlp\.fc2|mlp_tokens\.fc1|"
+                           r"mlp_tokens\.fc2|mlp_channels\.fc1|mlp_channels\.fc2)"
+                           r"\.(weight|bias)", key):
+        i, part, kind = m.groups()
+        put(_block_key(int(i), part, kind), _t(value) if kind == "weight" and
+            "fc" in part else value, key)
+    elif m := re.fullmatch(_STEM + r"(conv|norm)\.(weight|bias)", key):
+        part, kind = m.groups()
+        if part == "conv" and kind == "weight":
+            put("conv_root/kernel", _conv(value), key)
+        elif part == "norm":
+            put(f"gn_root/{'scale' if kind == 'weight' else 'bias'}", value, key)
+        else:
+            return False
+    elif m := re.fullmatch(_STAGE_UNIT + r"(conv[123]|norm[123]|downsample\.conv|"
+                           r"downsample\.norm)\.(weight|bias)", key):
+        stage, unit, part, kind = m.groups()
+        prefix = f"block{int(stage) + 1}/unit{int(unit) + 1}"
+        part = {"downsample.conv": "conv_proj", "downsample.norm": "gn_proj"}.get(
+            part, part.replace("norm", "gn"))
+        if part.startswith("conv") and kind == "weight":
+            put(f"{prefix}/{part}/kernel", _conv(value), key)
+        elif part.startswith("gn"):
+            put(f"{prefix}/{part}/{'scale' if kind == 'weight' else 'bias'}", value, key)
+        else:
+            return False
+    else:
+        return False
+    return True
+
+
+def _block_key(i, part, kind):
+    leaf = {"weight": "scale", "bias": "bias"} if part.startswith("norm") else \
+        {"weight": "kernel", "bias": "bias"}
+    if part.startswith("mlp_"):  # Mixer
+        table = {"mlp_tokens.fc1": "token_mixing/Dense_0", "mlp_tokens.fc2": "token_mixing/Dense_1",
+                 "mlp_channels.fc1": "channel_mixing/Dense_0",
+                 "mlp_channels.fc2": "channel_mixing/Dense_1"}
+        return f"MixerBlock_{i}/{table[part]}/{leaf[kind]}"
+    table = {"norm1": "LayerNorm_0", "norm2": "LayerNorm_2", "mlp.fc1": "MlpBlock_3/Dense_0",
+             "mlp.fc2": "MlpBlock_3/Dense_1"}
+    return f"Transformer/encoderblock_{i}/{table[part]}/{leaf[kind]}"
+
+
+def mixer_keys(params, names):
+    """Renames the ViT-style keys a Mixer state produced (its final norm is
+    `pre_head_layer_norm`, its blocks' second norm `LayerNorm_1`)."""
+    out, out_names = {}, {}
+    for key, value in params.items():
+        new = key.replace("Transformer/encoder_norm/", "pre_head_layer_norm/")
+        m = re.match(r"Transformer/encoderblock_(\d+)/LayerNorm_(0|2)/(.*)", key)
+        if m:
+            i, n, leaf = m.groups()
+            new = f"MixerBlock_{i}/LayerNorm_{0 if n == '0' else 1}/{leaf}"
+        out[new] = value
+        out_names[new] = names[key]
+    return out, out_names
+
+
+def source_name(key):
+    """The timm key an official key comes from (for messages)."""
+    rules = [
+        (r"embedding/(kernel|bias)", lambda m: f"patch_embed.proj.{_wb(m[1])}"),
+        (r"stem/(kernel|bias)", lambda m: f"stem.proj.{_wb(m[1])}"),
+        (r"cls", lambda m: "cls_token"),
+        (re.escape(POSEMB_KEY), lambda m: "pos_embed"),
+        (r"(?:Transformer/encoder_norm|pre_head_layer_norm)/(scale|bias)",
+         lambda m: f"norm.{_wb(m[1])}"),
+        (r"fc_norm/(scale|bias)", lambda m: f"fc_norm.{_wb(m[1])}"),
+        (r"head/(kernel|bias)", lambda m: f"head.{_wb(m[1])}"),
+        (r"pre_logits/(kernel|bias)", lambda m: f"pre_logits.fc.{_wb(m[1])}"),
+        (r"Transformer/encoderblock_(\d+)/MultiHeadDotProductAttention_1/"
+         r"(?:query|key|value)/(kernel|bias)", lambda m: f"blocks.{m[1]}.attn.qkv.{_wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/MultiHeadDotProductAttention_1/out/(kernel|bias)",
+         lambda m: f"blocks.{m[1]}.attn.proj.{_wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/LayerNorm_0/(scale|bias)",
+         lambda m: f"blocks.{m[1]}.norm1.{_wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/LayerNorm_2/(scale|bias)",
+         lambda m: f"blocks.{m[1]}.norm2.{_wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/MlpBlock_3/Dense_(\d)/(kernel|bias)",
+         lambda m: f"blocks.{m[1]}.mlp.fc{int(m[2]) + 1}.{_wb(m[3])}"),
+        (r"MixerBlock_(\d+)/LayerNorm_(\d)/(scale|bias)",
+         lambda m: f"blocks.{m[1]}.norm{int(m[2]) + 1}.{_wb(m[3])}"),
+        (r"MixerBlock_(\d+)/(token|channel)_mixing/Dense_(\d)/(kernel|bias)",
+         lambda m: f"blocks.{m[1]}.mlp_{m[2]}s.fc{int(m[3]) + 1}.{_wb(m[4])}"),
+        (r"conv_root/kernel", lambda m: "patch_embed.backbone.stem.conv.weight"),
+        (r"gn_root/(scale|bias)", lambda m: f"patch_embed.backbone.stem.norm.{_wb(m[1])}"),
+        (r"block(\d+)/unit(\d+)/(\w+)/(kernel|scale|bias)", _unit_name),
+    ]
+    for pattern, make in rules:
+        m = re.fullmatch(pattern, key)
+        if m:
+            return make(m)
+    return key
+
+
+def _wb(leaf):
+    return "bias" if leaf == "bias" else "weight"
+
+
+def _unit_name(m):
+    stage, unit, part, leaf = m.groups()
+    part = {"conv_proj": "downsample.conv", "gn_proj": "downsample.norm"}.get(
+        part, part.replace("gn", "norm"))
+    return (f"patch_embed.backbone.stages.{int(stage) - 1}.blocks.{int(unit) - 1}."
+            f"{part}.{_wb(leaf)}")
+
+
+def num_heads_of(config, width):
+    """Attention heads of a timm ViT: `model_args["num_heads"]`, else the
+    architecture name (`vit_base_...` -> 12), else the usual head width 64
+    for the standard widths; None when none of these tells."""
+    args = config.get("model_args") or {}
+    if args.get("num_heads"):
+        return int(args["num_heads"])
+    name = str(config.get("architecture", ""))
+    for prefix, heads in _HEADS_BY_NAME:
+        if name.startswith(prefix) and width % heads == 0:
+            return heads
+    return _HEADS_BY_WIDTH.get(width)
+
+
+def architecture(state, config):
+    """Builder arguments `(family, kwargs)` read off a timm state dict and
+    its `config.json` (None for a bare file).
+
+    Raises `CheckpointMismatchError` for timm models keras_vit does not
+    build the same way (a class token that is not pooled, position
+    embeddings without the class token, 'same' padding turned off in a
+    hybrid, attention pooling, ...).
+    """
+    config = config or {}
+    args = config.get("model_args") or {}
+    keys = set(state)
+    name = config.get("architecture") or "this timm checkpoint"
+    if family(keys) == "mixer":
+        stem = state["stem.proj.weight"]
+        blocks = {int(m[1]) for k in keys if (m := re.match(_BLOCK, k))}
+        return "mixer", dict(
+            patch_size=tuple(int(s) for s in stem.shape[2:]),
+            hidden_size=int(stem.shape[0]), num_blocks=len(blocks),
+            tokens_mlp_dim=int(state["blocks.0.mlp_tokens.fc1.weight"].shape[0]),
+            channels_mlp_dim=int(state["blocks.0.mlp_channels.fc1.weight"].shape[0]),
+        )
+    if "patch_embed.proj.weight" not in keys:
+        raise CheckpointMismatchError(
+            f"{name}: no 'patch_embed.proj.weight', which every timm ViT and "
+            "hybrid has; not a model keras_vit builds.")
+    proj = state["patch_embed.proj.weight"]
+    width = int(proj.shape[0])
+    blocks = {int(m[1]) for k in keys if (m := re.match(_BLOCK, k))}
+    pool = config.get("global_pool") or args.get("global_pool")
+    has_cls = "cls_token" in keys
+    _refuse_unsupported(name, args, pool, has_cls, keys, state)
+    heads = num_heads_of(config, width)  # None: the caller must be told
+    kwargs = dict(
+        patch_size=tuple(int(s) for s in proj.shape[2:]), hidden_size=width,
+        num_layers=len(blocks), num_heads=heads,
+        mlp_dim=int(state["blocks.0.mlp.fc1.weight"].shape[0]),
+        classifier="token" if has_cls else "gap",
+    )
+    if any(k.startswith("patch_embed.backbone.") for k in keys):
+        units = {}
+        for key in keys:
+            m = re.match(_STAGE_UNIT, key)
+            if m:
+                stage, unit = int(m[1]), int(m[2])
+                units[stage] = max(units.get(stage, 0), unit + 1)
+        root = next((state[k] for k in ("patch_embed.backbone.stem.conv.weight",
+                                        "patch_embed.backbone.conv.weight") if k in state), None)
+        if root is None or root.shape[0] % 64:
+            raise CheckpointMismatchError(
+                f"{name}: a hybrid whose ResNet stem is not the BiT stem keras_vit "
+                "builds (7x7 convolution with 64 x width filters).")
+        kwargs["resnet_layers"] = tuple(units[s] for s in sorted(units))
+        kwargs["resnet_width"] = int(root.shape[0]) // 64
+    return "vit", kwargs
+
+
+def _refuse_unsupported(name, args, pool, has_cls, keys, state):
+    why = None
+    if pool not in (None, "token", "avg"):
+        why = (f"global_pool={pool!r}; keras_vit builds 'token' (class token) "
+               "and 'avg' (gap) timm models")
+    elif pool == "avg" and has_cls:
+        why = ("global_pool='avg' with a class token (the class token is left out "
+               "of the average); keras_vit's gap models have no class token")
+    elif pool == "token" and not has_cls:
+        why = "global_pool='token' without a class token"
+    elif args.get("no_embed_class") or (
+            has_cls and "pos_embed" in state and "cls_token" in state
+            and args.get("class_token", True) and _posemb_without_cls(state)):
+        why = "position embeddings that leave out the class token (no_embed_class)"
+    elif args.get("padding_same") is False:
+        why = ("a hybrid stem without TensorFlow 'same' padding (padding_same="
+               "False), unlike the official hybrids keras_vit builds")
+    elif args.get("reg_tokens") or args.get("pre_norm") or args.get("init_values"):
+        why = "register tokens, a pre-norm or layer scale"
+    if why:
+        raise CheckpointMismatchError(
+            f"{name} has {why}; it cannot be loaded into a keras_vit model "
+            "without changing its results, so it is refused.")
+
+
+def _posemb_without_cls(state):
+    tokens = state["pos_embed"].shape[1]
+    side = int(round(tokens ** 0.5))
+    return side * side == tokens  # no room for the class token
+
+
+def arithmetic(config, keys):
+    """Builder arguments reproducing timm's arithmetic."""
+    out = dict(gelu="erf", layer_norm_epsilon=1e-6)
+    if family(keys) == "vit":
+        out["fc_norm"] = "fc_norm.weight" in keys
+        if any(k.startswith("patch_embed.backbone.") for k in keys):
+            out["resnet_arithmetic"] = "timm"
+    return out
+
+
+IMAGENET_DEFAULT_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_DEFAULT_STD = (0.229, 0.224, 0.225)
+
+
+def preprocessing(config):
+    """`{"mean", "std", ...}` of a timm `config.json` (`pretrained_cfg`):
+    mean/std on the [0, 1] scale, plus `input_size`, `interpolation`,
+    `crop_pct` for the image pipeline. None for a bare file."""
+    if not config:
+        return None
+    cfg = config.get("pretrained_cfg") or {}
+    out = {"mean": tuple(float(v) for v in cfg.get("mean", IMAGENET_DEFAULT_MEAN)),
+           "std": tuple(float(v) for v in cfg.get("std", IMAGENET_DEFAULT_STD))}
+    for key in ("input_size", "interpolation", "crop_pct", "crop_mode"):
+        if cfg.get(key) is not None:
+            out[key] = cfg[key]
+    return out
+
+
+def class_names(config):
+    names = (config or {}).get("label_names") or \
+        ((config or {}).get("pretrained_cfg") or {}).get("label_names")
+    if isinstance(names, dict):
+        try:
+            names = [names[str(i)] if str(i) in names else names[i] for i in range(len(names))]
+        except KeyError:
+            return None
+    return list(names) if names else None

@@ -1,0 +1,267 @@
+"""Hugging Face transformers ViT checkpoint keys <-> official keys.
+
+`ViTForImageClassification` (keys under `vit.`, head `classifier`) and
+`ViTModel` (keys at the top level, or under `vit.`; the pooler
+`pooler.dense` is a Dense + tanh on the class token, the official
+`pre_logits`), as `save_pretrained` writes them (the names of
+`convert_vit_timm_to_pytorch.py`):
+
+| transformers                                          | official                         |
+| ----------------------------------------------------- | -------------------------------- |
+| `embeddings.patch_embeddings.projection (D, C, p, p)` | `embedding/kernel (p, p, C, D)`  |
+| `embeddings.cls_token`, `embeddings.position_embeddings` | `cls`, `Transformer/posembed_input/pos_embedding` |
+| `encoder.layer.i.attention.attention.{query,key,value}` | `.../MultiHeadDotProductAttention_1/{query,key,value}` |
+| `encoder.layer.i.attention.output.dense`              | `.../MultiHeadDotProductAttention_1/out` |
+| `encoder.layer.i.layernorm_before`, `layernorm_after` | `LayerNorm_0`, `LayerNorm_2`     |
+| `encoder.layer.i.intermediate.dense`, `output.dense`  | `MlpBlock_3/Dense_0`, `Dense_1`  |
+| `layernorm`, `pooler.dense`, `classifier`             | `Transformer/encoder_norm`, `pre_logits`, `head` |
+
+The in-memory names of transformers 5 (`layers.i.attention.q_proj`,
+`o_proj`, `mlp.fc1`, ...) are read too.
+
+transformers' arithmetic, which the loaded model reproduces: GELU as
+`hidden_act` says ("gelu": exact erf); LayerNorm epsilon `layer_norm_eps`
+(1e-12 in Google's checkpoints); position embeddings resized as
+`interpolate_pos_encoding` does (bicubic, `align_corners=False`); pixels
+normalised with `image_mean` / `image_std` of `preprocessor_config.json`.
+"""
+
+import re
+
+import numpy as np
+
+from keras_vit.weights.official import POSEMB_KEY, CheckpointMismatchError
+
+FORMAT = "transformers"
+
+_LAYER = r"encoder\.layer\.(\d+)\."
+# transformers 5 in-memory names -> the saved (legacy) names.
+_V5 = [
+    (r"(^|\.)layers\.(\d+)\.attention\.q_proj\.", r"\1encoder.layer.\2.attention.attention.query."),
+    (r"(^|\.)layers\.(\d+)\.attention\.k_proj\.", r"\1encoder.layer.\2.attention.attention.key."),
+    (r"(^|\.)layers\.(\d+)\.attention\.v_proj\.", r"\1encoder.layer.\2.attention.attention.value."),
+    (r"(^|\.)layers\.(\d+)\.attention\.o_proj\.", r"\1encoder.layer.\2.attention.output.dense."),
+    (r"(^|\.)layers\.(\d+)\.mlp\.fc1\.", r"\1encoder.layer.\2.intermediate.dense."),
+    (r"(^|\.)layers\.(\d+)\.mlp\.fc2\.", r"\1encoder.layer.\2.output.dense."),
+    (r"(^|\.)layers\.(\d+)\.", r"\1encoder.layer.\2."),
+]
+GELU_FORMS = {"gelu": "erf", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh",
+              "gelu_fast": "tanh"}
+
+
+def is_transformers_state(keys):
+    """True when the key names are those of a transformers ViT."""
+    return any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in keys)
+
+
+def canonical(state):
+    """Strips the `vit.` prefix and renames transformers-5 names to the saved
+    names; returns `(state, prefix)`."""
+    prefix = "vit." if any(k.startswith("vit.") for k in state) else ""
+    out = {}
+    for key, value in state.items():
+        if prefix and key.startswith(prefix):
+            key = key[len(prefix):]
+        for pattern, repl in _V5:
+            key = re.sub(pattern, repl, key)
+        out[key] = value
+    return out, prefix
+
+
+def _t(a):
+    return np.ascontiguousarray(np.asarray(a).T)
+
+
+def to_official(state, num_heads):
+    """`(params, names, unmapped)` as `keras_vit.weights.timm.to_official`;
+    names are the keys as saved (with the `vit.` prefix of
+    `ViTForImageClassification`)."""
+    raw_names = {}
+    for key in state:
+        new, _ = canonical({key: None})
+        raw_names[next(iter(new))] = key
+    state, _ = canonical(state)
+    params, names, unmapped = {}, {}, []
+
+    def put(key, value, source):
+        params[key] = np.asarray(value, dtype=np.float32)
+        names[key] = raw_names.get(source, source)
+
+    for key, value in state.items():
+        value = np.asarray(value)
+        if not _map_one(key, value, num_heads, put):
+            unmapped.append(raw_names.get(key, key))
+    return params, names, sorted(unmapped)
+
+
+def _leaf(kind, norm=False):
+    if norm:
+        return "scale" if kind == "weight" else "bias"
+    return "kernel" if kind == "weight" else "bias"
+
+
+def _map_one(key, value, heads, put):
+    if key == "embeddings.patch_embeddings.projection.weight":
+        put("embedding/kernel", np.ascontiguousarray(value.transpose(2, 3, 1, 0)), key)
+    elif key == "embeddings.patch_embeddings.projection.bias":
+        put("embedding/bias", value, key)
+    elif key == "embeddings.cls_token":
+        put("cls", value, key)
+    elif key == "embeddings.position_embeddings":
+        put(POSEMB_KEY, value, key)
+    elif m := re.fullmatch(r"layernorm\.(weight|bias)", key):
+        put(f"Transformer/encoder_norm/{_leaf(m[1], True)}", value, key)
+    elif m := re.fullmatch(r"pooler\.dense\.(weight|bias)", key):
+        put(f"pre_logits/{_leaf(m[1])}", _t(value) if m[1] == "weight" else value, key)
+    elif m := re.fullmatch(r"classifier\.(weight|bias)", key):
+        put(f"head/{_leaf(m[1])}", _t(value) if m[1] == "weight" else value, key)
+    elif m := re.fullmatch(_LAYER + r"attention\.attention\.(query|key|value)\.(weight|bias)", key):
+        i, name, kind = m.groups()
+        prefix = f"Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/{name}"
+        if kind == "weight":
+            put(f"{prefix}/kernel", _t(value).reshape(value.shape[1], heads, -1), key)
+        else:
+            put(f"{prefix}/bias", value.reshape(heads, -1), key)
+    elif m := re.fullmatch(_LAYER + r"attention\.output\.dense\.(weight|bias)", key):
+        i, kind = m.groups()
+        prefix = f"Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1/out"
+        if kind == "weight":
+            put(f"{prefix}/kernel", _t(value).reshape(heads, -1, value.shape[0]), key)
+        else:
+            put(f"{prefix}/bias", value, key)
+    elif m := re.fullmatch(_LAYER + r"(layernorm_before|layernorm_after)\.(weight|bias)", key):
+        i, part, kind = m.groups()
+        norm = "LayerNorm_0" if part == "layernorm_before" else "LayerNorm_2"
+        put(f"Transformer/encoderblock_{i}/{norm}/{_leaf(kind, True)}", value, key)
+    elif m := re.fullmatch(_LAYER + r"(intermediate|output)\.dense\.(weight|bias)", key):
+        i, part, kind = m.groups()
+        dense = "Dense_0" if part == "intermediate" else "Dense_1"
+        put(f"Transformer/encoderblock_{i}/MlpBlock_3/{dense}/{_leaf(kind)}",
+            _t(value) if kind == "weight" else value, key)
+    else:
+        return False
+    return True
+
+
+def source_name(key, prefix=""):
+    """The transformers key an official key comes from (for messages)."""
+    def wb(leaf):
+        return "bias" if leaf == "bias" else "weight"
+
+    rules = [
+        (r"embedding/(kernel|bias)",
+         lambda m: f"{prefix}embeddings.patch_embeddings.projection.{wb(m[1])}"),
+        (r"cls", lambda m: f"{prefix}embeddings.cls_token"),
+        (re.escape(POSEMB_KEY), lambda m: f"{prefix}embeddings.position_embeddings"),
+        (r"Transformer/encoder_norm/(scale|bias)", lambda m: f"{prefix}layernorm.{wb(m[1])}"),
+        (r"pre_logits/(kernel|bias)", lambda m: f"{prefix}pooler.dense.{wb(m[1])}"),
+        (r"head/(kernel|bias)", lambda m: f"classifier.{wb(m[1])}"),
+        (r"Transformer/encoderblock_(\d+)/MultiHeadDotProductAttention_1/(query|key|value)/"
+         r"(kernel|bias)",
+         lambda m: f"{prefix}encoder.layer.{m[1]}.attention.attention.{m[2]}.{wb(m[3])}"),
+        (r"Transformer/encoderblock_(\d+)/MultiHeadDotProductAttention_1/out/(kernel|bias)",
+         lambda m: f"{prefix}encoder.layer.{m[1]}.attention.output.dense.{wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/LayerNorm_0/(scale|bias)",
+         lambda m: f"{prefix}encoder.layer.{m[1]}.layernorm_before.{wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/LayerNorm_2/(scale|bias)",
+         lambda m: f"{prefix}encoder.layer.{m[1]}.layernorm_after.{wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/MlpBlock_3/Dense_0/(kernel|bias)",
+         lambda m: f"{prefix}encoder.layer.{m[1]}.intermediate.dense.{wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/MlpBlock_3/Dense_1/(kernel|bias)",
+         lambda m: f"{prefix}encoder.layer.{m[1]}.output.dense.{wb(m[2])}"),
+    ]
+    for pattern, make in rules:
+        m = re.fullmatch(pattern, key)
+        if m:
+            return make(m)
+    return key
+
+
+def architecture(state, config):
+    """`("vit", VisionTransformer kwargs)` from a transformers `config.json`
+    (shapes when there is none).
+
+    Raises `CheckpointMismatchError` for configurations keras_vit does not
+    build (another `model_type`, no query/key/value bias, a pooler
+    activation other than tanh, ...).
+    """
+    config = config or {}
+    state, _ = canonical(state)
+    model_type = config.get("model_type", "vit")
+    if model_type != "vit":
+        raise CheckpointMismatchError(
+            f"A transformers {model_type!r} checkpoint; keras_vit loads the "
+            "'vit' model type (ViTModel, ViTForImageClassification). "
+            "transformers' 'vit-hybrid' uses a BiT backbone whose layers differ "
+            "from the official hybrids'.")
+    proj = state.get("embeddings.patch_embeddings.projection.weight")
+    if proj is None:
+        raise CheckpointMismatchError(
+            "No 'embeddings.patch_embeddings.projection.weight': not a "
+            "transformers ViT checkpoint.")
+    width = int(proj.shape[0])
+    layers = {int(m[1]) for k in state if (m := re.match(_LAYER, k))}
+    heads = config.get("num_attention_heads") or {192: 3, 384: 6, 768: 12, 1024: 16,
+                                                  1280: 16}.get(width)
+    if config.get("qkv_bias") is False:
+        raise CheckpointMismatchError(
+            "This transformers ViT has no query/key/value biases (qkv_bias="
+            "false); the keras_vit TransformerBlock always has them.")
+    if config.get("pooler_act", "tanh") != "tanh" and "pooler.dense.weight" in state:
+        raise CheckpointMismatchError(
+            f"pooler_act={config['pooler_act']!r}; keras_vit's pre_logits layer "
+            "(the ViTModel pooler) is Dense + tanh.")
+    if config.get("num_channels", 3) != 3:
+        raise CheckpointMismatchError(
+            f"num_channels={config['num_channels']}; keras_vit loads RGB models.")
+    return "vit", dict(
+        patch_size=tuple(int(s) for s in proj.shape[2:]), hidden_size=width,
+        num_layers=len(layers), num_heads=int(heads) if heads else None,
+        mlp_dim=int(state["encoder.layer.0.intermediate.dense.weight"].shape[0]),
+        classifier="token",
+    )
+
+
+def arithmetic(config):
+    config = config or {}
+    act = config.get("hidden_act", "gelu")
+    if act not in GELU_FORMS:
+        raise CheckpointMismatchError(
+            f"hidden_act={act!r}; keras_vit builds GELU blocks "
+            f"({sorted(GELU_FORMS)}).")
+    return dict(gelu=GELU_FORMS[act],
+                layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
+                fc_norm=False)
+
+
+def preprocessing(preprocessor):
+    """`{"mean", "std", ...}` on the [0, 1] scale from
+    `preprocessor_config.json` (ViTImageProcessor: rescale by
+    `rescale_factor`, then normalise). Without one, ViTImageProcessor's
+    defaults (0.5, 0.5)."""
+    p = preprocessor or {}
+    mean = p.get("image_mean", (0.5, 0.5, 0.5))
+    std = p.get("image_std", (0.5, 0.5, 0.5))
+    if p.get("do_normalize", True) is False:
+        mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
+    factor = float(p.get("rescale_factor", 1 / 255)) if p.get("do_rescale", True) else 1.0
+    scale = 1.0 / (255.0 * factor)  # mean/std in units of a [0, 255] / 255 pixel
+    mean = tuple(float(m) * scale for m in np.broadcast_to(mean, (3,)))
+    std = tuple(float(s) * scale for s in np.broadcast_to(std, (3,)))
+    out = {"mean": mean, "std": std}
+    size = p.get("size")
+    if isinstance(size, dict) and "height" in size:
+        out["input_size"] = (3, size["height"], size["width"])
+    if "resample" in p:
+        out["resample"] = p["resample"]
+    return out
+
+
+def class_names(config):
+    labels = (config or {}).get("id2label")
+    if not labels:
+        return None
+    names = [labels.get(str(i), labels.get(i)) for i in range(len(labels))]
+    if any(n is None for n in names) or all(n == f"LABEL_{i}" for i, n in enumerate(names)):
+        return None
+    return names
