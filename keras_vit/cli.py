@@ -156,7 +156,7 @@ def _download_target(name, model):
                 f"--model is for registered names; the URL {name!r} is downloaded as "
                 "it is (leave --model out)."
             )
-        return None, name, "url--" + os.path.basename(name.split("?")[0])
+        return None, registry.download_url(name), registry.url_cache_name(name)
     if model:
         variant = _named_variant(model)
     elif name.startswith(registry.AUGREG_PREFIX):
@@ -196,14 +196,15 @@ def cmd_download(args, out):
         else:
             print(f"URL:     {url}", file=out)
             print(f"Copy to: {path}", file=out)
-            print("(download it on a machine with internet access, e.g. curl -L -o FILE "
-                  "URL, and copy FILE to that path; `weights=` then finds it there)",
+            file = registry.bucket_file_name(url)
+            print(f"(download it on a machine with internet access, e.g. curl -L -o {file} "
+                  f"URL, and copy {file} to that path; `weights=` then finds it there)",
                   file=out)
         return 0
-    _console.load_tensorflow()  # keras.utils.get_file, with TensorFlow's logs quiet
+    _console.load_tensorflow()  # reading the .npz imports Keras: TensorFlow's logs quiet
     from keras_vit.weights.download import fetch_checkpoint
 
-    with contextlib.redirect_stdout(sys.stderr):  # Keras' progress bar: stdout is the result
+    with contextlib.redirect_stdout(sys.stderr):  # stdout is the result (progress: stderr)
         path, params = fetch_checkpoint(url, filename)
     record.update(path=path, bytes=os.path.getsize(path), arrays=len(params))
     if args.json:

@@ -1,90 +1,595 @@
-"""Downloads into the Keras cache (`keras.utils.get_file`, progress bar),
-with an integrity check and one retry for corrupt cached files."""
+"""Downloads into the keras_vit cache that many processes, flaky links and
+big files can trust.
 
+A file is cached at `$KERAS_HOME/models/keras_vit/<name>` (see
+`registry.cache_path`; a registered name has a readable `name`, a URL
+`url--<digest>--<file name>`, `registry.url_cache_name`). Getting it:
+
+1. If the cache has it, it is used at once (no lock: a file only ever
+   appears there complete and verified, by an atomic rename).
+2. Otherwise one process downloads it, holding the lock file
+   `.locks/<name>.lock` in the cache (`filelock`, an OS lock: the kernel
+   releases it when its holder dies, so a killed download never blocks the
+   next one). Other processes wait for it (a log line says so) and then read
+   the finished file.
+3. The bytes go to `<name>.incomplete`, which only the lock holder writes.
+   A broken connection resumes with an HTTP `Range` request, in the same
+   call while bytes keep coming, or in the next call (any process) where an
+   interrupted or killed one stopped. A server that ignores `Range` sends
+   the whole file again.
+4. The finished file is checked: its size against the server's
+   `Content-Length` / `Content-Range`, its MD5 against the `x-goog-hash`
+   header where the server sends one (storage.googleapis.com does), and, for
+   checkpoints, the zip CRC of every array (`official.read_checkpoint` reads
+   them all). Only then is it renamed to `<name>`.
+
+A connection that sends nothing for `$KERAS_VIT_DOWNLOAD_TIMEOUT` seconds
+(default 60) is a stalled one. A progress bar, like `keras.utils.get_file`'s,
+is drawn on stderr when stderr is a terminal; otherwise one log line at the
+start and one at the end.
+
+This module imports neither Keras nor TensorFlow (checkpoints are read by
+`keras_vit.weights.official`, imported on first use), so a process that
+only downloads stays light:
+
+>>> from keras_vit.weights.download import fetch  # doctest: +SKIP
+>>> fetch("https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt",
+...       "labels--ilsvrc2012_wordnet_lemmas.txt")  # doctest: +SKIP
+'/home/me/.keras/models/keras_vit/labels--ilsvrc2012_wordnet_lemmas.txt'
+"""
+
+import base64
+import binascii
+import hashlib
+import http.client
 import logging
+import math
 import os
+import re
+import sys
+import time
+import urllib.error
+import urllib.request
 
-from keras_vit.weights.official import (
-    CorruptCheckpointError,
-    UnsupportedCheckpointError,
-    read_checkpoint,
-)
+from keras_vit.weights import registry
 # The cache location is pure Python (registry), so `keras-vit download
 # --print-url` can say it without importing Keras.
 from keras_vit.weights.registry import CACHE_SUBDIR, cache_path, cache_root  # noqa: F401
 
 logger = logging.getLogger("keras_vit")
 
+TIMEOUT_ENV = "KERAS_VIT_DOWNLOAD_TIMEOUT"
+DEFAULT_TIMEOUT = 60.0
+INCOMPLETE_SUFFIX = ".incomplete"
+LOCKS_DIR = ".locks"
+_CHUNK = 1 << 20
+_WAIT_LOG_EVERY = 30.0
+
 
 class WeightsDownloadError(OSError):
-    """A file could not be downloaded (offline, HTTP error, bad mirror)."""
+    """A file could not be downloaded (offline, HTTP error, stalled or
+    broken connection, bad mirror)."""
+
+
+class _Interrupted(Exception):
+    """The transfer stopped early (connection refused, broken, stalled);
+    `restarted`: the partial file was emptied to start over."""
+
+    def __init__(self, reason, restarted=False):
+        super().__init__(reason)
+        self.restarted = restarted
+
+
+class _Refused(Exception):
+    """The server answered with an HTTP error."""
+
+
+class _Integrity(Exception):
+    """The bytes received are not the file the server described (size or
+    MD5); the partial file has been deleted."""
+
+
+def download_timeout():
+    """Seconds without data after which a connection counts as stalled:
+    `$KERAS_VIT_DOWNLOAD_TIMEOUT`, default 60.
+
+    >>> os.environ["KERAS_VIT_DOWNLOAD_TIMEOUT"] = "2.5"
+    >>> download_timeout()
+    2.5
+    >>> del os.environ["KERAS_VIT_DOWNLOAD_TIMEOUT"]
+
+    Raises:
+        ValueError: the variable is set to something other than a positive
+            number of seconds.
+    """
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT
+    try:
+        value = float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value <= 0:
+        raise ValueError(
+            f"{TIMEOUT_ENV} must be a positive number of seconds (e.g. "
+            f"{DEFAULT_TIMEOUT:g}), got {os.environ[TIMEOUT_ENV]!r}."
+        )
+    return value
+
+
+def lock_path(filename):
+    """The lock file of the cache entry `filename`:
+    `$KERAS_HOME/models/keras_vit/.locks/<filename>.lock`."""
+    return os.path.join(cache_root(), CACHE_SUBDIR, LOCKS_DIR, filename + ".lock")
+
+
+def offline_hint(url, filename):
+    """What to do without access to `url`: the server's file name, and the
+    exact cache path to copy it to (what `keras-vit download --print-url`
+    prints too)."""
+    name = registry.bucket_file_name(url)
+    return (
+        f"download {name} from that URL on a machine that can reach it and copy "
+        f"it to {cache_path(filename)} (where this finds it), or pass "
+        f"weights='/path/to/{name}'"
+    )
 
 
 def fetch(url, filename, hint=None):
     """Returns the local path of `url`, downloading it into
-    `$KERAS_HOME/models/keras_vit/<filename>` on first use.
+    `$KERAS_HOME/models/keras_vit/<filename>` on first use (one process at a
+    time, resumable; see the module docstring). The size and the server's
+    MD5 (`x-goog-hash`) are checked before the file takes its name.
+
+    Args:
+        url: an `http://` or `https://` URL.
+        filename: the cache file name (`registry.url_cache_name(url)` for a
+            URL of the user's, a registered name's `RemoteCheckpoint.filename`).
+        hint: what to do offline, for the error message; by default where to
+            copy the file by hand (`offline_hint`).
+
+    >>> fetch(url, "labels--ilsvrc2012_wordnet_lemmas.txt")  # doctest: +SKIP
+    '/home/me/.keras/models/keras_vit/labels--ilsvrc2012_wordnet_lemmas.txt'
 
     Raises:
-        WeightsDownloadError: naming the URL and what to do offline.
+        WeightsDownloadError: the download failed (offline, an HTTP error, a
+            stalled or broken connection, twice a file unlike the one the
+            server described), naming the URL and what to do offline.
+        ValueError: a bad `$KERAS_VIT_DOWNLOAD_TIMEOUT`.
     """
-    import keras
-
-    try:
-        return keras.utils.get_file(
-            fname=filename, origin=url, cache_subdir=CACHE_SUBDIR,
-            cache_dir=cache_root(),
-        )
-    except Exception as error:  # get_file raises a bare Exception
-        hint = hint or "download it elsewhere and pass its local path"
-        raise WeightsDownloadError(
-            f"Could not download {url} ({error}). If this machine is offline "
-            f"or cannot reach that host, {hint}."
-        ) from error
+    hint = hint or offline_hint(url, filename)
+    for attempt in range(2):
+        try:
+            return _fetch(url, filename, hint)[0]
+        except _Integrity as error:
+            if attempt:
+                raise WeightsDownloadError(
+                    f"Could not download {url}: twice in a row, {error}; nothing was "
+                    f"kept in the cache. Check the URL or your mirror, or {hint}."
+                ) from None
+            logger.warning("The download of %s failed its check (%s); downloading it "
+                           "again.", url, error)
 
 
 def fetch_checkpoint(url, filename):
     """Downloads (or reuses from the cache) an official `.npz` and reads it.
 
-    A cached file that fails the integrity check (bad zip, CRC error,
-    truncated) is deleted and downloaded once more; if the new copy is
-    corrupt too, it is deleted as well and a `CorruptCheckpointError` says
-    so. A download in another format (an HTML error page, a PyTorch file,
-    ...) is deleted from the cache at once. Returns `(path, params)`.
+    A fresh download is read in full (zip CRC of every array) before it
+    takes its name in the cache. A cached file that fails the check (bad
+    zip, CRC error, truncated) is deleted and downloaded once more; a
+    download that fails it, or the size / MD5 check, is downloaded once
+    more too; if the second copy is corrupt as well, a
+    `CorruptCheckpointError` says so. A download in another format (an HTML
+    error page, a PyTorch file, ...) is deleted at once. Returns
+    `(path, params)`.
+
+    >>> path, params = fetch_checkpoint(
+    ...     "https://storage.googleapis.com/vit_models/sam/ViT-B_16.npz",
+    ...     "vit_models--sam--ViT-B_16.npz")  # doctest: +SKIP
+    >>> params["head/bias"].shape  # doctest: +SKIP
+    (1000,)
 
     Raises:
         WeightsDownloadError: the download failed.
         CorruptCheckpointError: corrupt twice in a row.
         UnsupportedCheckpointError: the URL serves something other than an
             official `.npz`; the message names the URL and what it served.
+        ValueError: a bad `$KERAS_VIT_DOWNLOAD_TIMEOUT`.
     """
-    hint = f"download it elsewhere and pass weights='/path/to/{filename}'"
-    path = fetch(url, filename, hint)
-    try:
-        return path, _read_download(url, path)
-    except CorruptCheckpointError as error:
+    from keras_vit.weights.official import CorruptCheckpointError, read_checkpoint
+
+    hint = offline_hint(url, filename)
+
+    def read(path):
+        return _read_download(url, path, read_checkpoint)
+
+    failures = vanished = 0
+    while True:
+        try:
+            path, params = _fetch(url, filename, hint, verify=read)
+        except (_Integrity, CorruptCheckpointError) as error:  # a fresh download
+            failure = error
+        else:
+            if params is not None:
+                return path, params
+            try:  # the cached file
+                before = os.stat(path)
+                return path, read(path)
+            except FileNotFoundError:  # another process discarded it meanwhile
+                vanished += 1
+                if vanished < 3:
+                    continue
+                raise
+            except CorruptCheckpointError as error:
+                failure = error
+                _discard(path, before, filename)
+        failures += 1
+        if failures == 2:
+            raise CorruptCheckpointError(
+                f"The checkpoint downloaded from {url} is corrupt ({failure}), "
+                "twice in a row; the file was removed from the cache. Check the "
+                f"URL or your mirror, or {hint}."
+            ) from (failure if isinstance(failure, CorruptCheckpointError) else None)
         logger.warning(
-            "Cached checkpoint %s failed the integrity check (%s); deleting "
-            "it and downloading it again.", path, error,
+            "The checkpoint %s failed the integrity check (%s); deleting it and "
+            "downloading it again.", cache_path(filename), failure,
         )
-        os.remove(path)
-    path = fetch(url, filename, hint)
-    try:
-        return path, _read_download(url, path)
-    except CorruptCheckpointError as error:
-        os.remove(path)
-        raise CorruptCheckpointError(
-            f"The checkpoint downloaded from {url} is corrupt ({error}), "
-            "twice in a row; the file was removed from the cache. Check the "
-            f"URL or your mirror, or {hint}."
-        ) from error
 
 
-def _read_download(url, path):
+def _read_download(url, path, read_checkpoint):
+    from keras_vit.weights.official import UnsupportedCheckpointError
+
     try:
         return read_checkpoint(path)
     except UnsupportedCheckpointError as error:
-        os.remove(path)
+        _remove(path)
         raise UnsupportedCheckpointError(
             f"The file downloaded from {url} is not an official .npz "
             f"checkpoint (it was removed from the cache): {error}"
         ) from error
+
+
+# --- the cache entry: lock, partial file, rename ----------------------------
+
+def _fetch(url, filename, hint, verify=None):
+    """`(path, verify(path) or None)`: `None` when the file was in the cache
+    already (the caller reads it), else the value of `verify` on the fresh
+    download, checked before the rename."""
+    timeout = download_timeout()
+    final = cache_path(filename)
+    if os.path.isfile(final):
+        return final, None
+    try:
+        lock = _CacheLock(filename, url)
+    except OSError as error:
+        raise WeightsDownloadError(
+            f"Could not download {url}: the cache folder {os.path.dirname(final)} "
+            f"cannot be written ({error}). Set KERAS_HOME to a writable folder, or "
+            f"{hint}.") from error
+    with lock:
+        if os.path.isfile(final):  # another process finished it meanwhile
+            return final, None
+        partial = final + INCOMPLETE_SUFFIX
+        received, seconds = _download(url, partial, timeout, hint)
+        value = None
+        if verify is not None:
+            try:
+                value = verify(partial)
+            except Exception:
+                _remove(partial)
+                raise
+        os.replace(partial, final)
+        logger.info("Saved %s (%s bytes downloaded in %.1f s, checked).", final,
+                    f"{received:,}", seconds)
+        return final, value
+
+
+def _discard(path, seen, filename):
+    """Deletes a cached file found corrupt, unless another process has put
+    a new one there since it was read (`seen`: its `os.stat` then)."""
+    with _CacheLock(filename, None):
+        try:
+            now = os.stat(path)
+        except FileNotFoundError:
+            return
+        if (now.st_ino, now.st_size, now.st_mtime_ns) == (
+                seen.st_ino, seen.st_size, seen.st_mtime_ns):
+            _remove(path)
+
+
+class _CacheLock:
+    """The cache entry's lock file, held by one process (and thread) at a
+    time; waiting is said in a log line, then every 30 s."""
+
+    def __init__(self, filename, url):
+        import filelock
+
+        self._timeout_error = filelock.Timeout
+        self.path = lock_path(filename)
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.lock = filelock.FileLock(self.path)
+        self.url = url
+        self.filename = filename
+
+    def __enter__(self):
+        try:
+            self.lock.acquire(timeout=0)
+            return self
+        except self._timeout_error:
+            pass
+        start = time.monotonic()
+        logger.info(
+            "Another process is downloading %s; waiting for it to finish (lock file %s).",
+            self.url or cache_path(self.filename), self.path)
+        while True:
+            try:
+                self.lock.acquire(timeout=_WAIT_LOG_EVERY)
+                return self
+            except self._timeout_error:
+                partial = cache_path(self.filename) + INCOMPLETE_SUFFIX
+                size = os.path.getsize(partial) if os.path.exists(partial) else 0
+                logger.info("Still waiting for %s after %.0f s (%s bytes so far).",
+                            self.path, time.monotonic() - start, f"{size:,}")
+
+    def __exit__(self, *exc):
+        self.lock.release()
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass
+
+
+# --- HTTP --------------------------------------------------------------------
+
+_USER_AGENT = "keras-vit (python-urllib)"
+_CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
+
+
+class _Transfer:
+    """The state of one file's download across attempts (one call)."""
+
+    def __init__(self, url, partial, timeout):
+        self.url = url
+        self.partial = partial
+        self.timeout = timeout
+        self.size = os.path.getsize(partial) if os.path.exists(partial) else 0
+        self.total = None         # the file's size, once a server said it
+        self.validator = None     # ETag / Last-Modified for If-Range
+        self.md5 = None           # (base64 text, digest) from x-goog-hash
+        self.hasher = hashlib.md5()
+        self.progress = None
+        if self.size:
+            with open(partial, "rb") as f:
+                for block in iter(lambda: f.read(_CHUNK), b""):
+                    self.hasher.update(block)
+
+    def restart(self, why):
+        if self.size:
+            logger.info("Downloading %s from the start: %s.", self.url, why)
+        with open(self.partial, "wb"):
+            pass
+        self.size = 0
+        self.hasher = hashlib.md5()
+        if self.progress is not None:
+            self.progress.reset()
+
+
+def _download(url, partial, timeout, hint):
+    """Downloads `url` into `partial` (resuming what is there), checks its
+    size and MD5; returns `(bytes received, seconds)`; raises
+    `WeightsDownloadError` or `_Integrity`."""
+    t = _Transfer(url, partial, timeout)
+    if t.size:
+        logger.info("Resuming the download of %s at byte %s (%s).", url, f"{t.size:,}", partial)
+    else:
+        logger.info("Downloading %s", url)
+    started, first, restarts = time.monotonic(), t.size, 0
+    try:
+        while True:
+            before = t.size
+            try:
+                _attempt(t)
+                break
+            except _Interrupted as error:
+                if t.size > before or (error.restarted and restarts < 2):
+                    restarts += error.restarted
+                    if t.size > before:
+                        logger.warning("The download of %s stopped at byte %s (%s); "
+                                       "resuming.", url, f"{t.size:,}", error)
+                    continue
+                reason = str(error)
+                if t.size:
+                    of = f" of {t.total:,}" if t.total else ""
+                    reason += (f"; {t.size:,}{of} bytes are kept in {partial} and the "
+                               "next attempt resumes from there")
+                failure = reason
+            except _Refused as error:
+                failure = str(error)
+            raise WeightsDownloadError(
+                f"Could not download {url} ({failure}). If this machine is offline or "
+                f"cannot reach that host, {hint}."
+            )
+    finally:
+        if t.progress is not None:
+            t.progress.close()
+        if os.path.exists(partial) and not os.path.getsize(partial):
+            _remove(partial)
+    if t.total is not None and t.size != t.total:
+        _remove(partial)
+        raise _Integrity(f"{t.size:,} bytes received but the server announced {t.total:,}")
+    if t.md5 is not None and t.hasher.digest() != t.md5[1]:
+        _remove(partial)
+        got = base64.b64encode(t.hasher.digest()).decode()
+        raise _Integrity(f"its MD5 is {got} but the server's x-goog-hash says md5={t.md5[0]}")
+    return t.size - first, time.monotonic() - started
+
+
+def _attempt(t):
+    """One GET (a Range GET when `t.size`), appending to the partial file."""
+    headers = {"User-Agent": _USER_AGENT, "Accept-Encoding": "identity"}
+    if t.size:
+        headers["Range"] = f"bytes={t.size}-"
+        if t.validator:
+            headers["If-Range"] = t.validator
+    request = urllib.request.Request(t.url, headers=headers)
+    try:
+        response = urllib.request.urlopen(request, timeout=t.timeout)
+    except urllib.error.HTTPError as error:
+        error.close()
+        if error.code == 416 and t.size:  # Range Not Satisfiable
+            match = re.search(r"/(\d+)", error.headers.get("Content-Range", ""))
+            if match and int(match.group(1)) == t.size:
+                t.total = t.size  # the partial file was complete
+                return
+            t.restart("the partial file does not fit the file on the server")
+            raise _Interrupted("the server refused to resume", restarted=True) from None
+        raise _Refused(f"HTTP {error.code} {error.reason}") from None
+    except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
+        raise _Interrupted(_reason(error, t.timeout)) from None
+    with response:
+        _receive(t, response)
+
+
+def _receive(t, response):
+    length = response.headers.get("Content-Length")
+    length = int(length) if length and length.isdigit() else None
+    if response.status == 206:
+        match = _CONTENT_RANGE.fullmatch(response.headers.get("Content-Range", "").strip())
+        if not match or int(match.group(1)) != t.size:
+            t.restart(f"the server answered the Range request with "
+                      f"{response.headers.get('Content-Range')!r}")
+            raise _Interrupted("the server sent a different part of the file",
+                               restarted=True)
+        if match.group(3) != "*":
+            t.total = int(match.group(3))
+    else:
+        if t.size:
+            t.restart("the server does not resume downloads (it sent the whole file)")
+        t.total = length
+    t.validator = _validator(response.headers) or t.validator
+    md5 = _goog_md5(response.headers)
+    if md5 is not None:
+        t.md5 = md5
+    if t.progress is None:
+        t.progress = _Progress(registry.bucket_file_name(t.url), t.total, t.size)
+    else:
+        t.progress.total = t.total
+    with open(t.partial, "ab") as f:
+        try:
+            while True:
+                try:
+                    chunk = response.read1(_CHUNK)
+                except (OSError, http.client.HTTPException) as error:
+                    raise _Interrupted(_reason(error, t.timeout)) from None
+                if not chunk:
+                    break
+                try:
+                    f.write(chunk)
+                except OSError as error:  # a full disk, ...: no network trouble
+                    raise WeightsDownloadError(
+                        f"Could not write {t.partial} while downloading {t.url} "
+                        f"({error}); {t.size:,} bytes are kept there and the next "
+                        "attempt resumes from there.") from error
+                t.hasher.update(chunk)
+                t.size += len(chunk)
+                t.progress.update(t.size)
+        finally:
+            f.flush()
+            os.fsync(f.fileno())
+    if t.total is not None and t.size < t.total:
+        raise _Interrupted(
+            f"the connection closed after {t.size:,} of {t.total:,} bytes")
+
+
+def _reason(error, timeout):
+    reason = getattr(error, "reason", error)
+    if isinstance(reason, TimeoutError) or isinstance(error, TimeoutError):
+        return (f"no data for {timeout:g} s, the limit {TIMEOUT_ENV} sets; set it "
+                "higher for a slow link")
+    if isinstance(error, http.client.IncompleteRead):
+        return "the connection closed early"
+    text = str(reason) or type(reason).__name__
+    return f"{type(reason).__name__}: {text}" if isinstance(reason, Exception) else text
+
+
+def _validator(headers):
+    etag = headers.get("ETag")
+    if etag and not etag.startswith("W/"):
+        return etag
+    return headers.get("Last-Modified")
+
+
+def _goog_md5(headers):
+    """`(base64, digest)` of the `md5=` in `x-goog-hash` headers, or None."""
+    for header in headers.get_all("x-goog-hash") or []:
+        for part in header.split(","):
+            key, _, value = part.strip().partition("=")
+            if key.lower() == "md5":
+                value = value.strip()
+                try:
+                    return value, base64.b64decode(value, validate=True)
+                except (binascii.Error, ValueError):
+                    return value, b""
+    return None
+
+
+class _Progress:
+    """A progress bar like `keras.utils.get_file`'s, on stderr, drawn only
+    when stderr is a terminal (or in a notebook); it starts at the bytes
+    already there."""
+
+    WIDTH = 30
+
+    def __init__(self, name, total, done, stream=None):
+        self.stream = stream if stream is not None else sys.stderr
+        self.enabled = (bool(getattr(self.stream, "isatty", None) and self.stream.isatty())
+                        or "ipykernel" in sys.modules)  # a notebook, as Keras' Progbar
+        self.name = name if len(name) <= 40 else "…" + name[-39:]
+        self.total = total
+        self.start = done
+        self.began = time.monotonic()
+        self.last = 0.0
+        self.drawn = False
+        self.update(done, force=True)
+
+    def reset(self):
+        self.start = 0
+        self.began = time.monotonic()
+
+    def update(self, done, force=False):
+        if not self.enabled:
+            return
+        now = time.monotonic()
+        if not force and now - self.last < 0.1 and done != self.total:
+            return
+        self.last = now
+        rate = (done - self.start) / max(now - self.began, 1e-6)
+        unit, scale = _unit(self.total or done)
+        if self.total:
+            filled = int(self.WIDTH * min(done / self.total, 1.0))
+            bar = "━" * filled + "─" * (self.WIDTH - filled)
+            left = (self.total - done) / rate if rate > 0 else None
+            text = (f"{self.name} {done / scale:.1f}/{self.total / scale:.1f} {unit} {bar} "
+                    f"{100 * done / self.total:3.0f}% {rate / 2**20:.1f} MiB/s"
+                    + (f" {left:.0f}s left" if left is not None and done < self.total else ""))
+        else:
+            text = f"{self.name} {done / scale:.1f} {unit} {rate / 2**20:.1f} MiB/s"
+        self.stream.write("\r" + text + "\x1b[K")
+        self.stream.flush()
+        self.drawn = True
+
+    def close(self):
+        if self.enabled and self.drawn:
+            self.stream.write("\n")
+            self.stream.flush()
+
+
+def _unit(size):
+    """The unit a progress bar shows `size` bytes in."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20)):
+        if size >= scale:
+            return unit, scale
+    return "KiB", 2**10

@@ -34,7 +34,9 @@ where it is written).
 """
 
 import dataclasses
+import hashlib
 import os
+import re
 import urllib.parse
 
 OFFICIAL_BASE_URL = "https://storage.googleapis.com"
@@ -107,6 +109,86 @@ def cache_path(filename):
     """Where a download named `filename` is cached:
     `$KERAS_HOME/models/keras_vit/<filename>`."""
     return os.path.join(cache_root(), CACHE_SUBDIR, filename)
+
+
+# --- cache names ------------------------------------------------------------
+#
+# A registered name caches under a readable name of its bucket path
+# (`vit_models--imagenet21k--ViT-B_16.npz`); a URL under
+# `url--<digest>--<file name>`, where the digest is of the whole URL, so two
+# URLs never share an entry. A URL of the official bucket (or of its
+# `KERAS_VIT_MIRROR`) whose folder is a registered family's folder gets the
+# registered entry: the URL `--print-url` prints and the name fill one file.
+
+
+def official_url(url):
+    """`url` with the `$KERAS_VIT_MIRROR` base replaced by the official one
+    (what a cache name is computed from); other URLs as given.
+
+    >>> official_url("https://storage.googleapis.com/vit_models/sam/ViT-B_16.npz")
+    'https://storage.googleapis.com/vit_models/sam/ViT-B_16.npz'
+    """
+    mirror = os.environ.get(MIRROR_ENV, "").rstrip("/")
+    if mirror and url.startswith(mirror + "/"):
+        return OFFICIAL_BASE_URL + url[len(mirror):]
+    return url
+
+
+def download_url(url):
+    """Where to download `url` from: an official-bucket URL from
+    `$KERAS_VIT_MIRROR` when that is set; other URLs as given."""
+    if os.environ.get(MIRROR_ENV) and url.startswith(OFFICIAL_BASE_URL + "/"):
+        return base_url() + url[len(OFFICIAL_BASE_URL):]
+    return url
+
+
+def bucket_file_name(url):
+    """The file name a URL serves, as its server names it (the last part of
+    its path, unquoted): what to look for when fetching it by hand.
+
+    >>> bucket_file_name(url_for("vit_models/imagenet21k", "R26+ViT-B_32"))
+    'R26+ViT-B_32.npz'
+    """
+    path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+    return path.rstrip("/").rsplit("/", 1)[-1] or "download"
+
+
+def registered_filename(folder, stem):
+    """The cache name of the bucket file `<folder>/<stem>.npz`:
+    `"vit_models/imagenet21k+imagenet2012", "ViT-B_16"` ->
+    `"vit_models--imagenet21k_imagenet2012--ViT-B_16.npz"`."""
+    return f"{folder.replace('/', '--').replace('+', '_')}--{stem}.npz"
+
+
+def _registered_folders():
+    return {f.folder for table in (VIT_FAMILIES, MIXER_FAMILIES) for f in table.values()}
+
+
+def url_cache_name(url):
+    """The cache file name of a `weights=` URL (`http://` or `https://`).
+
+    An official-bucket URL (or its `$KERAS_VIT_MIRROR` copy) in a registered
+    folder gets the registered name's entry; any other URL
+    `url--<16 hex digits of the SHA-256 of the URL>--<its file name>` (the
+    fragment left out: it never reaches the server).
+
+    >>> url_cache_name("https://storage.googleapis.com/vit_models/imagenet21k/ViT-B_16.npz")
+    'vit_models--imagenet21k--ViT-B_16.npz'
+    >>> url_cache_name("http://host/a/model.npz")
+    'url--996738c07d0f6bee--model.npz'
+    >>> url_cache_name("http://host/b/model.npz")
+    'url--40825320332201dc--model.npz'
+    """
+    canonical = urllib.parse.urldefrag(official_url(url))[0]
+    parts = urllib.parse.urlsplit(canonical)
+    name = bucket_file_name(canonical)
+    if canonical.startswith(OFFICIAL_BASE_URL + "/") and not parts.query:
+        folder = urllib.parse.unquote(parts.path).strip("/").rpartition("/")[0]
+        if folder in _registered_folders() and name.endswith(".npz") and len(name) > 4:
+            return registered_filename(folder, name[:-4])
+    digest = hashlib.sha256(canonical.encode("utf-8")).hexdigest()[:16]
+    readable = re.sub(r"[^A-Za-z0-9._+-]", "_", name)[-100:].lstrip(".") or "download"
+    return f"url--{digest}--{readable}"
 
 
 # Recommended AugReg checkpoints: best upstream validation accuracy.
@@ -391,6 +473,12 @@ def resolve(weights, variant, model_description):
         filename = weights[len(AUGREG_PREFIX):]
         if filename.endswith(".npz"):
             filename = filename[:-4]
+        if not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._+-]*", filename):
+            raise ValueError(
+                f"AugReg file name {filename!r} is not a file name: it may hold "
+                "letters, digits and '._+-' only (no '/'), e.g. "
+                f"'{AUGREG_PREFIX}{_AUGREG_I21K['B/16']}'."
+            )
         if variant is None or not variant.augreg_name:
             raise ValueError(
                 f"{model_description} has no AugReg checkpoints; "
@@ -426,9 +514,9 @@ def resolve(weights, variant, model_description):
     stem = family.files[variant.key]
     if "/" in stem:  # a variant key with a suffix, e.g. "B/16-224"
         stem = _file_stem(variant, stem)
-    folder_tag = family.folder.replace("/", "--").replace("+", "_")
     return RemoteCheckpoint(
-        weights, url_for(family.folder, stem), f"{folder_tag}--{stem}.npz", family
+        weights, url_for(family.folder, stem), registered_filename(family.folder, stem),
+        family,
     )
 
 

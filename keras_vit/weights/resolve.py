@@ -79,8 +79,10 @@ def resolve_weights(weights, variant, description):
         return ResolvedWeights(weights, weights, foreign.params, foreign.info(),
                                foreign=foreign)
     if weights.startswith(("http://", "https://")):
-        filename = "url--" + os.path.basename(weights.split("?")[0])
-        path, params = fetch_checkpoint(weights, filename)
+        # One cache entry per URL (its digest in the name); an official
+        # bucket URL comes from $KERAS_VIT_MIRROR when that is set.
+        path, params = fetch_checkpoint(registry.download_url(weights),
+                                        registry.url_cache_name(weights))
         return ResolvedWeights(weights, path, params, describe(params))
     looks_like_path = (
         os.path.exists(weights)
