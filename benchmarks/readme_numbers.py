@@ -8,7 +8,7 @@ README shows next to them, with the date, the CPU model and its flags.
 The README's generated blocks sit between `<!-- readme_numbers:NAME -->` and
 `<!-- /readme_numbers:NAME -->`; `tests/test_readme.py` checks that they are
 what this script renders from `docs/readme_numbers.json`. Takes about 6
-minutes on 2 cores (the quickstart, four exports, the parity demo).
+minutes on 2 cores (the quickstart, nine exports, the parity demo).
 """
 
 import argparse
@@ -29,8 +29,14 @@ QUICKSTART = f"keras-vit quickstart --out {RUN}/quickstart"
 EXPORT = (f"keras-vit export {RUN}/quickstart/model.keras --format tflite --quantize {{mode}} "
           f"--calibration folder:{RUN}/quickstart/digits --out {RUN}/digits_{{mode}}.tflite "
           "--json")
+SERVER_EXPORT = (f"keras-vit export {RUN}/quickstart/model.keras --format {{format}} "
+                 f"--quantize {{mode}}{{calibration}} --validation folder:{RUN}/quickstart/digits "
+                 f"--out {RUN}/digits_{{mode}}.{{suffix}} --json")
 PARITY = "python examples/classify_photos.py --json"
 MODES = ("none", "float16", "dynamic", "int8")
+# (format, --quantize, file suffix) of the ONNX / OpenVINO table.
+SERVER_MODES = (("onnx", "none", "onnx"), ("onnx", "dynamic", "onnx"), ("onnx", "int8", "onnx"),
+                ("openvino", "none", "xml"), ("openvino", "float16", "xml"))
 
 
 def cpu():
@@ -87,6 +93,20 @@ def measure():
             "max_abs_diff": report["max_abs_diff"],
             "top1_agreement": report["top1_agreement"], "passed": report["passed"],
             "calibration": report.get("calibration"), "validation": report["validation"]})
+    numbers["server_digits"] = []
+    for fmt, mode, suffix in SERVER_MODES:
+        calibration = (f" --calibration folder:{RUN}/quickstart/digits"
+                       if mode == "int8" else "")
+        line = SERVER_EXPORT.format(format=fmt, mode=mode, suffix=suffix,
+                                    calibration=calibration)
+        report = command(line)
+        numbers["server_digits"].append({
+            "command": line, "format": fmt, "mode": mode,
+            "size_kb": round(report["size_bytes"] / 1e3),
+            "max_abs_diff": report["max_abs_diff"],
+            "top1_agreement": report["top1_agreement"], "passed": report["passed"],
+            "runtime": report.get("runtime"), "opset": report.get("opset"),
+            "calibration": report.get("calibration"), "validation": report["validation"]})
     parity = command(PARITY)
     numbers["parity"] = {"command": PARITY, "rows": [
         {k: row.get(k) for k in ("checkpoint", "model", "max_abs_diff_vs_official",
@@ -110,7 +130,7 @@ def render(n):
         f"`{q['command']}` reached **{100 * q['test_accuracy']:.1f}% test accuracy in "
         f"{q['seconds']:.0f} s** ({q['epochs']} epochs, {q['parameters']:,} parameters, "
         f"{q['train_examples']:,} training and {q['test_examples']} test digits; target: "
-        ">= 97% in <= 3 minutes; thread scheduling makes runs differ by a few tenths). "
+        ">= 97% in <= 3 minutes; seeded, so a rerun on the same CPU repeats it). "
         "It saves `model.keras` (with the class names), `best.keras`, `labels.txt`, "
         "`log.csv` and TensorBoard logs, then exports `model_dynamic_int8.tflite` "
         f"({q['tflite_kb']} KB) and prints its verification on the {q['test_examples']} "
@@ -130,6 +150,21 @@ def render(n):
         f"Measured by `python benchmarks/readme_numbers.py` ({_where(n)}) on the "
         "quickstart's digits ViT with, for each mode,\n`" + EXPORT.format(mode="MODE")
         + "`:\n\n" + "\n".join(rows))
+    rows = ["| `--format` | `--quantize` | size | max \\|logit diff\\| | top-1 agreement "
+            "with Keras | calibration | verified with |", "| --- | --- | --- | --- | --- | --- | --- |"]
+    for r in n.get("server_digits", []):
+        cal = r["calibration"]
+        cal_text = (f"{cal['images']} `{cal['split']}` images" if cal else "-")
+        val = r["validation"]
+        rows.append(f"| {r['format']} | {r['mode']} | {r['size_kb']} KB | "
+                    f"{r['max_abs_diff']:.2g} | {100 * r['top1_agreement']:.2f}% | {cal_text} | "
+                    f"{r['runtime']}, {val['images']} `{val['split']}` images |")
+    blocks["server_digits"] = (
+        f"Measured by `python benchmarks/readme_numbers.py` ({_where(n)}) on the "
+        "quickstart's digits ViT with, for each row,\n`" + SERVER_EXPORT.format(
+            format="FORMAT", mode="MODE", suffix="SUFFIX",
+            calibration=" [--calibration folder:runs/readme/quickstart/digits]")
+        + "` (`--calibration` for int8):\n\n" + "\n".join(rows))
     rows = ["| checkpoint | model | max \\|logit diff\\| at its resolution "
             "| loaded at another resolution (posemb resized) |", "| --- | --- | ---: | ---: |"]
     for r in n["parity"]["rows"]:

@@ -9,8 +9,8 @@
     keras-vit explain IMAGE... --model auto --weights CKPT.npz --out DIR [--json]
     keras-vit train --model ViTB16 --weights imagenet21k --data tfds:cifar10 ... [--json]
     keras-vit evaluate MODEL.keras --data SOURCE [--split S] [--skip-corrupt] [--json]
-    keras-vit export MODEL.keras --format saved_model|tflite
-                     [--quantize none|float16|dynamic|int8] [--calibration SOURCE]
+    keras-vit export MODEL.keras --format saved_model|tflite|onnx|openvino
+                     [--quantize none|float16|dynamic|int8] [--opset N] [--calibration SOURCE]
                      [--validation SOURCE] [--skip-corrupt] [--no-check] --out PATH [--json]
     keras-vit quickstart [--json]
 
@@ -525,10 +525,32 @@ def cmd_evaluate(args, out):
     return 0
 
 
+# --quantize values each export --format takes.
+EXPORT_QUANTIZE = {"saved_model": ("none",), "tflite": ("none", "float16", "dynamic", "int8"),
+                   "onnx": ("none", "dynamic", "int8"), "openvino": ("none", "float16")}
+
+
 def cmd_export(args, out):
     if args.format == "saved_model" and args.quantize != "none":
         raise ValueError(f"--quantize {args.quantize} applies to --format tflite; "
                          "a SavedModel keeps the model's float weights.")
+    if args.quantize not in EXPORT_QUANTIZE[args.format]:
+        formats = [f for f, modes in EXPORT_QUANTIZE.items() if args.quantize in modes]
+        raise ValueError(f"--quantize {args.quantize} applies to --format "
+                         f"{' or '.join(formats)}; --format {args.format} takes --quantize "
+                         f"{'|'.join(EXPORT_QUANTIZE[args.format])}.")
+    if args.opset is not None and args.format != "onnx":
+        raise ValueError(f"--opset applies to --format onnx; not to --format {args.format}.")
+    if args.format in ("onnx", "openvino") and args.batch_size != 1:
+        raise ValueError(f"--batch-size applies to --format tflite (a static batch); the "
+                         f"{args.format} export takes any batch size.")
+    if args.format == "openvino" and args.calibration:
+        raise ValueError("--calibration applies to --format tflite or onnx (quantization); "
+                         "choose the images an OpenVINO export is verified on with "
+                         "--validation.")
+    if args.no_metadata and args.format != "tflite":
+        raise ValueError(f"--no-metadata applies to --format tflite; not to --format "
+                         f"{args.format}.")
     model = _load_keras_model(args.model_path)
     from keras_vit import export
 
@@ -540,12 +562,20 @@ def cmd_export(args, out):
     if args.format == "saved_model":
         report = export.to_saved_model(model, args.out, resize=args.resize,
                                        top_k=args.top_k, **common)
+    elif args.format == "onnx":
+        report = export.to_onnx(model, args.out, quantization=args.quantize, opset=args.opset,
+                                representative_data=args.calibration, **common,
+                                **_optional(args, num_calibration="calibration_samples",
+                                            calibration_split="calibration_split"))
+    elif args.format == "openvino":
+        report = export.to_openvino(model, args.out, quantization=args.quantize, **common)
     else:
         tflite = _optional(args, num_calibration="calibration_samples",
                            calibration_split="calibration_split")
         report = export.to_tflite(model, args.out, quantization=args.quantize,
                                   representative_data=args.calibration,
-                                  batch_size=args.batch_size, **common, **tflite)
+                                  batch_size=args.batch_size,
+                                  metadata=not args.no_metadata, **common, **tflite)
     if args.json:
         print(report.to_json(), file=out)
     return 0
@@ -706,11 +736,15 @@ def build_parser():
                    help="one JSON line (the output is always JSON)")
     p.set_defaults(func=cmd_evaluate)
 
-    p = add("export", help="SavedModel or TFLite, verified against Keras")
+    p = add("export", help="SavedModel, TFLite, ONNX or OpenVINO, verified against Keras")
     p.add_argument("model_path", metavar="MODEL.keras")
-    p.add_argument("--format", required=True, choices=["saved_model", "tflite"])
+    p.add_argument("--format", required=True,
+                   choices=["saved_model", "tflite", "onnx", "openvino"])
     p.add_argument("--quantize", default="none", choices=["none", "float16", "dynamic", "int8"],
-                   help="TFLite quantization (int8 needs --calibration)")
+                   help="tflite: any; onnx: none|dynamic|int8; openvino: none|float16 "
+                        "(int8 needs --calibration)")
+    p.add_argument("--opset", type=int, default=None,
+                   help="ONNX opset (default: tf2onnx's, 15)")
     p.add_argument("--calibration", help="int8 calibration images: a data source "
                                          "(folder:DIR, tfrecord:..., tfds:...)")
     p.add_argument("--calibration-split", default=None,
@@ -737,7 +771,11 @@ def build_parser():
                    help="what the model outputs (auto reads its head)")
     p.add_argument("--no-check", action="store_true",
                    help="keep an export that misses its accuracy bar")
-    p.add_argument("--out", required=True, help="SavedModel directory or .tflite file")
+    p.add_argument("--no-metadata", action="store_true",
+                   help="TFLite: no TFLite Metadata (input normalization, labels inside) "
+                        "in the file; MediaPipe's ImageClassifier needs it")
+    p.add_argument("--out", required=True,
+                   help="SavedModel directory, .tflite, .onnx or OpenVINO .xml file")
     p.add_argument("--json", action="store_true", help="the report as one JSON line")
     p.set_defaults(func=cmd_export)
 

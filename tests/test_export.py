@@ -116,6 +116,9 @@ def test_quantized_exports_run_and_their_figures_are_measured(quantization, tmp_
     fp32 = export.to_tflite(model, tmp_path / "fp32.tflite", validation_data=validation,
                             latency_repeats=3, verbose=False)
     assert report.quantization == quantization and report.latency_ms > 0
+    meta = export.read_tflite_metadata(path)  # MediaPipe's input: float, as raw pixels
+    assert meta["inputs"][0]["dtype"] == "float32" and meta["outputs"][0]["dtype"] == "float32"
+    assert meta["normalization"] == {"mean": [0.0] * 3, "std": [1.0] * 3}
     assert 0 < report.max_abs_diff < 1.0  # quantized: not bit-exact, but close
     assert report.size_bytes < fp32.size_bytes
     if quantization == "int8":
@@ -387,6 +390,7 @@ def test_a_failed_check_leaves_only_the_rejected_file(digits, tmp_path, monkeypa
     assert "top-1 agreement >= 101% MISSED" in message and "split 'test'" in message
     assert not path.exists() and not (tmp_path / "m.labels.txt").exists()
     assert (tmp_path / "m.tflite.rejected").stat().st_size > 0
+    assert export.read_tflite_metadata(tmp_path / "m.tflite.rejected")["labels"] == DIGIT_NAMES
     saved = json.loads((tmp_path / "m.tflite.rejected.json").read_text())
     assert saved["passed"] is False and saved["validation"]["split"] == "test"
     assert leftovers(tmp_path) == []

@@ -121,6 +121,28 @@ def logits_and_probabilities(model, outputs="auto"):
     return call
 
 
+def pixel_graph(model, size, outputs="auto"):
+    """The traced TensorFlow function (a `ConcreteFunction`) that the ONNX
+    and OpenVINO exports convert: input `images`, float32 `(batch, height,
+    width, 3)` RGB pixels in [0, 255] with any batch (the model's own
+    preprocessing inside); outputs `logits` and `probabilities`, float32
+    `(batch, classes)` (see `logits_and_probabilities`). Traced with
+    standard ops only (`portable_graph`)."""
+    import tensorflow as tf
+
+    from keras_vit.layers._fused import portable_graph
+
+    call = logits_and_probabilities(model, outputs)
+
+    def serve(images):
+        logits, probabilities = call(images)
+        return {"logits": logits, "probabilities": probabilities}
+
+    with portable_graph():
+        return tf.function(serve).get_concrete_function(
+            tf.TensorSpec((None, *size, 3), tf.float32, name="images"))
+
+
 def _as_array(images, name):
     array = np.asarray(images, dtype="float32")
     if array.ndim != 4 or array.shape[-1] != 3:
@@ -374,6 +396,13 @@ def _describe_row(info):
     return text
 
 
+def _describe_bf16(bf16):
+    if not bf16.get("available"):
+        return f"not available ({bf16.get('reason')})"
+    return (f"max |logit diff| {bf16['max_abs_diff']:.3g}, top-1 agreement "
+            f"{100 * bf16['top1_agreement']:.2f}%")
+
+
 @dataclasses.dataclass
 class ExportReport:
     """How far an export is from its Keras model, measured.
@@ -387,7 +416,11 @@ class ExportReport:
     file written with the export (None when the model has no class names).
     `passed` / `criteria`: the mode's bar and whether it was met (also with
     `check=False`, which keeps a file that misses it). Latencies are
-    medians per batch of `batch_size`.
+    medians per batch of `batch_size`. `opset`: the ONNX opset; `runtime`:
+    what ran the verification (ONNX Runtime, OpenVINO); `bf16` (OpenVINO):
+    the same file at bf16 inference precision, `{"available": True,
+    "max_abs_diff", "top1_agreement", "passed"}`, or `{"available": False,
+    "reason"}` on a CPU without bf16.
 
     Example (`report.to_dict()`, abridged):
 
@@ -421,6 +454,10 @@ class ExportReport:
     signature: dict = None
     passed: bool = None
     criteria: str = None
+    opset: int = None  # ONNX: the opset the file declares
+    runtime: str = None  # what ran the verification, e.g. "onnxruntime 1.22.0 (CPU)"
+    bf16: dict = None  # OpenVINO: the same file run at bf16 inference precision
+    metadata: dict = None  # TFLite: the TFLite Metadata inside the file (MediaPipe)
 
     def __post_init__(self):
         if isinstance(self.validation, str):  # a report of an earlier release
@@ -453,13 +490,21 @@ class ExportReport:
             rows.append(("built-in ops only", "yes" if self.builtin_ops_only else "NO"))
         if self.float_ops:
             rows.append(("kept in float", ", ".join(self.float_ops)))
+        if self.opset is not None:
+            rows.append(("opset", str(self.opset)))
         if self.labels:
             rows.append(("labels", self.labels))
+        if self.metadata:
+            rows.append(("metadata", self.metadata["summary"]))
+        if self.runtime:
+            rows.append(("verified with", self.runtime))
         if self.calibration:
             rows.append(("calibration", _describe_row(self.calibration)))
         rows.append(("validation", _describe_row(self.validation)))
         rows.append(("max |logit diff| vs Keras", f"{self.max_abs_diff:.3g}"))
         rows.append(("top-1 agreement with Keras", f"{100 * self.top1_agreement:.2f}%"))
+        if self.bf16 is not None:
+            rows.append(("bf16 inference", _describe_bf16(self.bf16)))
         if self.latency_ms is not None:
             rows.append(("median latency", f"{self.latency_ms:.2f} ms per batch of "
                          f"{self.batch_size} (Keras: {self.keras_latency_ms:.2f} ms)"))

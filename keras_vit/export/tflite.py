@@ -1,6 +1,8 @@
 """`to_tflite`: LiteRT (TFLite) flatbuffers with built-in ops only, in
 float32, float16, dynamic-range int8 or full int8, run and verified with
-`ai-edge-litert`, written atomically with the class names beside them
+`ai-edge-litert`, written atomically with TFLite Metadata inside (input
+normalization, label file: what MediaPipe Tasks' `ImageClassifier` needs,
+see `tflite_metadata`) and the class names beside them
 (`<stem>.labels.txt`)."""
 
 import collections
@@ -33,6 +35,15 @@ from keras_vit.export._common import (
     validation_data_for,
     warn_kept,
     write_labels,
+)
+from keras_vit.export.tflite_metadata import (
+    classifier_metadata,
+    normalize,
+    pack_model,
+    read_tflite_metadata,
+    summary,
+    unpack_model,
+    with_classifier_metadata,
 )
 from keras_vit.layers._fused import portable_graph
 
@@ -79,10 +90,17 @@ def tflite_ops(model_path=None, model_content=None):
     return dict(collections.Counter(op["op_name"] for op in interpreter._get_ops_details()))
 
 
-def run_tflite(model_path, images, *, num_threads=None, output="logits"):
+def run_tflite(model_path, images, *, num_threads=None, output="logits", normalize_input=True):
     """Runs a `to_tflite` file on `images` (N, H, W, 3) float32 pixels in
     [0, 255] in batches of its static batch size; returns `output` for all N
-    (a partial last batch is padded, and the padding dropped)."""
+    (a partial last batch is padded, and the padding dropped).
+
+    The pixels are normalized as the file's TFLite metadata says (as
+    MediaPipe does: `(pixel - mean) / std`; mean 0, std 1 for a model that
+    normalizes in its graph, the default); `normalize_input=False` feeds
+    `images` as they are."""
+    if normalize_input:
+        images = normalize(images, read_tflite_metadata(model_path))
     interpreter = _interpreter(model_path, num_threads=num_threads)
     runner = interpreter.get_signature_runner("serving_default")
     batch = runner.get_input_details()["images"]["shape"][0]
@@ -101,11 +119,15 @@ def verify_tflite(path, model, images, *, image_size=None, outputs="auto", num_t
 
     Returns `(max |logit diff|, top-1 agreement, max |Keras logit|)`; use
     it to check a file shipped earlier against the model it came from.
+    `images` are 0..255 pixels: both sides get them normalized as the
+    file's metadata says (the graph is the Keras model's).
     """
     size = model_image_size(model, image_size)
     images = as_images(images, size, len(images), name="images")
-    reference = reference_logits(model, images, outputs)
-    return compare(reference, run_tflite(path, images, num_threads=num_threads))
+    inputs = normalize(images, read_tflite_metadata(path))
+    reference = reference_logits(model, inputs, outputs)
+    return compare(reference, run_tflite(path, inputs, num_threads=num_threads,
+                                         normalize_input=False))
 
 
 def _unsupported_ops(message):
@@ -175,6 +197,8 @@ def convert(model, *, quantization="none", representative_data=None, batch_size=
         try:
             if quantization == "int8":
                 return _convert_int8(converter, calibration, batch_size, float_ops)
+            if quantization == "dynamic":
+                return float16_constants(converter.convert())
             return converter.convert()
         except ConverterError as error:
             ops = _unsupported_ops(str(error))
@@ -183,6 +207,69 @@ def convert(model, *, quantization="none", representative_data=None, batch_size=
                 f"{', '.join(ops) if ops else 'see the converter message below'} "
                 "has no TFLite built-in kernel (Flex / SELECT_TF_OPS is not used: it "
                 f"needs the TF runtime on the device).\n{str(error)[-1500:]}") from None
+
+
+# TFLite builtin operator codes (schema.fbs BuiltinOperator).
+_ADD, _CONCATENATION, _DEQUANTIZE, _MUL, _SUB = 0, 2, 6, 18, 41
+_FLOAT32, _FLOAT16 = 0, 1
+
+
+def float16_constants(content, min_elements=1024):
+    """Dynamic-range int8 keeps the constants of ops without a hybrid kernel
+    in float32: the position embedding, 0.3 MB of ViT-S/16's 23 MB. This
+    stores each such constant of at least `min_elements` values that only
+    ADD, MUL, SUB or CONCATENATION read as float16 behind a DEQUANTIZE op,
+    as the float16 mode stores every weight (the op runs once, on constant
+    data: XNNPACK folds it). Returns the new flatbuffer (bytes)."""
+    model = unpack_model(content)
+    if model.buffers[0].data is not None and len(model.buffers[0].data):
+        return content  # buffer 0 is not the empty one that non-constant tensors use
+    subgraph = model.subgraphs[0]
+    codes = [max(c.builtinCode, c.deprecatedBuiltinCode) for c in model.operatorCodes]
+    readers = collections.defaultdict(set)
+    for op in subgraph.operators:
+        for i in op.inputs if op.inputs is not None else ():
+            readers[int(i)].add(codes[op.opcodeIndex])
+    buffer_users = collections.Counter(t.buffer for t in subgraph.tensors)
+    ends = {int(i) for i in subgraph.inputs} | {int(i) for i in subgraph.outputs}
+    def values(tensor):
+        return np.frombuffer(np.asarray(model.buffers[tensor.buffer].data, np.uint8).tobytes(),
+                             "<f4")
+
+    chosen = [i for i, t in enumerate(subgraph.tensors)
+              if t.type == _FLOAT32 and i not in ends and buffer_users[t.buffer] == 1
+              and model.buffers[t.buffer].data is not None
+              and len(model.buffers[t.buffer].data) >= 4 * min_elements
+              and readers[i] and readers[i] <= {_ADD, _CONCATENATION, _MUL, _SUB}
+              and np.abs(values(t)).max() < 65504]  # within float16's range
+    if not chosen:
+        return content
+    schema = importlib.import_module(type(model).__module__)
+    if _DEQUANTIZE not in codes:
+        code = schema.OperatorCodeT()
+        code.builtinCode = code.deprecatedBuiltinCode = _DEQUANTIZE
+        code.version = 3  # float16 input
+        model.operatorCodes.append(code)
+        codes.append(_DEQUANTIZE)
+    dequantize = codes.index(_DEQUANTIZE)
+    new_ops = []
+    for index in chosen:
+        tensor = subgraph.tensors[index]
+        buffer = model.buffers[tensor.buffer]
+        buffer.data = values(tensor).astype("<f2").view(np.uint8)
+        half = schema.TensorT()
+        half.shape, half.type, half.buffer = tensor.shape, _FLOAT16, tensor.buffer
+        half.name = (tensor.name.decode() if isinstance(tensor.name, bytes)
+                     else tensor.name) + "_float16"
+        subgraph.tensors.append(half)
+        tensor.buffer = 0  # the DEQUANTIZE output now: no data of its own
+        op = schema.OperatorT()
+        op.opcodeIndex = dequantize
+        op.inputs = np.asarray([len(subgraph.tensors) - 1], np.int32)
+        op.outputs = np.asarray([index], np.int32)
+        new_ops.append(op)
+    subgraph.operators = new_ops + list(subgraph.operators)  # constants first
+    return pack_model(model, len(content))
 
 
 def _convert_int8(converter, calibration, batch_size, float_ops):
@@ -208,6 +295,28 @@ def _convert_int8(converter, calibration, batch_size, float_ops):
         return debugger.get_nondebug_quantized_model()
 
 
+def _check_metadata(meta, info):
+    """The metadata read back from the file is what was meant (an internal
+    invariant: a mismatch is a bug of the writer)."""
+    assert meta is not None, "no TFLite metadata in the written file"
+    assert meta["normalization"] == {"mean": info["mean"], "std": info["std"]}, meta
+    assert [o["name"] for o in meta["outputs"]] == ["probabilities", "logits"], meta
+    for output in meta["outputs"]:
+        assert output["labels"] == info["labels"], output["name"]
+        assert output["shape"][-1] == len(info["labels"]), output
+
+
+def _report_metadata(meta, info):
+    if meta is None:
+        return None
+    return {"summary": summary(meta), "normalization": meta["normalization"],
+            "normalization_source": info["normalization_source"] if info else None,
+            "labels": len(meta["labels"] or []),
+            "labels_source": info["labels_source"] if info else None,
+            "outputs": [o["name"] for o in meta["outputs"]],
+            "packed_files": meta["packed_files"]}
+
+
 def labels_path(path):
     """`<stem>.labels.txt` beside a `.tflite` file."""
     return os.path.splitext(str(path))[0] + ".labels.txt"
@@ -217,7 +326,8 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
               image_size=None, outputs="auto", float_ops="auto", validation_data=None,
               validation_split=None, num_validation=2000, num_calibration=500,
               calibration_split="train", num_threads=None, latency_repeats=20, check=True,
-              verbose=True, seed=0, data_dir=None, holdout=0.1, skip_corrupt=False):
+              verbose=True, seed=0, data_dir=None, holdout=0.1, skip_corrupt=False,
+              metadata=True):
     """Exports `model` to a LiteRT (TFLite) file, verifies it, then puts it
     at `path`.
 
@@ -229,11 +339,25 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
     temporary file. The model's class names, when it has them, are written
     beside it as `<stem>.labels.txt` (one per line, label order).
 
+    The file carries TFLite Metadata (`metadata=True`, see
+    `keras_vit.export.tflite_metadata`), so MediaPipe Tasks'
+    `ImageClassifier` opens it: the input is an RGB image with
+    `NormalizationOptions` (mean 0, std 1 when the model normalizes in its
+    graph, as every keras_vit model built with `include_preprocessing=True`
+    does), the outputs are `probabilities` (first) and `logits`, and the
+    class names are packed inside as `labels.txt` (the model's names, else
+    the ImageNet-1k / 21k names for a 1000 / 21843-class head, else
+    `class_<i>`). It is verified as MediaPipe feeds it: the validation
+    pixels normalized as the metadata read back from the file says.
+
     Args:
-        model: a Keras image classifier taking RGB pixels in [0, 255].
+        model: a Keras image classifier taking RGB pixels in [0, 255] (or
+            normalized pixels, with `metadata={"normalization": (mean,
+            std)}` saying how).
         path: the `.tflite` file to write.
         quantization: `None`/`"none"` (float32), `"float16"` (weights in
-            fp16), `"dynamic"` (int8 weights, float activations) or
+            fp16), `"dynamic"` (int8 weights, float activations; the
+            position embedding in fp16, see `float16_constants`) or
             `"int8"` (int8 weights and activations, calibrated on
             `representative_data`; the ops in `float_ops` stay float).
         representative_data: calibration images for `"int8"`: a
@@ -272,11 +396,19 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
         skip_corrupt: leave image files that do not decode out of the
             calibration / validation samples (counted in the report) instead
             of a ValueError naming the first.
+        metadata: True (TFLite Metadata and `labels.txt` inside the file),
+            False (none: MediaPipe's ImageClassifier then refuses a float
+            model), or a dict overriding any of `name`, `description`,
+            `version`, `author`, `license`, `labels` (class names) and
+            `normalization` (`(mean, std)` in pixel units, per channel or
+            one for all, for a graph that takes normalized pixels; "auto"
+            reads the model, see `tflite_metadata.input_normalization`).
+            MediaPipe's ImageClassifier also needs `batch_size=1`.
 
     Returns:
         `ExportReport` (size, op counts, calibration and validation
         samples, max |logit diff| and top-1 agreement with Keras, LiteRT
-        and Keras latencies, the labels file).
+        and Keras latencies, the labels file, the metadata summary).
 
     Example:
 
@@ -287,6 +419,17 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
     {'split': 'train', 'images': 500, 'classes': 10, 'source': 'folder:/data/digits'}
     >>> report.validation["split"], report.top1_agreement, report.labels  # doctest: +SKIP
     ('test', 0.994, 'vit.labels.txt')
+    >>> keras_vit.export.read_tflite_metadata("vit.tflite")["normalization"]  # doctest: +SKIP
+    {'mean': [0.0, 0.0, 0.0], 'std': [1.0, 1.0, 1.0]}
+
+    In MediaPipe (`pip install mediapipe`), on one image:
+
+    >>> import mediapipe as mp  # doctest: +SKIP
+    >>> from mediapipe.tasks.python import vision  # doctest: +SKIP
+    >>> classifier = vision.ImageClassifier.create_from_model_path("vit.tflite")  # doctest: +SKIP
+    >>> result = classifier.classify(mp.Image.create_from_file("cat.jpg"))  # doctest: +SKIP
+    >>> result.classifications[0].categories[0].category_name  # doctest: +SKIP
+    'cat'
     """
     path = str(path)
     if not path.endswith(".tflite"):
@@ -300,6 +443,8 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
                          "(None means 'none').")
     size = model_image_size(model, image_size)
     output_kind(model, outputs)
+    info = classifier_metadata(model, image_size=size, quantization=quantization,
+                               metadata=metadata)  # its errors before the conversion
     try:  # before the conversion: an unverifiable file is never written
         importlib.import_module("ai_edge_litert.interpreter")
     except ImportError:
@@ -323,7 +468,8 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
                       representative_data=None if calibration is None else calibration.images,
                       batch_size=batch_size, image_size=size, outputs=outputs,
                       float_ops=float_ops, num_calibration=num_calibration)
-    images = validation.images
+    if info is not None:
+        content = with_classifier_metadata(content, info)
     temporary = temporary_path(path)
     try:
         with open(temporary, "wb") as f:
@@ -332,9 +478,14 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
         foreign = sorted(op for op in ops if op.startswith("Flex") or op == "CUSTOM")
         if foreign:
             raise ValueError(f"{path} uses ops outside the TFLite built-ins: {foreign}.")
+        meta = read_tflite_metadata(temporary)  # what MediaPipe will read
+        if info is not None:
+            _check_metadata(meta, info)
+        images = normalize(validation.images, meta)  # as MediaPipe feeds the graph
         reference = reference_logits(model, images, outputs)
         max_diff, agreement, max_logit = compare(
-            reference, run_tflite(temporary, images, num_threads=num_threads))
+            reference, run_tflite(temporary, images, num_threads=num_threads,
+                                  normalize_input=False))
 
         interpreter = _interpreter(temporary, num_threads=num_threads)
         runner = interpreter.get_signature_runner("serving_default")
@@ -349,7 +500,8 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
             latency_ms=median_ms(lambda: runner(images=batch), latency_repeats),
             keras_latency_ms=keras_latency_ms(model, batch, latency_repeats),
             signature={"inputs": {"images": f"float32 [{batch_size}, {size[0]}, {size[1]}, 3]"},
-                       "outputs": {"logits": "float32", "probabilities": "float32"}})
+                       "outputs": {"logits": "float32", "probabilities": "float32"}},
+            metadata=_report_metadata(meta, info))
         passed = evaluate(report, **CHECKS[quantization])
         if not passed and check:
             reject(report, file=temporary)
