@@ -228,7 +228,12 @@ def test_dynamic_model_round_trips_through_a_keras_file(tmp_path):
         np.testing.assert_array_equal(predict(loaded, x), predict(model, x))
 
 
-def test_dynamic_model_under_mixed_precision_stays_close_to_float32(tmp_path):
+def test_dynamic_model_under_mixed_precision_matches_a_fixed_size_model(tmp_path):
+    """Under mixed_bfloat16 the in-graph resize runs in float32: the dynamic
+    model computes what a model built at that size computes under the same
+    policy. (bfloat16 itself moves random-weight logits by a few percent
+    against float32, and by a different amount on CPUs with and without
+    AMX, so float32 is only a loose sanity check here.)"""
     path = checkpoint(tmp_path, VIT, 32)
     x = images(2, 24, 40, 3)
     reference = predict(keras_vit.VisionTransformer(
@@ -240,7 +245,11 @@ def test_dynamic_model_under_mixed_precision_stays_close_to_float32(tmp_path):
     assert encoder.position_embedding.dtype == "float32"
     logits = predict(model, x)
     assert logits.dtype == np.float32
-    np.testing.assert_allclose(logits, reference, atol=0.05 * np.abs(reference).max())
+    fixed = predict(keras_vit.VisionTransformer(
+        **VIT, weights=path, input_shape=(24, 40, 3), classifier_activation=None), x)
+    np.testing.assert_allclose(logits, fixed, atol=1e-2 * np.abs(fixed).max())
+    relative = np.linalg.norm(logits - reference) / np.linalg.norm(reference)
+    assert relative < 0.15, relative
 
 
 def test_dynamic_model_exports_a_saved_model_that_serves_any_size(tmp_path):
