@@ -491,7 +491,9 @@ def cmd_train(args, out):
     _keras()
     from keras_vit.training import train
 
-    extra = _optional(args, holdout="holdout", val_split="val_split")
+    extra = _optional(args, holdout="holdout", val_split="val_split",
+                      coordinator="coordinator", num_processes="num_processes",
+                      process_id="process_id")
     if args.skip_corrupt:
         extra["skip_corrupt"] = True
     # --json: stdout carries only the JSON line; Keras' progress goes to stderr.
@@ -502,7 +504,8 @@ def cmd_train(args, out):
             image_size=args.image_size, batch_size=args.batch_size, steps=args.steps,
             epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
             learning_rate=args.learning_rate, sam_rho=args.sam_rho, precision=args.precision,
-            strategy=args.strategy, seed=args.seed, train_split=args.train_split,
+            strategy=args.strategy, distribution=args.distribution, seed=args.seed,
+            train_split=args.train_split,
             preset=args.preset, data_dir=args.data_dir,
             gradient_accumulation_steps=args.gradient_accumulation_steps,
             verbose=2 if args.quiet else 1, **extra)
@@ -701,7 +704,18 @@ def build_parser():
     p.add_argument("--precision", default="float32",
                    choices=["float32", "mixed_bfloat16", "mixed_float16"])
     p.add_argument("--strategy", default="auto",
-                   choices=["auto", "tpu", "multiworker", "mirrored", "default"])
+                   choices=["auto", "tpu", "multiworker", "mirrored", "default"],
+                   help="TensorFlow backend: tf.distribute strategy")
+    p.add_argument("--distribution", default="auto",
+                   help="JAX backend (keras.distribution): auto, data, model:N (kernels "
+                        "split over N devices) or none")
+    p.add_argument("--coordinator", help="JAX multi-process: HOST:PORT of process 0 "
+                                         "(or KERAS_DISTRIBUTION_JOB_ADDRESSES)")
+    p.add_argument("--num-processes", type=int,
+                   help="JAX multi-process: process count (or KERAS_DISTRIBUTION_NUM_PROCESSES)")
+    p.add_argument("--process-id", type=int,
+                   help="JAX multi-process: this process, 0 .. N-1 (or "
+                        "KERAS_DISTRIBUTION_PROCESS_ID)")
     p.add_argument("--gradient-accumulation-steps", type=int)
     p.add_argument("--preset", help="keras_vit.data preset (default: the recipe's)")
     p.add_argument("--train-split", default="train")

@@ -1,5 +1,6 @@
 """Training: recipes, schedules, SAM, strategies, callbacks, `train`.
-TensorFlow backend (tf.data, tf.distribute).
+Data pipelines are tf.data on every backend; multi-device training uses
+tf.distribute strategies on TensorFlow and `keras.distribution` on JAX.
 
 The names load on first use (PEP 562), so `import keras_vit` can register
 the serializable `WarmupDecay` (needed to load a trained `.keras` file)
@@ -17,6 +18,8 @@ _EXPORTS = {
     "NO_DECAY": "recipes", "RECIPES": "recipes", "Recipe": "recipes",
     "get_recipe": "recipes", "make_optimizer": "recipes",
     "SAMModel": "sam",
+    "get_distribution": "distribution", "initialize_processes": "distribution",
+    "vit_layout_map": "distribution",
     "WarmupDecay": "schedules",
     "get_strategy": "strategy", "is_multi_worker": "strategy",
     "prepare_model": "strategy", "worker_task": "strategy",

@@ -1,6 +1,7 @@
 """`train` and `evaluate`: one call from a model name, a data source and a
 recipe to a trained, saved model; what `keras-vit train` runs."""
 
+import contextlib
 import json
 import logging
 import math
@@ -10,6 +11,7 @@ import time
 
 import keras
 
+from keras_vit.training import distribution as distribution_lib
 from keras_vit.training.callbacks import default_callbacks
 from keras_vit.training.recipes import get_recipe, make_optimizer
 from keras_vit.training.sam import SAMModel
@@ -92,6 +94,24 @@ def _split_row(info):
             "description": getattr(info, "description", info.source)}
 
 
+def _distribution_row(distribution):
+    """The summary's "strategy" row on JAX/torch: the distribution's devices."""
+    if distribution is None:
+        devices = []
+        if keras.backend.backend() == "jax":
+            import jax
+
+            devices = jax.local_devices()[:1]
+        kind = "one device"
+    else:
+        devices = list(distribution.device_mesh.devices.flat)
+        kind = distribution_lib.describe(distribution)["kind"]
+        kind = f"keras.distribution {type(distribution).__name__} ({kind})"
+    return {"name": kind, "replicas": max(1, len(devices)) if distribution is None else
+            distribution_lib.describe(distribution)["devices"],
+            "devices": [str(d) for d in devices] or [keras.backend.backend()]}
+
+
 def _strategy_row(strategy):
     import tensorflow as tf
 
@@ -146,7 +166,8 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
           gradient_accumulation_steps=None, train_split="train",
           val_split=None, preset=None, label_smoothing=None, dropout_rate=None,
           drop_path_rate=None, data_dir=None, cache=False, model_kwargs=None,
-          skip_corrupt=False, holdout=0.1, verbose=1):
+          skip_corrupt=False, holdout=0.1, verbose=1, distribution="auto",
+          coordinator=None, num_processes=None, process_id=None):
     """Trains `model` on `data` with a recipe; returns a results dict.
 
     Prints a summary (model, parameters, weights, image size, classes and
@@ -175,10 +196,19 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
         steps: total optimizer steps (or give `epochs`).
         sam_rho: train with SAM at this radius.
         precision: `float32`, `mixed_bfloat16`, `mixed_float16`.
-        strategy: `keras_vit.training.get_strategy` name or a Strategy.
-        jit_compile: `"auto"`: XLA on GPU/TPU, off on CPU (XLA's CPU bf16
-            path does not use AMX; MirroredStrategy over CPU devices fails
-            with XLA).
+        strategy: TensorFlow backend: a `keras_vit.training.get_strategy`
+            name or a Strategy.
+        distribution: JAX backend: `"auto"` (data parallel over every
+            device when there are several), `"data"`, `"model:N"` (kernels
+            split over N devices) or `"none"`; see
+            `keras_vit.training.get_distribution`. On torch: one device.
+        coordinator, num_processes, process_id: JAX multi-process jobs
+            (`keras.distribution.initialize`; default: Keras'
+            `KERAS_DISTRIBUTION_*` variables). Process 0 writes the run's
+            files; the others write theirs under `out/workers/<id>/`.
+        jit_compile: `"auto"`: TensorFlow: XLA on GPU/TPU, off on CPU (XLA's
+            CPU bf16 path does not use AMX; MirroredStrategy over CPU
+            devices fails with XLA); JAX: always compiled.
         gradient_accumulation_steps: batches per optimizer update.
         train_split, val_split: split names. `val_split=None`: `validation`
             when the data has it, else `test`. A folder of class subfolders
@@ -204,12 +234,30 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
     model = keras.saving.load_model(results["model"])
     ```
     """
-    from keras_vit import labels as labels_lib
     from keras_vit.data.presets import auto_preset
 
     start = time.perf_counter()
     recipe = get_recipe(recipe)
     set_precision(precision)
+    backend = keras.backend.backend()
+    kind, _ = distribution_lib.parse_spec(distribution)
+    if backend == "tensorflow":
+        if kind not in ("auto", "none") or coordinator or num_processes or process_id:
+            distribution_lib.get_distribution(distribution)  # raises: use strategy=
+        distribution = None
+    else:
+        if not (strategy == "auto" or strategy == "default"):
+            raise ValueError(
+                f"strategy={strategy!r} is a TensorFlow tf.distribute strategy; on the "
+                f"{backend} backend give distribution= (keras-vit train --distribution "
+                f"{distribution_lib.SPEC_HELP}).")
+        if sam_rho:
+            raise ValueError(
+                f"SAM (sam_rho={sam_rho}) has a TensorFlow train_step only; train with "
+                f"KERAS_BACKEND=tensorflow, or without SAM on {backend}.")
+        distribution_lib.initialize_processes(coordinator, num_processes, process_id)
+        distribution = distribution_lib.get_distribution(distribution)
+        strategy = None
     if seed is not None:
         keras.utils.set_random_seed(seed)
     if isinstance(strategy, str):
@@ -235,7 +283,7 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
     total_steps = steps or epochs * steps_per_epoch
     updates = total_steps // (gradient_accumulation_steps or 1)
     if jit_compile == "auto":
-        jit_compile = not uses_only_cpus(strategy)
+        jit_compile = True if strategy is None else not uses_only_cpus(strategy)
     named = isinstance(model, str) and not model.endswith(".keras")
     if named and weights is None and recipe.name == "finetune":
         logger.warning(
@@ -243,9 +291,28 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
             "few steps) expects a pretrained model, and random weights will learn little. "
             "Pass weights (e.g. --weights imagenet21k) or use --recipe scratch.", model)
 
-    with strategy.scope():
+    # JAX: the distribution is active from building the model to saving it
+    # (fit shards the batches, and every process's pipeline, under it).
+    scope = distribution.scope() if distribution is not None else contextlib.nullcontext()
+    with scope:
+        return _train_in_scope(**locals())
+
+
+def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size, steps,
+                    epochs, steps_per_epoch, learning_rate, sam_rho, precision, strategy,
+                    jit_compile, gradient_accumulation_steps, val_split, preset,
+                    preset_reason, label_smoothing, dropout_rate, drop_path_rate,
+                    model_kwargs, skip_corrupt, verbose, distribution, start, info,
+                    val_info, train_ds, val_ds, named, updates, **_):
+    """The rest of `train` (called with its local variables), under the JAX
+    distribution's scope when there is one."""
+    from keras_vit import labels as labels_lib
+
+    # TensorFlow: the model and its optimizer are made under the strategy.
+    with strategy.scope() if strategy is not None else contextlib.nullcontext():
         net = _build_model(model, weights, info.num_classes, image_size, recipe,
                            dropout_rate, drop_path_rate, model_kwargs)
+        distribution_lib.check_model_split(net, distribution)
         _check_classes(net, info, data, names_must_match=False)
         trainable = SAMModel(net, rho=sam_rho) if sam_rho else net
         smoothing = recipe.label_smoothing if label_smoothing is None else label_smoothing
@@ -257,8 +324,14 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
                                                       label_smoothing=smoothing),
             metrics=["accuracy"], jit_compile=jit_compile)
     names_inside = labels_lib.set_class_names(net, info.class_names)
-    prepare_model(trainable, strategy)
-    is_chief, task_id = worker_task(strategy)
+    if strategy is not None:
+        prepare_model(trainable, strategy)
+        is_chief, task_id = worker_task(strategy)
+        strategy_row = _strategy_row(strategy)
+    else:
+        is_chief, task_id = _process_task()
+        strategy_row = _distribution_row(distribution)
+    distribution_row = distribution_lib.describe(distribution, strategy)
     if not is_chief:  # every worker saves; only the chief's files are the run's
         out = os.path.join(out, "workers", str(task_id))
     data_rows = {"train": _split_row(info), "validation": _split_row(val_info)}
@@ -276,8 +349,8 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
         "optimizer": recipe.optimizer,
         "learning_rate": learning_rate if learning_rate is not None else recipe.learning_rate,
         "warmup_steps": recipe.warmup_for(max(updates, 2)), "decay": recipe.decay,
-        "sam_rho": sam_rho, "precision": precision, "strategy": _strategy_row(strategy),
-        "out": out,
+        "sam_rho": sam_rho, "precision": precision, "strategy": strategy_row,
+        "distribution": distribution_row, "out": out,
     }
     if verbose:
         print(f"keras-vit train: {summary['model']} on {data}\n{format_summary(summary)}",
@@ -308,7 +381,8 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
         "model": final, "best_model": os.path.join(out, "best.keras"),
         "log": os.path.join(out, "log.csv"), "labels": labels_path,
         "recipe": recipe.name, "sam_rho": sam_rho,
-        "precision": precision, "replicas": strategy.num_replicas_in_sync,
+        "precision": precision, "replicas": distribution_row["devices"],
+        "distribution": distribution_row,
         "classes": info.num_classes, "class_names": list(info.class_names),
         "data": {k: {f: v[f] for f in ("split", "images", "classes")}
                  for k, v in data_rows.items()},
@@ -323,6 +397,15 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
                        "epoch reads a file again), %d in validation.",
                        info.skipped_corrupt, val_info.skipped_corrupt)
     return results
+
+
+def _process_task():
+    """`(is_chief, process id)` of a JAX multi-process job (0 is the chief)."""
+    if keras.backend.backend() != "jax":
+        return True, 0
+    import jax
+
+    return jax.process_index() == 0, jax.process_index()
 
 
 def _raise_data_error(error):

@@ -1,0 +1,92 @@
+"""Trains a tiny ViT for a few steps on the JAX backend under a
+`keras_vit.training.get_distribution` spec and writes its final weights;
+run by tests/test_distribution.py in subprocesses (the device count is an
+XLA flag that must be set before JAX starts).
+
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 KERAS_BACKEND=jax \\
+    python tests/distribution_worker.py SPEC OUT.npz [--steps 3]
+        [--coordinator HOST:PORT --num-processes N --process-id I]
+
+The data are scikit-learn's digits (8x8 scaled to 16x16, RGB), the first
+`steps x 16` in order; the initial weights come from a seeded NumPy
+generator, so every run starts from the same point whatever the devices.
+"""
+
+import argparse
+import os
+import sys
+
+import numpy as np
+
+BATCH = 16
+CONFIG = dict(patch_size=4, hidden_size=24, num_layers=2, num_heads=2, mlp_dim=48,
+              dropout_rate=0.0, drop_path_rate=0.0)
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser()
+    parser.add_argument("spec")
+    parser.add_argument("out")
+    parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--coordinator")
+    parser.add_argument("--num-processes", type=int)
+    parser.add_argument("--process-id", type=int)
+    args = parser.parse_args(argv)
+
+    import keras_vit.training as training
+
+    processes = training.initialize_processes(args.coordinator, args.num_processes,
+                                              args.process_id)
+    import jax
+    import keras
+    import tensorflow as tf
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    count = args.steps * BATCH
+    images = np.repeat(np.kron(digits.images[:count], np.ones((2, 2)))[..., None] * 16.0,
+                       3, axis=-1).astype("float32")
+    labels = keras.utils.to_categorical(digits.target[:count], 10).astype("float32")
+    dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(BATCH)
+
+    distribution = training.get_distribution(args.spec)
+    scope = distribution.scope() if distribution is not None else _nothing()
+    with scope:
+        import keras_vit
+
+        model = keras_vit.VisionTransformer(**CONFIG, input_shape=(16, 16, 3), classes=10,
+                                            classifier_activation=None)
+        rng = np.random.default_rng(0)
+        initial = [rng.normal(0, 0.1, w.shape).astype("float32")
+                   for w in model.get_weights()]
+        model.set_weights(initial)
+        model.compile(optimizer=keras.optimizers.AdamW(1e-2),
+                      loss=keras.losses.CategoricalCrossentropy(from_logits=True))
+        model.fit(dataset, epochs=1, steps_per_epoch=args.steps, shuffle=False, verbose=0)
+        qkv = model.get_layer("encoderblock_0").weights
+        spec = {v.path: str(v.value.sharding.spec) for v in qkv
+                if hasattr(v.value.sharding, "spec")}
+        weights = {v.path.replace("/", "."): np.asarray(
+            v.value.addressable_data(0) if not v.value.is_fully_addressable else v.value)
+            for v in model.weights}
+        weights.update({"initial." + v.path.replace("/", "."): w
+                        for v, w in zip(model.weights, initial)})
+    info = training.distribution.describe(distribution)
+    print("DISTRIBUTION", info, "SHARDING", spec, "PROCESSES", processes,
+          "LOCAL_DEVICES", jax.local_device_count(), flush=True)
+    if jax.process_index() == 0:
+        np.savez(args.out, **weights)
+    return 0
+
+
+class _nothing:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("KERAS_BACKEND", "jax")
+    sys.exit(main())

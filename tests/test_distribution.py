@@ -1,0 +1,219 @@
+"""JAX `keras.distribution` training (keras_vit.training.distribution):
+data and model parallel over 4 CPU devices and two processes joined
+through jax.distributed on 127.0.0.1 end where one device ends; the specs
+and their errors; `keras-vit train --distribution` on JAX."""
+
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import keras_vit
+from keras_vit.training import distribution as dist
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKER = os.path.join(HERE, "distribution_worker.py")
+ROOT = os.path.dirname(HERE)
+
+pytest.importorskip("jax")
+
+
+def jax_env(devices):
+    env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
+               TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
+               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
+    for name in dist.ENV.values():
+        env.pop(name, None)
+    return env
+
+
+def train_worker(tmp_path, spec, devices, name, timeout=300):
+    out = tmp_path / f"{name}.npz"
+    result = subprocess.run([sys.executable, WORKER, spec, str(out)], env=jax_env(devices),
+                            capture_output=True, text=True, timeout=timeout)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return dict(np.load(out)), result.stdout
+
+
+@pytest.fixture(scope="module")
+def one_device(tmp_path_factory):
+    return train_worker(tmp_path_factory.mktemp("one"), "none", 1, "one")[0]
+
+
+def assert_same_weights(got, expected):
+    assert got.keys() == expected.keys()
+    # Three AdamW steps at 1e-2 moved every kernel: the comparison means something.
+    moved = [np.abs(expected[k] - expected["initial." + k]).max()
+             for k in expected if k.endswith("kernel") and not k.startswith("initial.")]
+    assert min(moved) > 1e-3, moved
+    for key in expected:
+        np.testing.assert_allclose(got[key], expected[key], atol=1e-5, rtol=0, err_msg=key)
+
+
+def test_data_parallel_over_4_devices_ends_with_the_one_device_weights(tmp_path, one_device):
+    weights, stdout = train_worker(tmp_path, "data", 4, "data")
+    assert "'kind': 'data', 'devices': 4, 'processes': 1" in stdout
+    assert_same_weights(weights, one_device)
+
+
+def test_model_parallel_2x2_splits_the_kernels_and_ends_with_the_same_weights(
+        tmp_path, one_device):
+    weights, stdout = train_worker(tmp_path, "model:2", 4, "model")
+    assert "'kind': 'model:2', 'devices': 4, 'processes': 1" in stdout
+    assert "'mesh': {'batch': 2, 'model': 2}" in stdout
+    sharding = stdout.split("SHARDING", 1)[1]
+    for path, axes in (("qkv/kernel", "None, 'model'"), ("mlp_dense1/kernel", "None, 'model'"),
+                       ("attention_output/kernel", "'model', None"),
+                       ("mlp_dense2/kernel", "'model', None")):
+        assert re.search(rf"'encoderblock_0/{path}': \"P(artitionSpec)?\({axes}\)\"",
+                         sharding), (path, sharding)
+    assert_same_weights(weights, one_device)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_through_jax_distributed_agree_with_one_process(tmp_path, one_device):
+    """Two processes x 2 CPU devices, data parallel over the 4: each reads
+    its half of every global batch (Keras shards the tf.data pipeline)."""
+    coordinator = f"127.0.0.1:{free_port()}"
+    out = tmp_path / "two.npz"
+    procs = [subprocess.Popen(
+        [sys.executable, WORKER, "data", str(out), "--coordinator", coordinator,
+         "--num-processes", "2", "--process-id", str(i)],
+        env=jax_env(2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (stdout, stderr) in zip(procs, outputs):
+        assert p.returncode == 0, stderr[-3000:]
+        assert "'kind': 'data', 'devices': 4, 'processes': 2" in stdout
+        assert "LOCAL_DEVICES 2" in stdout
+    assert_same_weights(dict(np.load(out)), one_device)
+
+
+# --- specs and errors (in this process, any backend) -------------------------
+
+def test_specs_parse_and_bad_ones_say_what_is_allowed():
+    assert dist.parse_spec("auto") == ("auto", None)
+    assert dist.parse_spec("model:4") == ("model", 4)
+    for bad in ("model", "model:0", "model:x", "tensor:2", "DATA"):
+        with pytest.raises(ValueError, match=re.escape(
+                f"distribution={bad!r}; allowed: auto, data, model:N (N devices per model "
+                "replica) or none.")):
+            dist.parse_spec(bad)
+    with pytest.raises(TypeError, match="give a string"):
+        dist.parse_spec(2)
+
+
+def test_the_layout_map_names_every_large_kernel():
+    vit = keras_vit.VisionTransformer(**{k: v for k, v in dict(
+        patch_size=4, hidden_size=24, num_layers=2, num_heads=2, mlp_dim=48).items()},
+        input_shape=(16, 16, 3), classes=5)
+    mixer = keras_vit.MLPMixer(patch_size=4, hidden_size=24, num_blocks=2, tokens_mlp_dim=12,
+                               channels_mlp_dim=48, input_shape=(16, 16, 3), classes=5)
+    split = {}
+    for model in (vit, mixer):
+        for variable in model.weights:
+            for pattern, axes in dist.LAYOUTS:
+                if re.fullmatch(pattern, variable.path):
+                    split[variable.path] = axes
+    assert split == {
+        **{f"encoderblock_{i}/{name}": axes for i in range(2) for name, axes in (
+            ("qkv/kernel", (None, "model")), ("qkv/bias", ("model",)),
+            ("attention_output/kernel", ("model", None)),
+            ("mlp_dense1/kernel", (None, "model")), ("mlp_dense1/bias", ("model",)),
+            ("mlp_dense2/kernel", ("model", None)))},
+        **{f"mixerblock_{i}/{name}": axes for i in range(2) for name, axes in (
+            ("channel_mixing1/kernel", (None, "model")), ("channel_mixing1/bias", ("model",)),
+            ("channel_mixing2/kernel", ("model", None)))},
+    }
+
+
+@pytest.mark.skipif(keras.backend.backend() != "tensorflow", reason="TensorFlow message")
+def test_tensorflow_points_to_strategies(tmp_path):
+    with pytest.raises(ValueError, match=re.escape(
+            "distribution='data' is for the JAX backend (keras.distribution); on TensorFlow "
+            "use strategy= (keras-vit train --strategy), or set KERAS_BACKEND=jax.")):
+        keras_vit.training.train("ViTTi16", "folder:/nonexistent", distribution="data",
+                                 out=str(tmp_path))
+
+
+@pytest.mark.backends
+def test_multi_process_arguments_are_checked(monkeypatch):
+    for name in dist.ENV.values():
+        monkeypatch.delenv(name, raising=False)
+    assert dist.initialize_processes() == 1
+    if keras.backend.backend() == "tensorflow":
+        with pytest.raises(ValueError, match=re.escape(
+                "coordinator/num_processes/process_id start a JAX multi-process job; on the "
+                "tensorflow backend use TF_CONFIG with strategy='multiworker'.")):
+            dist.initialize_processes("127.0.0.1:1234", 2, 0)
+    if keras.backend.backend() != "jax":
+        return
+    with pytest.raises(ValueError, match=re.escape(
+            "missing: num_processes, process_id (flags --coordinator, --num-processes, "
+            "--process-id, or KERAS_DISTRIBUTION_NUM_PROCESSES, "
+            "KERAS_DISTRIBUTION_PROCESS_ID).")):
+        dist.initialize_processes("127.0.0.1:1234")
+    with pytest.raises(ValueError, match=re.escape(
+            "process_id=2 with num_processes=2; the id must be in 0 .. num_processes - 1.")):
+        dist.initialize_processes("127.0.0.1:1234", 2, 2)
+    with pytest.raises(ValueError, match=re.escape("coordinator='localhost'; give HOST:PORT")):
+        dist.initialize_processes("localhost", 2, 0)
+    monkeypatch.setenv("KERAS_DISTRIBUTION_NUM_PROCESSES", "two")
+    with pytest.raises(ValueError, match=re.escape(
+            "KERAS_DISTRIBUTION_NUM_PROCESSES='two' is not an integer.")):
+        dist.initialize_processes()
+
+
+def test_cli_train_on_jax_over_4_devices_reports_its_distribution(tmp_path):
+    """`keras-vit train --distribution data` on JAX: the final JSON line says
+    backend, kind, devices and processes; `model:3` on 4 devices and a
+    TensorFlow strategy on JAX are one line each."""
+    from sklearn.datasets import load_digits
+    from PIL import Image
+
+    digits = load_digits()
+    for label in range(10):  # 4 training and 2 test scans of every digit
+        for n, i in enumerate(np.flatnonzero(digits.target == label)[:6]):
+            folder = tmp_path / "digits" / ("train" if n < 4 else "test") / str(label)
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray((digits.images[i] * 16).astype("uint8")).convert("RGB").save(
+                folder / f"{i}.png")
+    command = [sys.executable, "-m", "keras_vit.cli", "train", "--data",
+               f"folder:{tmp_path / 'digits'}", "--model", "ViTTi16", "--recipe", "scratch",
+               "--image-size", "32", "--batch-size", "8", "--steps", "2", "--json", "--quiet",
+               "--out", str(tmp_path / "run")]
+    result = subprocess.run(command + ["--distribution", "data"], env=jax_env(4),
+                            capture_output=True, text=True, timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    line = json.loads(result.stdout.strip().splitlines()[-1])
+    assert line["distribution"] == {"backend": "jax", "kind": "data", "devices": 4,
+                                    "processes": 1, "mesh": {"batch": 4}}
+    assert "keras.distribution DataParallel (data), 4 replica(s)" in result.stderr
+    for flags, message in (
+            (["--distribution", "model:3"],
+             "distribution='model:3' needs a device count divisible by 3; this job has 4 "
+             "devices."),
+            (["--distribution", "data", "--strategy", "mirrored"],
+             "strategy='mirrored' is a TensorFlow tf.distribute strategy; on the jax backend "
+             "give distribution=")):
+        result = subprocess.run(command + flags, env=jax_env(4), capture_output=True,
+                                text=True, timeout=400)
+        assert result.returncode != 0
+        assert message in result.stderr
+        assert "Traceback" not in result.stderr
