@@ -458,6 +458,14 @@ def limit_threads(threads):
 
 
 def worker_main(framework, threads):
+    serve(lambda: (TimmWorker if framework == "timm-torch" else KerasWorker)(
+        framework, threads), threads)
+
+
+def serve(make_worker, threads):
+    """A worker process's loop: pins the threads, builds the worker with
+    `make_worker()`, then answers the driver's JSON-line requests (an op
+    name and its arguments) until "exit". deploy.py's workers use it too."""
     # The protocol owns the real stdout; anything else written to fd 1 (print,
     # C++ logging) goes to stderr.
     protocol = os.fdopen(os.dup(1), "w", buffering=1)
@@ -469,7 +477,7 @@ def worker_main(framework, threads):
 
     settings = limit_threads(threads)
     try:
-        worker = (TimmWorker if framework == "timm-torch" else KerasWorker)(framework, threads)
+        worker = make_worker()
     except ModuleNotFoundError as error:
         reply({"ok": False, "missing": error.name, "error": str(error)})
         return

@@ -65,12 +65,13 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_models import (  # noqa: E402
+    NotAvailable,
     die_with_parent,
     import_torchvision,
-    limit_threads,
     machine_info,
     progress,
     rotated,
+    serve,
     usable_cpus,
 )
 
@@ -423,10 +424,6 @@ class TorchWorker(Worker):
         return (lambda: run(inputs)), (lambda images: run(tensor(images)))
 
 
-class NotAvailable(Exception):
-    pass
-
-
 WORKERS = {"tf": TFWorker, "litert": LiteRTWorker, "onnxruntime": ORTWorker,
            "openvino": OpenVINOWorker, "torch": TorchWorker}
 INSTALL = {"tf": "pip install -e .", "litert": "pip install ai-edge-litert",
@@ -436,38 +433,7 @@ INSTALL = {"tf": "pip install -e .", "litert": "pip install ai-edge-litert",
 
 
 def worker_main(runtime, threads):
-    protocol = os.fdopen(os.dup(1), "w", buffering=1)
-    os.dup2(2, 1)
-    sys.stdout = sys.stderr
-
-    def reply(message):
-        protocol.write(json.dumps(message) + "\n")
-
-    settings = limit_threads(threads)
-    try:
-        worker = WORKERS[runtime](threads)
-    except ModuleNotFoundError as error:
-        reply({"ok": False, "missing": error.name, "error": str(error)})
-        return
-    except Exception as error:
-        reply({"ok": False, "error": f"{type(error).__name__}: {error}"})
-        return
-    worker.info["threads"].update(settings)
-    reply({"ok": True, "info": worker.info})
-    for line in sys.stdin:
-        request = json.loads(line)
-        op = request.pop("op")
-        if op == "exit":
-            break
-        try:
-            reply({"ok": True, **getattr(worker, op)(**request)})
-        except NotAvailable as reason:
-            reply({"ok": False, "na": str(reason)})
-        except Exception as error:
-            import traceback
-
-            traceback.print_exc()
-            reply({"ok": False, "error": f"{type(error).__name__}: {error}"})
+    serve(lambda: WORKERS[runtime](threads), threads)
 
 
 # ----------------------------------------------------------------- driver
