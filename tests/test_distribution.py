@@ -217,3 +217,27 @@ def test_cli_train_on_jax_over_4_devices_reports_its_distribution(tmp_path):
         assert result.returncode != 0
         assert message in result.stderr
         assert "Traceback" not in result.stderr
+
+
+def test_cli_train_in_two_processes_stops_with_a_sentence(tmp_path):
+    """`keras-vit train` joins a two-process job, then says it cannot train
+    across processes yet (instead of Keras' error about an unknown batch
+    size after building the model)."""
+    coordinator = f"127.0.0.1:{free_port()}"
+    procs = [subprocess.Popen(
+        [sys.executable, "-m", "keras_vit.cli", "train", "--data", "folder:/nonexistent",
+         "--model", "ViTTi16", "--out", str(tmp_path / "run"), "--coordinator", coordinator,
+         "--num-processes", "2", "--process-id", str(i)],
+        env=jax_env(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(2)]
+    try:
+        outputs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (_, stderr) in zip(procs, outputs):
+        assert p.returncode != 0
+        assert ("keras-vit: error: train() across several JAX processes is not supported "
+                "yet: Keras shards a tf.data pipeline per process only when its batch size "
+                "is static") in stderr
+        assert "Traceback" not in stderr

@@ -105,10 +105,9 @@ def _distribution_row(distribution):
         kind = "one device"
     else:
         devices = list(distribution.device_mesh.devices.flat)
-        kind = distribution_lib.describe(distribution)["kind"]
-        kind = f"keras.distribution {type(distribution).__name__} ({kind})"
-    return {"name": kind, "replicas": max(1, len(devices)) if distribution is None else
-            distribution_lib.describe(distribution)["devices"],
+        kind = (f"keras.distribution {type(distribution).__name__} "
+                f"({distribution_lib.describe(distribution)['kind']})")
+    return {"name": kind, "replicas": max(1, len(devices)),
             "devices": [str(d) for d in devices] or [keras.backend.backend()]}
 
 
@@ -240,10 +239,10 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
     recipe = get_recipe(recipe)
     set_precision(precision)
     backend = keras.backend.backend()
-    kind, _ = distribution_lib.parse_spec(distribution)
+    distribution_lib.parse_spec(distribution)  # a bad spec fails before any work
     if backend == "tensorflow":
-        if kind not in ("auto", "none") or coordinator or num_processes or process_id:
-            distribution_lib.get_distribution(distribution)  # raises: use strategy=
+        distribution_lib.get_distribution(distribution)  # data/model:N raise: use strategy=
+        distribution_lib.initialize_processes(coordinator, num_processes, process_id)  # raises
         distribution = None
     else:
         if not (strategy == "auto" or strategy == "default"):
@@ -255,7 +254,14 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
             raise ValueError(
                 f"SAM (sam_rho={sam_rho}) has a TensorFlow train_step only; train with "
                 f"KERAS_BACKEND=tensorflow, or without SAM on {backend}.")
-        distribution_lib.initialize_processes(coordinator, num_processes, process_id)
+        if distribution_lib.initialize_processes(coordinator, num_processes, process_id) > 1:
+            raise ValueError(
+                "train() across several JAX processes is not supported yet: Keras shards a "
+                "tf.data pipeline per process only when its batch size is static, and the "
+                "validation pipeline keeps its last partial batch (every image is scored). "
+                "Train in one process over all its devices (--distribution data or model:N), "
+                "or call model.fit yourself under keras_vit.training.get_distribution with "
+                "drop_remainder=True pipelines.")
         distribution = distribution_lib.get_distribution(distribution)
         strategy = None
     if seed is not None:
