@@ -23,16 +23,24 @@ coordinator's address, the process count and this process's id, from its
 arguments or from Keras' variables `KERAS_DISTRIBUTION_JOB_ADDRESSES`,
 `KERAS_DISTRIBUTION_NUM_PROCESSES`, `KERAS_DISTRIBUTION_PROCESS_ID`. It must
 run before anything touches a JAX device. Each process then reads its own
-shard of the data (`DataParallel(auto_shard_dataset=True)` shards a
-`tf.data` pipeline by process); the batch size is global.
+shard of a statically batched `tf.data` pipeline (`DataParallel` shards it
+by process); the batch size is global. (`train` does not run across
+processes yet: its validation pipeline keeps a partial last batch, which
+Keras cannot shard; it says so.)
 
-Example (two processes on one machine, 4 CPU devices each):
+Example (two processes on one machine, 4 CPU devices each; run with
+`XLA_FLAGS=--xla_force_host_platform_device_count=4 KERAS_BACKEND=jax`,
+`process_id` 0 and 1):
 
-```bash
-export XLA_FLAGS=--xla_force_host_platform_device_count=4 KERAS_BACKEND=jax
-keras-vit train --data folder:digits --model ViTTi16 --recipe scratch \\
-    --distribution data --coordinator 127.0.0.1:12345 --num-processes 2 --process-id 0 &
-keras-vit train ... --process-id 1
+```python
+import keras_vit
+from keras_vit import training
+
+training.initialize_processes("127.0.0.1:12345", num_processes=2, process_id=0)
+with training.get_distribution("data").scope():
+    model = keras_vit.ViTTi16(weights=None, classes=10, input_shape=(32, 32, 3))
+    model.compile(...)
+    model.fit(dataset.batch(64, drop_remainder=True), ...)  # 64: the global batch
 ```
 """
 
