@@ -27,7 +27,7 @@ file and in `<stem>.labels.txt`.
 ['0', '1', '2']
 """
 
-from keras_vit.export._common import ExportReport, ExportVerificationError
+from keras_vit.export._common import ExportReport, ExportVerificationError, labels_path
 from keras_vit.export.onnx import onnx_class_names, run_onnx, to_onnx, verify_onnx
 from keras_vit.export.openvino import (
     openvino_class_names,
@@ -41,7 +41,6 @@ from keras_vit.export.tflite import (
     INT8_FLOAT_OPS,
     QUANTIZATIONS,
     convert,
-    labels_path,
     run_tflite,
     tflite_ops,
     to_tflite,

@@ -623,6 +623,53 @@ def write_labels(names, path):
     return path
 
 
+def labels_path(path):
+    """`<stem>.labels.txt` beside an export file."""
+    return os.path.splitext(str(path))[0] + ".labels.txt"
+
+
+def labels_beside(names, path):
+    """Writes `names` to `labels_path(path)` and returns that path; for a
+    model without class names, removes an earlier export's (stale) file
+    there and returns None."""
+    labels = labels_path(path)
+    if names:
+        return write_labels(names, labels)
+    if os.path.exists(labels):
+        os.remove(labels)
+    return None
+
+
+INT8_NEEDS_DATA = ("quantization='int8' needs representative_data: real images (array, "
+                   "tf.data.Dataset or a keras_vit.data source such as 'folder:DIR') to "
+                   "calibrate the activation ranges.")
+
+
+def export_images(quantization, representative_data, validation_data, size, *,
+                  num_calibration, num_validation, validation_split, calibration_split, seed,
+                  data_dir, holdout, skip_corrupt):
+    """`(calibration, validation)` of a quantizing export: the int8
+    calibration sample (`ExportData`, or None when the mode needs none and
+    no images were given) and the validation images, never the
+    calibration ones (`validation_data_for`)."""
+    calibration = None
+    if quantization == "int8":
+        calibration = calibration_data(representative_data, size, num_calibration,
+                                       calibration_split, seed, data_dir, holdout,
+                                       skip_corrupt=skip_corrupt)
+        if calibration is None:
+            raise ValueError(INT8_NEEDS_DATA)
+    elif representative_data is not None and not isinstance(representative_data, str):
+        calibration = given_data(representative_data, size, num_validation,
+                                 "representative_data")
+    validation = validation_data_for(
+        validation_data, size, num_validation, validation_split,
+        calibration_source=representative_data if isinstance(representative_data, str)
+        else None, calibration_split=calibration_split, calibration=calibration, seed=seed,
+        data_dir=data_dir, holdout=holdout, skip_corrupt=skip_corrupt)
+    return calibration, validation
+
+
 def model_class_names(model):
     """The class names stored in `model`'s head, or None."""
     from keras_vit.labels import class_names

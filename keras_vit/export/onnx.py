@@ -30,11 +30,11 @@ from keras_vit.export._common import (
     ExportReport,
     as_images,
     batched,
-    calibration_data,
     compare,
     evaluate,
-    given_data,
+    export_images,
     keras_latency_ms,
+    labels_beside,
     median_ms,
     model_class_names,
     model_image_size,
@@ -45,9 +45,7 @@ from keras_vit.export._common import (
     reject,
     require_tensorflow_backend,
     temporary_path,
-    validation_data_for,
     warn_kept,
-    write_labels,
 )
 
 QUANTIZATIONS = ("none", "dynamic", "int8")
@@ -69,9 +67,6 @@ LABELS_KEY = "labels"
 PROTOBUF_LIMIT = 2 ** 31
 MISSING = ("Exporting to ONNX needs onnx, onnxruntime and tf2onnx ({missing} not installed): "
            "pip install 'keras-vision-transformer[onnx]'")
-INT8_NEEDS_DATA = ("quantization='int8' needs representative_data: real images (array, "
-                   "tf.data.Dataset or a keras_vit.data source such as 'folder:DIR') to "
-                   "calibrate the activation ranges.")
 
 
 def _require():
@@ -362,11 +357,6 @@ def verify_onnx(path, model, images, *, image_size=None, outputs="auto", num_thr
     return compare(reference, run_onnx(path, images, num_threads=num_threads))
 
 
-def labels_path(path):
-    """`<stem>.labels.txt` beside an export file."""
-    return os.path.splitext(str(path))[0] + ".labels.txt"
-
-
 def to_onnx(model, path, *, quantization=None, opset=None, representative_data=None,
             image_size=None, outputs="auto", validation_data=None, validation_split=None,
             num_validation=2000, num_calibration=500, calibration_split="train",
@@ -465,20 +455,10 @@ def to_onnx(model, path, *, quantization=None, opset=None, representative_data=N
     size = model_image_size(model, image_size)
     kind = output_kind(model, outputs)
     _check_weight_bytes(model)
-    calibration = None
-    if quantization == "int8":
-        calibration = calibration_data(representative_data, size, num_calibration,
-                                       calibration_split, seed, data_dir, holdout,
-                                       skip_corrupt=skip_corrupt)
-        if calibration is None:
-            raise ValueError(INT8_NEEDS_DATA)
-    elif representative_data is not None and not isinstance(representative_data, str):
-        calibration = given_data(representative_data, size, num_validation,
-                                 "representative_data")
-    validation = validation_data_for(
-        validation_data, size, num_validation, validation_split,
-        calibration_source=representative_data if isinstance(representative_data, str)
-        else None, calibration_split=calibration_split, calibration=calibration, seed=seed,
+    calibration, validation = export_images(
+        quantization, representative_data, validation_data, size,
+        num_calibration=num_calibration, num_validation=num_validation,
+        validation_split=validation_split, calibration_split=calibration_split, seed=seed,
         data_dir=data_dir, holdout=holdout, skip_corrupt=skip_corrupt)
     proto = convert(model, opset=opset, image_size=size, outputs=outputs)
     names = model_class_names(model)
@@ -518,10 +498,7 @@ def to_onnx(model, path, *, quantization=None, opset=None, representative_data=N
         if not passed and check:
             reject(report, file=temporary)
         publish(temporary, path)
-        if names:
-            report.labels = write_labels(names, labels_path(path))
-        elif os.path.exists(labels_path(path)):  # an earlier export's, stale now
-            os.remove(labels_path(path))
+        report.labels = labels_beside(names, path)
     finally:
         if os.path.lexists(temporary):
             os.remove(temporary)

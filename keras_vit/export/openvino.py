@@ -31,6 +31,7 @@ from keras_vit.export._common import (
     directory_size,
     evaluate,
     keras_latency_ms,
+    labels_beside,
     median_ms,
     model_class_names,
     model_image_size,
@@ -43,9 +44,7 @@ from keras_vit.export._common import (
     temporary_path,
     validation_data_for,
     warn_kept,
-    write_labels,
 )
-from keras_vit.export.onnx import labels_path
 
 QUANTIZATIONS = ("none", "float16")
 # What each mode must reach against Keras on the validation images at f32
@@ -320,10 +319,7 @@ def to_openvino(model, path, *, quantization=None, image_size=None, outputs="aut
             reject(report, file=temporary)
         publish(os.path.join(temporary, os.path.basename(bin_path(path))), bin_path(path))
         publish(xml, path)
-        if names:
-            report.labels = write_labels(names, labels_path(path))
-        elif os.path.exists(labels_path(path)):  # an earlier export's, stale now
-            os.remove(labels_path(path))
+        report.labels = labels_beside(names, path)
     finally:
         if os.path.lexists(temporary):
             shutil.rmtree(temporary)

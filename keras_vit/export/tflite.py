@@ -15,13 +15,15 @@ import warnings
 import numpy as np
 
 from keras_vit.export._common import (
+    INT8_NEEDS_DATA,
     ExportReport,
     as_images,
     calibration_data,
     compare,
     evaluate,
-    given_data,
+    export_images,
     keras_latency_ms,
+    labels_beside,
     logits_and_probabilities,
     median_ms,
     model_class_names,
@@ -32,9 +34,7 @@ from keras_vit.export._common import (
     reject,
     require_tensorflow_backend,
     temporary_path,
-    validation_data_for,
     warn_kept,
-    write_labels,
 )
 from keras_vit.export.tflite_metadata import (
     classifier_metadata,
@@ -65,9 +65,6 @@ def _float_ops(float_ops):
     return list(INT8_FLOAT_OPS if float_ops == "auto" else float_ops or ())
 
 
-INT8_NEEDS_DATA = ("quantization='int8' needs representative_data: real images (array, "
-                   "tf.data.Dataset or a keras_vit.data source such as 'folder:DIR') to "
-                   "calibrate the activation ranges.")
 RUNTIME_MISSING = ("Running and verifying TFLite files needs the LiteRT runtime: "
                    "pip install ai-edge-litert (or 'keras-vision-transformer[export]').")
 
@@ -317,11 +314,6 @@ def _report_metadata(meta, info):
             "packed_files": meta["packed_files"]}
 
 
-def labels_path(path):
-    """`<stem>.labels.txt` beside a `.tflite` file."""
-    return os.path.splitext(str(path))[0] + ".labels.txt"
-
-
 def to_tflite(model, path, *, quantization=None, representative_data=None, batch_size=1,
               image_size=None, outputs="auto", float_ops="auto", validation_data=None,
               validation_split=None, num_validation=2000, num_calibration=500,
@@ -449,20 +441,10 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
         importlib.import_module("ai_edge_litert.interpreter")
     except ImportError:
         raise ImportError(RUNTIME_MISSING) from None
-    calibration = None
-    if quantization == "int8":
-        calibration = calibration_data(representative_data, size, num_calibration,
-                                       calibration_split, seed, data_dir, holdout,
-                                       skip_corrupt=skip_corrupt)
-        if calibration is None:
-            raise ValueError(INT8_NEEDS_DATA)
-    elif representative_data is not None and not isinstance(representative_data, str):
-        calibration = given_data(representative_data, size, num_validation,
-                                 "representative_data")
-    validation = validation_data_for(
-        validation_data, size, num_validation, validation_split,
-        calibration_source=representative_data if isinstance(representative_data, str)
-        else None, calibration_split=calibration_split, calibration=calibration, seed=seed,
+    calibration, validation = export_images(
+        quantization, representative_data, validation_data, size,
+        num_calibration=num_calibration, num_validation=num_validation,
+        validation_split=validation_split, calibration_split=calibration_split, seed=seed,
         data_dir=data_dir, holdout=holdout, skip_corrupt=skip_corrupt)
     content = convert(model, quantization=quantization,
                       representative_data=None if calibration is None else calibration.images,
@@ -507,10 +489,7 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
             reject(report, file=temporary)
         publish(temporary, path)
         names = model_class_names(model)
-        if names:
-            report.labels = write_labels(names, labels_path(path))
-        elif os.path.exists(labels_path(path)):  # an earlier export's, stale now
-            os.remove(labels_path(path))
+        report.labels = labels_beside(names, path)
     finally:
         if os.path.lexists(temporary):
             os.remove(temporary)
