@@ -316,6 +316,10 @@ def _check_model_args(args):
             _check_model_file(model, "--model")
         raise ValueError(f"Unknown --model {model!r}; choose from {sorted(ALL_VARIANTS)}, "
                          "'auto' or a .keras file.")
+    given_model = [p for p in getattr(args, "images", None) or () if p.endswith(".keras")]
+    if args.weights is None and given_model:  # `predict model.keras image.png`
+        raise ValueError(f"{given_model[0]!r} is a Keras model file, not an image: give it "
+                         f"as --model {given_model[0]}.")
     if args.weights is None:
         raise ValueError(f"--model {model!r} needs --weights (a registered name, "
                          "augreg:<file>, URL or path).")

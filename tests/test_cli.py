@@ -108,6 +108,14 @@ def test_predict_errors_exit_2(tmp_path, capsys):
     code, _ = run(["predict", str(tmp_path / "ok.png"), "--weights", "imagenet21k"])
     assert code == 2
     assert "--model auto reads the architecture from a local official .npz, a " in capsys.readouterr().err
+    # `predict model.keras image.png` (evaluate's order): found here by hand.
+    keras_file = tmp_path / "model.keras"
+    keras_file.write_bytes(b"any")
+    code, _ = run(["predict", str(keras_file), str(tmp_path / "ok.png")])
+    assert code == 2
+    assert capsys.readouterr().err == (
+        f"keras-vit: error: '{keras_file}' is a Keras model file, not an image: give it "
+        f"as --model {keras_file}.\n")
     code, _ = run(["predict", str(tmp_path / "ok.png"), "--model", "ViTQ",
                    "--weights", "imagenet21k"])
     assert code == 2
