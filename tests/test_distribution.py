@@ -83,23 +83,28 @@ def free_port():
         return s.getsockname()[1]
 
 
-def test_two_processes_through_jax_distributed_agree_with_one_process(tmp_path, one_device):
-    """Two processes x 2 CPU devices, data parallel over the 4: each reads
-    its half of every global batch (Keras shards the tf.data pipeline)."""
+def run_two_processes(command, devices):
+    """Runs `command + [--coordinator ... --num-processes 2 --process-id i]`
+    for i = 0, 1 at once; returns both (returncode, stdout, stderr)."""
     coordinator = f"127.0.0.1:{free_port()}"
-    out = tmp_path / "two.npz"
     procs = [subprocess.Popen(
-        [sys.executable, WORKER, "data", str(out), "--coordinator", coordinator,
-         "--num-processes", "2", "--process-id", str(i)],
-        env=jax_env(2), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        command + ["--coordinator", coordinator, "--num-processes", "2", "--process-id", str(i)],
+        env=jax_env(devices), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for i in range(2)]
     try:
-        outputs = [p.communicate(timeout=300) for p in procs]
+        outputs = [p.communicate(timeout=400) for p in procs]
     finally:
         for p in procs:
             p.kill()
-    for p, (stdout, stderr) in zip(procs, outputs):
-        assert p.returncode == 0, stderr[-3000:]
+    return [(p.returncode, *output) for p, output in zip(procs, outputs)]
+
+
+def test_two_processes_through_jax_distributed_agree_with_one_process(tmp_path, one_device):
+    """Two processes x 2 CPU devices, data parallel over the 4: each reads
+    its half of every global batch (Keras shards the tf.data pipeline)."""
+    out = tmp_path / "two.npz"
+    for code, stdout, stderr in run_two_processes([sys.executable, WORKER, "data", str(out)], 2):
+        assert code == 0, stderr[-3000:]
         assert "'kind': 'data', 'devices': 4, 'processes': 2" in stdout
         assert "LOCAL_DEVICES 2" in stdout
     assert_same_weights(dict(np.load(out)), one_device)
@@ -184,16 +189,7 @@ def test_cli_train_on_jax_over_4_devices_reports_its_distribution(tmp_path):
     """`keras-vit train --distribution data` on JAX: the final JSON line says
     backend, kind, devices and processes; `model:3` on 4 devices and a
     TensorFlow strategy on JAX are one line each."""
-    from sklearn.datasets import load_digits
-    from PIL import Image
-
-    digits = load_digits()
-    for label in range(10):  # 4 training and 2 test scans of every digit
-        for n, i in enumerate(np.flatnonzero(digits.target == label)[:6]):
-            folder = tmp_path / "digits" / ("train" if n < 4 else "test") / str(label)
-            folder.mkdir(parents=True, exist_ok=True)
-            Image.fromarray((digits.images[i] * 16).astype("uint8")).convert("RGB").save(
-                folder / f"{i}.png")
+    digits_folder(tmp_path / "digits")
     command = [sys.executable, "-m", "keras_vit.cli", "train", "--data",
                f"folder:{tmp_path / 'digits'}", "--model", "ViTTi16", "--recipe", "scratch",
                "--image-size", "32", "--batch-size", "8", "--steps", "2", "--json", "--quiet",
@@ -205,6 +201,12 @@ def test_cli_train_on_jax_over_4_devices_reports_its_distribution(tmp_path):
     assert line["distribution"] == {"backend": "jax", "kind": "data", "devices": 4,
                                     "processes": 1, "mesh": {"batch": 4}}
     assert "keras.distribution DataParallel (data), 4 replica(s)" in result.stderr
+    assert line["data"]["validation"]["images"] == 30
+    # The saved model, reloaded in a fresh TensorFlow process, scores the same
+    # accuracy on the same 30 images: the padding counted for nothing.
+    scores = evaluate_in_tensorflow(line["model"], f"folder:{tmp_path / 'digits'}")
+    assert scores["images"] == 30
+    assert abs(scores["accuracy"] - line["val_accuracy"]) < 1e-6
     for flags, message in (
             (["--distribution", "model:3"],
              "distribution='model:3' needs a device count divisible by 3; this job has 4 "
@@ -219,25 +221,96 @@ def test_cli_train_on_jax_over_4_devices_reports_its_distribution(tmp_path):
         assert "Traceback" not in result.stderr
 
 
-def test_cli_train_in_two_processes_stops_with_a_sentence(tmp_path):
-    """`keras-vit train` joins a two-process job, then says it cannot train
-    across processes yet (instead of Keras' error about an unknown batch
-    size after building the model)."""
-    coordinator = f"127.0.0.1:{free_port()}"
-    procs = [subprocess.Popen(
-        [sys.executable, "-m", "keras_vit.cli", "train", "--data", "folder:/nonexistent",
-         "--model", "ViTTi16", "--out", str(tmp_path / "run"), "--coordinator", coordinator,
-         "--num-processes", "2", "--process-id", str(i)],
-        env=jax_env(1), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        for i in range(2)]
-    try:
-        outputs = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for p, (_, stderr) in zip(procs, outputs):
-        assert p.returncode != 0
-        assert ("keras-vit: error: train() across several JAX processes is not supported "
-                "yet: Keras shards a tf.data pipeline per process only when its batch size "
-                "is static") in stderr
-        assert "Traceback" not in stderr
+def digits_folder(root):
+    """4 training and 3 test scans of every digit as PNG files: 30 test
+    images in batches of 8 end with a batch of 6, which 4 devices cannot
+    split unless it is padded."""
+    from PIL import Image
+    from sklearn.datasets import load_digits
+
+    digits = load_digits()
+    for label in range(10):
+        for n, i in enumerate(np.flatnonzero(digits.target == label)[:7]):
+            folder = root / ("train" if n < 4 else "test") / str(label)
+            folder.mkdir(parents=True, exist_ok=True)
+            Image.fromarray((digits.images[i] * 16).astype("uint8")).convert("RGB").save(
+                folder / f"{i}.png")
+    return root
+
+
+def evaluate_in_tensorflow(model_path, data):
+    """`keras-vit evaluate` in a fresh TensorFlow process; its JSON."""
+    result = subprocess.run(
+        [sys.executable, "-m", "keras_vit.cli", "evaluate", str(model_path), "--data", data],
+        env=dict(jax_env(1), KERAS_BACKEND="tensorflow"), capture_output=True, text=True,
+        timeout=400)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def test_cli_train_in_two_processes_writes_one_run(tmp_path):
+    """`keras-vit train` in two processes x 2 devices joined on 127.0.0.1:
+    both end with the same weights and scores, process 0 writes OUT and
+    process 1 OUT/workers/1, and the saved model scores the reported
+    validation accuracy in a fresh TensorFlow process."""
+    data = f"folder:{digits_folder(tmp_path / 'digits')}"
+    out = tmp_path / "run"
+    results = run_two_processes(
+        [sys.executable, "-m", "keras_vit.cli", "train", "--data", data, "--model", "ViTTi16",
+         "--recipe", "scratch", "--image-size", "32", "--batch-size", "8", "--steps", "2",
+         "--json", "--quiet", "--out", str(out)], 2)
+    lines = []
+    for code, stdout, stderr in results:
+        assert code == 0, stderr[-3000:]
+        lines.append(json.loads(stdout.strip().splitlines()[-1]))
+    for line in lines:
+        assert line["distribution"] == {"backend": "jax", "kind": "data", "devices": 4,
+                                        "processes": 2, "mesh": {"batch": 4}}
+        assert line["data"]["validation"]["images"] == 30
+    assert lines[0]["model"] == str(out / "model.keras")
+    assert lines[1]["model"] == str(out / "workers" / "1" / "model.keras")
+    assert lines[0]["val_accuracy"] == lines[1]["val_accuracy"]
+    assert lines[0]["val_loss"] == lines[1]["val_loss"]
+    models = [keras.saving.load_model(line["model"]) for line in lines]
+    for a, b in zip(*(m.get_weights() for m in models)):
+        np.testing.assert_array_equal(a, b)
+    scores = evaluate_in_tensorflow(lines[0]["model"], data)
+    assert scores["images"] == 30
+    assert abs(scores["accuracy"] - lines[0]["val_accuracy"]) < 1e-6
+
+
+def test_padded_validation_scores_exactly_what_the_unpadded_one_does():
+    """`_shardable_validation` pads the last batch (13 images in batches of
+    4: 4, 4, 4, 1 -> four batches of 4) with zero-weight rows and weighs the
+    real ones so that Keras' loss and accuracy are the unpadded ones."""
+    import tensorflow as tf
+    from types import SimpleNamespace
+
+    from keras_vit.training.trainer import _shardable_validation
+
+    rng = np.random.default_rng(0)
+    x = rng.uniform(0, 255, (13, 16, 16, 3)).astype("float32")
+    y = keras.utils.to_categorical(rng.integers(0, 5, 13), 5).astype("float32")
+    dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
+    fake = SimpleNamespace(num_model_replicas=2)
+    padded = _shardable_validation(dataset, SimpleNamespace(num_examples=13, split="test"), 4,
+                                   fake)
+    shapes = [tuple(b[0].shape) for b in padded]
+    assert shapes == [(4, 16, 16, 3)] * 4
+    assert [float(b[2].numpy().sum()) for b in padded][-1] == pytest.approx(16 / 13)
+    model = keras_vit.VisionTransformer(patch_size=4, hidden_size=24, num_layers=1,
+                                        num_heads=2, mlp_dim=48, input_shape=(16, 16, 3),
+                                        classes=5, classifier_activation=None)
+    model.set_weights([rng.normal(0, 0.3, w.shape).astype("float32")
+                       for w in model.get_weights()])
+    loss = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.1)
+    model.compile(loss=loss, metrics=["accuracy"])
+    expected = model.evaluate(dataset, verbose=0)
+    model.compile(loss=loss, weighted_metrics=["accuracy"])
+    got = model.evaluate(padded, verbose=0)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert 0 < expected[1] < 1  # the accuracy is not trivially 0 or 1
+    with pytest.raises(ValueError, match=re.escape("batch_size=5 cannot be split over the 2 "
+                                                   "data-parallel replicas")):
+        _shardable_validation(dataset, SimpleNamespace(num_examples=13, split="test"), 5,
+                              fake)

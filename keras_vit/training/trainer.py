@@ -254,14 +254,7 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
             raise ValueError(
                 f"SAM (sam_rho={sam_rho}) has a TensorFlow train_step only; train with "
                 f"KERAS_BACKEND=tensorflow, or without SAM on {backend}.")
-        if distribution_lib.initialize_processes(coordinator, num_processes, process_id) > 1:
-            raise ValueError(
-                "train() across several JAX processes is not supported yet: Keras shards a "
-                "tf.data pipeline per process only when its batch size is static, and the "
-                "validation pipeline keeps its last partial batch (every image is scored). "
-                "Train in one process over all its devices (--distribution data or model:N), "
-                "or call model.fit yourself under keras_vit.training.get_distribution with "
-                "drop_remainder=True pipelines.")
+        distribution_lib.initialize_processes(coordinator, num_processes, process_id)
         distribution = distribution_lib.get_distribution(distribution)
         strategy = None
     if seed is not None:
@@ -280,6 +273,8 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
                                 repeat=True, **common)
     val_split, val_ds, val_info = _pick_val_split(
         data, val_split, train_split, lambda split: _open_data(data, split, **common))
+    if distribution is not None:
+        val_ds = _shardable_validation(val_ds, val_info, batch_size, distribution)
     if steps_per_epoch is None:
         per_epoch = (info.num_examples or 50 * batch_size) // batch_size
         steps_per_epoch = max(1, min(per_epoch, steps or per_epoch))
@@ -328,7 +323,11 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
             optimizer=optimizer,
             loss=keras.losses.CategoricalCrossentropy(from_logits=True,
                                                       label_smoothing=smoothing),
-            metrics=["accuracy"], jit_compile=jit_compile)
+            # Padded validation batches (JAX) carry sample weights: accuracy
+            # weighted, so that the padding counts for nothing.
+            **({"weighted_metrics": ["accuracy"]} if distribution is not None
+               else {"metrics": ["accuracy"]}),
+            jit_compile=jit_compile)
     names_inside = labels_lib.set_class_names(net, info.class_names)
     if strategy is not None:
         prepare_model(trainable, strategy)
@@ -403,6 +402,46 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
                        "epoch reads a file again), %d in validation.",
                        info.skipped_corrupt, val_info.skipped_corrupt)
     return results
+
+
+def _shardable_validation(dataset, info, batch_size, distribution):
+    """The validation pipeline with every batch padded to `batch_size`, so
+    that a `keras.distribution` can split each one over its replicas
+    (Keras cannot shard a last batch of, say, 51 images over 2 devices, and
+    shards a pipeline per process only when its batch size is static),
+    without leaving an image out.
+
+    Each batch becomes `(x, y, w)`: padding rows are zeros with weight 0;
+    real images weigh `padded_total / count`. Keras averages the loss over
+    every row it sees (padding included) and weights each batch by its row
+    count, so that factor makes `val_loss` the mean over the real images
+    exactly; the accuracy (a weighted metric then) is unchanged by it.
+    """
+    import tensorflow as tf
+
+    replicas = distribution.num_model_replicas
+    if batch_size % replicas:
+        raise ValueError(
+            f"batch_size={batch_size} cannot be split over the {replicas} data-parallel "
+            f"replicas of the distribution; give a multiple of {replicas}.")
+    count = info.num_examples
+    if count is None:
+        count = int(dataset.reduce(0, lambda n, batch: n + tf.shape(batch[0])[0]))
+    if not count:
+        raise ValueError(f"The validation split {info.split!r} holds no images.")
+    padded = -(-count // batch_size) * batch_size
+    scale = padded / count
+
+    def pad(x, y):
+        n = tf.shape(x)[0]
+        extra = batch_size - n
+        x = tf.pad(x, [[0, extra]] + [[0, 0]] * (len(x.shape) - 1))
+        y = tf.pad(y, [[0, extra]] + [[0, 0]] * (len(y.shape) - 1))
+        w = tf.concat([tf.fill([n], tf.constant(scale, tf.float32)), tf.zeros([extra])], 0)
+        return (tf.ensure_shape(x, [batch_size, *x.shape[1:]]),
+                tf.ensure_shape(y, [batch_size, *y.shape[1:]]),
+                tf.ensure_shape(w, [batch_size]))
+    return dataset.map(pad)
 
 
 def _process_task():
