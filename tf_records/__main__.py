@@ -24,7 +24,8 @@ def main(argv=None):
     b.add_argument("--data-dir", help="TFDS data directory")
     b.add_argument("--skip-corrupt", action="store_true",
                    help="skip and count corrupt or non-image files instead of failing")
-    b.add_argument("--overwrite", action="store_true", help="rebuild finished shards too")
+    b.add_argument("--overwrite", action="store_true",
+                   help="start over: remove the split's shards, rebuild them all")
     b.add_argument("--seed", type=int, default=0, help="shuffle seed of the folder file order")
     b.add_argument("--json", action="store_true", help="end with one JSON line")
     v = sub.add_parser("verify", help="decode every record and report")
@@ -52,7 +53,8 @@ def main(argv=None):
             print(json.dumps(report))
         else:
             for split, row in report["splits"].items():
-                print(f"{split}: {row['num_examples']} records in {row['num_shards']} shards")
+                print(f"{split}: {row['num_examples']} records in {row['num_shards']} shards"
+                      + ("" if row["manifest"] else " (no manifest: source files not checked)"))
             for bad in report["corrupt"]:
                 print(f"CORRUPT {bad['file']} record {bad['index']}: {bad['error']}")
             for problem in report["problems"]:
