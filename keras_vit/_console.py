@@ -125,6 +125,16 @@ def load_tensorflow():
     return tf
 
 
+def json_dumps(obj):
+    """Strict JSON (NaN and infinities written as null): what every
+    `--json` line prints, so strict parsers can read a diverged run's."""
+    import json
+
+    from keras_vit._checks import finite_or_none
+
+    return json.dumps(finite_or_none(obj), allow_nan=False)
+
+
 # ----------------------------------------------------------------- errors
 
 # Optional dependency (import name) -> (pip package, extra of this project).

@@ -15,17 +15,18 @@
     keras-vit quickstart [--json]
 
 Errors are one line on stderr, `keras-vit: error: <message>`, exit status 2
-(`--debug` adds the traceback). TensorFlow is imported only by the commands
-that need it, after `keras_vit._console.quiet()` (`--verbose` keeps its logs).
+(`--debug` adds the traceback). A `train` run that diverges (NaN/inf loss)
+exits with status 1 after its JSON line (`"status": "diverged"`, nulls).
+TensorFlow is imported only by the commands that need it, after
+`keras_vit._console.quiet()` (`--verbose` keeps its logs).
 """
 
 import argparse
 import contextlib
-import json
 import os
 import sys
 
-from keras_vit import _console
+from keras_vit import _checks, _console
 from keras_vit.models.variants import ALL_VARIANTS
 from keras_vit.weights import registry
 
@@ -105,7 +106,7 @@ ALL_VARIANTS_BY_KEY = {
 def cmd_models(args, out):
     variants, families, imagenet = _variant_rows(), _family_rows(), _imagenet_rows()
     if args.json:
-        print(json.dumps({"models": variants, "weights": families, "imagenet": imagenet}),
+        print(_console.json_dumps({"models": variants, "weights": families, "imagenet": imagenet}),
               file=out)
         return 0
     print("Models (keras_vit.<function>):", file=out)
@@ -192,7 +193,7 @@ def cmd_download(args, out):
               "url": url, "path": path, "cached": os.path.exists(path)}
     if args.print_url:
         if args.json:
-            print(json.dumps(record), file=out)
+            print(_console.json_dumps(record), file=out)
         else:
             print(f"URL:     {url}", file=out)
             print(f"Copy to: {path}", file=out)
@@ -208,7 +209,7 @@ def cmd_download(args, out):
         path, params = fetch_checkpoint(url, filename)
     record.update(path=path, bytes=os.path.getsize(path), arrays=len(params))
     if args.json:
-        print(json.dumps(record), file=out)
+        print(_console.json_dumps(record), file=out)
     else:
         verb = "Already cached" if record["cached"] else "Downloaded"
         print(f"{verb}: {path} ({record['bytes'] / 2**20:.1f} MiB, {len(params)} arrays, "
@@ -219,30 +220,16 @@ def cmd_download(args, out):
 
 def _check_model_file(path, what="MODEL"):
     """A `.keras` file argument: a clear sentence for anything else."""
-    path = str(path)
-    if path.endswith(".npz"):
-        raise ValueError(
-            f"{what} must be a .keras file written by keras-vit train or model.save; got "
-            f"{path!r} (an official checkpoint: use keras-vit predict --model auto "
-            f"--weights {path}).")
-    if not path.endswith(".keras"):
-        raise ValueError(f"{what} must be a .keras file written by keras-vit train or "
-                         f"model.save; got {path!r}.")
-    if os.path.isdir(path):
-        raise ValueError(f"{what} {path!r} is a directory, not a .keras file.")
-    if not os.path.exists(path):
-        raise ValueError(f"Model not found: {path!r}.")
-    return path
+    from keras_vit._saving import check_keras_path
+
+    return check_keras_path(path, what)
 
 
 def _load_keras_model(path, what="MODEL"):
-    path = _check_model_file(path, what)
-    keras = _keras()
-    try:
-        return keras.saving.load_model(path)
-    except (ValueError, TypeError, OSError, KeyError) as error:
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ValueError(f"Cannot load {path!r} as a Keras model: {first}") from error
+    _keras()
+    from keras_vit._saving import load_keras_model
+
+    return load_keras_model(path, what)
 
 
 def _image_files(inputs):
@@ -441,7 +428,7 @@ def cmd_predict(args, out):
                 {"label": labels[i], "index": int(i), "probability": float(row[i])}
                 for i in order]})
     if args.json:
-        print(json.dumps({"model": args.model, "weights": args.weights,
+        print(_console.json_dumps({"model": args.model, "weights": args.weights,
                           "image_size": list(size), "predictions": results,
                           "skipped": skipped}), file=out)
     else:
@@ -473,7 +460,7 @@ def cmd_explain(args, out):
     names = [pathlib.Path(p).stem for p in paths]
     written = explain(model, _resize(images, size), args.out, names=names)
     if args.json:
-        print(json.dumps({"out": args.out, "image_size": list(size), "pictures": written}),
+        print(_console.json_dumps({"out": args.out, "image_size": list(size), "pictures": written}),
               file=out)
         return 0
     for kind, paths in written.items():
@@ -493,7 +480,7 @@ def cmd_train(args, out):
     if args.model.endswith((".keras", ".npz")) or os.path.splitext(args.model)[1]:
         _check_model_file(args.model, "--model")
     _keras()
-    from keras_vit.training import train
+    from keras_vit.training import TrainingDivergedError, train
 
     extra = _optional(args, holdout="holdout", val_split="val_split",
                       coordinator="coordinator", num_processes="num_processes",
@@ -502,18 +489,23 @@ def cmd_train(args, out):
         extra["skip_corrupt"] = True
     # --json: stdout carries only the JSON line; Keras' progress goes to stderr.
     progress = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
-    with progress:
-        results = train(
-            args.model, args.data, weights=args.weights, recipe=args.recipe, out=args.out,
-            image_size=args.image_size, batch_size=args.batch_size, steps=args.steps,
-            epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
-            learning_rate=args.learning_rate, sam_rho=args.sam_rho, precision=args.precision,
-            strategy=args.strategy, distribution=args.distribution, seed=args.seed,
-            train_split=args.train_split,
-            preset=args.preset, data_dir=args.data_dir,
-            gradient_accumulation_steps=args.gradient_accumulation_steps,
-            verbose=2 if args.quiet else 1, **extra)
-    print(json.dumps(results), file=out)
+    try:
+        with progress:
+            results = train(
+                args.model, args.data, weights=args.weights, recipe=args.recipe, out=args.out,
+                image_size=args.image_size, batch_size=args.batch_size, steps=args.steps,
+                epochs=args.epochs, steps_per_epoch=args.steps_per_epoch,
+                learning_rate=args.learning_rate, sam_rho=args.sam_rho, precision=args.precision,
+                strategy=args.strategy, distribution=args.distribution, seed=args.seed,
+                train_split=args.train_split,
+                preset=args.preset, data_dir=args.data_dir,
+                gradient_accumulation_steps=args.gradient_accumulation_steps,
+                verbose=2 if args.quiet else 1, **extra)
+    except TrainingDivergedError as error:  # the JSON line still comes, with nulls
+        print(_console.json_dumps(error.results), file=out)
+        _console.print_error(str(error))
+        return 1
+    print(_console.json_dumps(results), file=out)
     return 0
 
 
@@ -528,7 +520,7 @@ def cmd_evaluate(args, out):
     results = evaluate(args.model_path, args.data, split=args.split,
                        image_size=args.image_size, batch_size=args.batch_size,
                        data_dir=args.data_dir, **extra)
-    print(json.dumps(results), file=out)
+    print(_console.json_dumps(results), file=out)
     return 0
 
 
@@ -607,7 +599,7 @@ def cmd_quickstart(args, out):
         print("\nTFLite export (dynamic-range int8), verified against Keras:", file=log)
         fields = {k: v for k, v in results["tflite_report"].items() if k != "size_mb"}
         print(ExportReport(**fields), file=log)
-    print(json.dumps(results), file=out)
+    print(_console.json_dumps(results), file=out)
     return 0
 
 
@@ -622,8 +614,36 @@ def _global_flags(defaults):
     return parser
 
 
+def _checked(check, parse):
+    """An argparse type: `parse` the text, then `check` it (one sentence)."""
+    def convert(text):
+        try:
+            value = parse(text)
+        except ValueError:
+            value = text
+        try:
+            return check(value)
+        except ValueError as error:
+            raise argparse.ArgumentTypeError(str(error).rstrip(".")) from None
+    convert.__name__ = check.__name__  # argparse names the type in some errors
+    return convert
+
+
+POSITIVE_INT = _checked(_checks.positive_int, int)
+NON_NEGATIVE_INT = _checked(_checks.non_negative_int, int)
+POSITIVE_FLOAT = _checked(_checks.positive_float, float)
+FRACTION = _checked(_checks.fraction, float)
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with the command's one-line errors (no usage block)."""
+
+    def error(self, message):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser():
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="keras-vit", parents=[_global_flags(True)],
         description="Vision Transformers / MLP-Mixers with the official checkpoints.",
     )
@@ -664,8 +684,8 @@ def build_parser():
     p.add_argument("--weights",
                    help="registered name, augreg:<file>, URL, path to an official .npz, "
                         "hf://ORG/NAME (timm / transformers), a Hub folder or .safetensors")
-    p.add_argument("--top", type=int, default=5, help="classes per image (default 5)")
-    p.add_argument("--image-size", type=int, default=None,
+    p.add_argument("--top", type=POSITIVE_INT, default=5, help="classes per image (default 5)")
+    p.add_argument("--image-size", type=POSITIVE_INT, default=None,
                    help="input resolution (default: the checkpoint's; for a .keras "
                         "model that takes any size, its position embedding's size)")
     p.add_argument("--labels", help="text file with one class name per line (default: the "
@@ -687,7 +707,7 @@ def build_parser():
                         "describes) or a .keras file")
     p.add_argument("--weights", help="registered name, augreg:<file>, URL, .npz path, "
                                      "hf://ORG/NAME, Hub folder or .safetensors")
-    p.add_argument("--image-size", type=int, default=None)
+    p.add_argument("--image-size", type=POSITIVE_INT, default=None)
     p.add_argument("--out", required=True, help="folder for the PNG files")
     p.add_argument("--json", action="store_true", help="one JSON line listing the files")
     p.set_defaults(func=cmd_explain)
@@ -698,13 +718,13 @@ def build_parser():
                                      "hf://ORG/NAME, Hub folder or .safetensors")
     p.add_argument("--data", required=True, help="tfds:NAME, tfrecord:DIR_OR_GLOB, folder:DIR")
     p.add_argument("--recipe", default="finetune", choices=["finetune", "augreg", "scratch"])
-    p.add_argument("--image-size", type=int)
-    p.add_argument("--batch-size", type=int, help="global batch size")
-    p.add_argument("--steps", type=int, help="total optimizer steps")
-    p.add_argument("--epochs", type=int)
-    p.add_argument("--steps-per-epoch", type=int)
-    p.add_argument("--learning-rate", type=float)
-    p.add_argument("--sam-rho", type=float, help="train with SAM at this radius")
+    p.add_argument("--image-size", type=POSITIVE_INT)
+    p.add_argument("--batch-size", type=POSITIVE_INT, help="global batch size")
+    p.add_argument("--steps", type=POSITIVE_INT, help="total optimizer steps")
+    p.add_argument("--epochs", type=POSITIVE_INT)
+    p.add_argument("--steps-per-epoch", type=POSITIVE_INT)
+    p.add_argument("--learning-rate", type=POSITIVE_FLOAT)
+    p.add_argument("--sam-rho", type=POSITIVE_FLOAT, help="train with SAM at this radius")
     p.add_argument("--precision", default="float32",
                    choices=["float32", "mixed_bfloat16", "mixed_float16"])
     p.add_argument("--strategy", default="auto",
@@ -715,23 +735,23 @@ def build_parser():
                         "split over N devices) or none")
     p.add_argument("--coordinator", help="JAX multi-process: HOST:PORT of process 0 "
                                          "(or KERAS_DISTRIBUTION_JOB_ADDRESSES)")
-    p.add_argument("--num-processes", type=int,
+    p.add_argument("--num-processes", type=POSITIVE_INT,
                    help="JAX multi-process: process count (or KERAS_DISTRIBUTION_NUM_PROCESSES)")
-    p.add_argument("--process-id", type=int,
+    p.add_argument("--process-id", type=NON_NEGATIVE_INT,
                    help="JAX multi-process: this process, 0 .. N-1 (or "
                         "KERAS_DISTRIBUTION_PROCESS_ID)")
-    p.add_argument("--gradient-accumulation-steps", type=int)
+    p.add_argument("--gradient-accumulation-steps", type=POSITIVE_INT)
     p.add_argument("--preset", help="keras_vit.data preset (default: the recipe's)")
     p.add_argument("--train-split", default="train")
     p.add_argument("--val-split", default=None,
                    help="default: 'validation' when the data has it, else 'test' (a folder: "
                         "its --holdout)")
-    p.add_argument("--holdout", type=float, default=None,
+    p.add_argument("--holdout", type=FRACTION, default=None,
                    help="fraction of a folder held out for validation/test (default 0.1)")
     p.add_argument("--skip-corrupt", action="store_true",
                    help="skip corrupt image files instead of failing")
     p.add_argument("--data-dir", help="TFDS data directory")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
     p.add_argument("--out", default="runs/keras_vit", help="run directory")
     p.add_argument("--quiet", action="store_true", help="one log line per epoch")
     p.add_argument("--json", action="store_true",
@@ -743,12 +763,12 @@ def build_parser():
     p.add_argument("--data", required=True)
     p.add_argument("--split", default=None,
                    help="default: 'validation' when the data has it, else 'test'")
-    p.add_argument("--holdout", type=float, default=None,
+    p.add_argument("--holdout", type=FRACTION, default=None,
                    help="fraction of a folder held out (default 0.1, as in train)")
     p.add_argument("--skip-corrupt", action="store_true",
                    help="skip corrupt image files instead of failing")
-    p.add_argument("--image-size", type=int)
-    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--image-size", type=POSITIVE_INT)
+    p.add_argument("--batch-size", type=POSITIVE_INT, default=64)
     p.add_argument("--data-dir")
     p.add_argument("--json", action="store_true",
                    help="one JSON line (the output is always JSON)")
@@ -761,30 +781,30 @@ def build_parser():
     p.add_argument("--quantize", default="none", choices=["none", "float16", "dynamic", "int8"],
                    help="tflite: any; onnx: none|dynamic|int8; openvino: none|float16 "
                         "(int8 needs --calibration)")
-    p.add_argument("--opset", type=int, default=None,
+    p.add_argument("--opset", type=POSITIVE_INT, default=None,
                    help="ONNX opset (default: tf2onnx's, 15)")
     p.add_argument("--calibration", help="int8 calibration images: a data source "
                                          "(folder:DIR, tfrecord:..., tfds:...)")
     p.add_argument("--calibration-split", default=None,
                    help="split of --calibration to calibrate on (default train)")
-    p.add_argument("--calibration-samples", type=int, default=None,
+    p.add_argument("--calibration-samples", type=POSITIVE_INT, default=None,
                    help="calibration images (default 500)")
     p.add_argument("--validation", help="images to verify on: a data source (default: "
                                         "the calibration source, else random pixels)")
     p.add_argument("--validation-split", default=None,
                    help="default: 'validation' when the data has it, else 'test'")
-    p.add_argument("--validation-samples", type=int, default=None,
+    p.add_argument("--validation-samples", type=POSITIVE_INT, default=None,
                    help="images to verify on (default 2000)")
-    p.add_argument("--holdout", type=float, default=None,
+    p.add_argument("--holdout", type=FRACTION, default=None,
                    help="fraction of a folder without split subfolders held out for "
                         "verification (default 0.1, as in train)")
     p.add_argument("--skip-corrupt", action="store_true",
                    help="leave image files that do not decode out of the samples "
                         "(counted in the report) instead of failing")
-    p.add_argument("--batch-size", type=int, default=1, help="static TFLite batch")
+    p.add_argument("--batch-size", type=POSITIVE_INT, default=1, help="static TFLite batch")
     p.add_argument("--resize", action="store_true",
                    help="SavedModel: accept uint8 images of any size")
-    p.add_argument("--top-k", type=int, default=5, help="SavedModel: top_k outputs")
+    p.add_argument("--top-k", type=POSITIVE_INT, default=5, help="SavedModel: top_k outputs")
     p.add_argument("--outputs", default="auto", choices=["auto", "logits", "probabilities"],
                    help="what the model outputs (auto reads its head)")
     p.add_argument("--no-check", action="store_true",
@@ -799,7 +819,7 @@ def build_parser():
 
     p = add("quickstart", help="train a small ViT on the digits (offline)")
     p.add_argument("--out", default="runs/quickstart")
-    p.add_argument("--epochs", type=int, default=40)
+    p.add_argument("--epochs", type=POSITIVE_INT, default=40)
     p.add_argument("--no-export", action="store_true", help="skip the TFLite export")
     p.add_argument("--json", action="store_true",
                    help="stdout: only the results' JSON line (progress goes to stderr)")
@@ -808,7 +828,8 @@ def build_parser():
 
 
 def main(argv=None, out=None):
-    """Runs the command; returns its exit status (0, 2 for an error)."""
+    """Runs the command; returns its exit status (0; 2 for an error; 1 for a
+    diverged training run or an internal error)."""
     out = out or sys.stdout
     args = build_parser().parse_args(argv)
     _console.quiet(verbose=args.verbose)

@@ -282,9 +282,20 @@ def test_killed_training_resumes_from_the_backup(digits, tmp_path):
     results = json.loads(cli(*args[3:]).stdout.strip().splitlines()[-1])
     assert results["first_epoch_run_now"] >= 2  # resumed, not restarted
     assert results["epochs_run_now"] == 5 - results["first_epoch_run_now"]
-    epochs = [int(row["epoch"]) for row in csv.DictReader(open(log))]
+    rows = list(csv.DictReader(open(log)))
+    epochs = [int(row["epoch"]) for row in rows]
     assert epochs[-1] == 4 and epochs.count(0) == 1
     assert not (out / "backup").exists()  # removed after a finished run
+    # best.keras: the best epoch of the whole run, the epochs before the kill
+    # included (the first epoch after a resume used to overwrite it)
+    values = [float(row["val_accuracy"]) for row in rows]
+    best = json.loads((out / "best.keras.json").read_text())
+    assert best == results["best"]
+    assert best["value"] == pytest.approx(max(values), abs=1e-6)
+    assert best["epoch"] == epochs[values.index(max(values))] + 1
+    evaluated = json.loads(cli("evaluate", str(out / "best.keras"), "--data",
+                               f"folder:{digits}").stdout.strip().splitlines()[-1])
+    assert evaluated["accuracy"] == pytest.approx(best["value"], abs=1e-6)
 
 
 def test_quickstart_reduced(tmp_path):

@@ -14,7 +14,8 @@ from keras_vit._lazy import attach
 from keras_vit.training.quickstart import quickstart
 
 _EXPORTS = {
-    "TerminateOnNaNWithAdvice": "callbacks", "default_callbacks": "callbacks",
+    "BestModelCheckpoint": "callbacks", "TerminateOnNaNWithAdvice": "callbacks",
+    "default_callbacks": "callbacks",
     "NO_DECAY": "recipes", "RECIPES": "recipes", "Recipe": "recipes",
     "get_recipe": "recipes", "make_optimizer": "recipes",
     "SAMModel": "sam",
@@ -23,8 +24,8 @@ _EXPORTS = {
     "WarmupDecay": "schedules",
     "get_strategy": "strategy", "is_multi_worker": "strategy",
     "prepare_model": "strategy", "worker_task": "strategy",
-    "PRECISIONS": "trainer", "evaluate": "trainer", "set_precision": "trainer",
-    "train": "trainer",
+    "PRECISIONS": "trainer", "TrainingDivergedError": "trainer", "evaluate": "trainer",
+    "set_precision": "trainer", "train": "trainer",
 }
 
 __getattr__, __dir__, __all__ = attach(__name__, _EXPORTS, extra=["quickstart"])

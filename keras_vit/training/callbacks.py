@@ -1,27 +1,45 @@
 """Fault tolerance and logs for `model.fit`."""
 
+import json
 import logging
+import math
 import os
 
 import keras
 
+from keras_vit._saving import save_atomically
+
 logger = logging.getLogger("keras_vit")
 
 
+def _finite(value):
+    try:
+        return value is not None and math.isfinite(float(value))
+    except (TypeError, ValueError):
+        return False
+
+
 class TerminateOnNaNWithAdvice(keras.callbacks.Callback):
-    """Stops training on a NaN/inf loss and says what to try."""
+    """Stops training on a NaN/inf loss and says what to try. After `fit`,
+    `stopped_at` is `(epoch, batch, loss)` of the first non-finite loss (or
+    None): the model's weights are then not to be trusted."""
 
     def __init__(self):
         super().__init__()
         self.stopped_at = None
+        self._epoch = 0
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._epoch = epoch
 
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
-        if loss is not None and not float("-inf") < float(loss) < float("inf"):
-            self.stopped_at = batch
+        if loss is not None and not _finite(loss) and self.stopped_at is None:
+            self.stopped_at = (self._epoch, batch, float(loss))
             self.model.stop_training = True
             print(
-                f"\nkeras_vit: loss became {loss} at batch {batch}; training stopped. "
+                f"\nkeras_vit: loss became {loss} at epoch {self._epoch + 1}, batch {batch}; "
+                "training stopped. "
                 "Try: a lower learning rate (--learning-rate), a longer warmup, "
                 "gradient clipping (recipes clip the global norm at 1.0), "
                 "--precision float32 instead of mixed_float16, and check the "
@@ -29,15 +47,91 @@ class TerminateOnNaNWithAdvice(keras.callbacks.Callback):
             )
 
 
-def default_callbacks(out, monitor="val_accuracy"):
-    """BackupAndRestore (resume after a kill), the best model, CSV and
-    TensorBoard logs, NaN guard. Files under `out`:
-    `backup/`, `best.keras`, `log.csv`, `tensorboard/`."""
+class BestModelCheckpoint(keras.callbacks.Callback):
+    """Saves `model` to `path` when `monitor` reaches its best value so far,
+    over the whole run, resumed epochs included.
+
+    Differs from `keras.callbacks.ModelCheckpoint(save_best_only=True)`,
+    whose best value starts afresh each `fit` call (so the first epoch
+    after a resume always overwrote the file, however worse):
+
+    - the best value and its epoch are written beside the model
+      (`<path>.json`, e.g. `best.keras.json`); when the run resumes from
+      `backup_dir` (a `BackupAndRestore` backup), that value is the one to
+      beat;
+    - an epoch whose loss or monitored value is not finite never counts;
+    - the model is written to a temporary file and renamed, so a kill never
+      leaves a partial file under `path`.
+
+    `model`: what to save (default: the model being fit; `train` gives the
+    network inside a `SAMModel`).
+    """
+
+    def __init__(self, path, monitor="val_accuracy", mode="max", backup_dir=None,
+                 model=None):
+        super().__init__()
+        if mode not in ("max", "min"):
+            raise ValueError(f"mode={mode!r}; allowed: 'max', 'min'.")
+        self.path, self.monitor, self.mode = str(path), monitor, mode
+        self.state_path = self.path + ".json"
+        self.backup_dir = backup_dir
+        self._to_save = model
+        self.best = None  # {"monitor", "value", "epoch"} (epoch counted from 1)
+        self._warned = False
+
+    def _better(self, value):
+        if self.best is None:
+            return True
+        return value > self.best["value"] if self.mode == "max" else value < self.best["value"]
+
+    def on_train_begin(self, logs=None):
+        self.best = None
+        metadata = os.path.join(self.backup_dir or "", "training_metadata.json")
+        if not (self.backup_dir and os.path.exists(metadata) and os.path.exists(self.path)
+                and os.path.exists(self.state_path)):
+            return  # a new run: its own first epoch sets the best value
+        with open(metadata) as f:
+            resumed_at = json.load(f).get("epoch", 0)
+        try:
+            with open(self.state_path) as f:
+                state = json.load(f)
+        except (OSError, ValueError):
+            return
+        if (state.get("monitor") == self.monitor and _finite(state.get("value"))
+                and state.get("epoch", math.inf) <= resumed_at):
+            self.best = state
+
+    def on_epoch_end(self, epoch, logs=None):
+        logs = logs or {}
+        value = logs.get(self.monitor)
+        if value is None:
+            if not self._warned:
+                logger.warning("%s is not in the logs (%s): %s is not written.",
+                               self.monitor, sorted(logs), self.path)
+                self._warned = True
+            return
+        if not (_finite(value) and _finite(logs.get("loss", 0.0))) or not self._better(value):
+            return
+        os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
+        save_atomically(self._to_save or self.model, self.path)
+        self.best = {"monitor": self.monitor, "value": float(value), "epoch": epoch + 1}
+        with open(self.state_path + ".tmp", "w") as f:
+            json.dump(self.best, f)
+        os.replace(self.state_path + ".tmp", self.state_path)
+
+
+def default_callbacks(out, monitor="val_accuracy", model=None):
+    """BackupAndRestore (resume after a kill), the best model over the whole
+    run, CSV and TensorBoard logs, NaN guard. Files under `out`:
+    `backup/`, `best.keras` (and `best.keras.json`: its epoch and value),
+    `log.csv`, `tensorboard/`. `model`: what `best.keras` holds (default:
+    the model being fit)."""
     os.makedirs(out, exist_ok=True)
+    backup = os.path.join(out, "backup")
     callbacks = [
-        keras.callbacks.BackupAndRestore(os.path.join(out, "backup")),
-        keras.callbacks.ModelCheckpoint(os.path.join(out, "best.keras"), monitor=monitor,
-                                        mode="max", save_best_only=True),
+        keras.callbacks.BackupAndRestore(backup),
+        BestModelCheckpoint(os.path.join(out, "best.keras"), monitor=monitor,
+                            backup_dir=backup, model=model),
         keras.callbacks.CSVLogger(os.path.join(out, "log.csv"), append=True),
         TerminateOnNaNWithAdvice(),
     ]

@@ -2,7 +2,6 @@
 recipe to a trained, saved model; what `keras-vit train` runs."""
 
 import contextlib
-import json
 import logging
 import math
 import os
@@ -11,8 +10,14 @@ import time
 
 import keras
 
+from keras_vit import _checks
+from keras_vit._saving import load_keras_model, save_atomically
 from keras_vit.training import distribution as distribution_lib
-from keras_vit.training.callbacks import default_callbacks
+from keras_vit.training.callbacks import (
+    BestModelCheckpoint,
+    TerminateOnNaNWithAdvice,
+    default_callbacks,
+)
 from keras_vit.training.recipes import get_recipe, make_optimizer
 from keras_vit.training.sam import SAMModel
 from keras_vit.training.strategy import get_strategy, prepare_model, uses_only_cpus, worker_task
@@ -34,8 +39,8 @@ def _build_model(model, weights, classes, image_size, recipe, dropout_rate, drop
     import keras_vit
     from keras_vit.models.variants import ALL_VARIANTS
 
-    if isinstance(model, str) and model.endswith(".keras"):
-        model = keras.saving.load_model(model)
+    if isinstance(model, (str, os.PathLike)) and str(model).endswith(".keras"):
+        model = load_keras_model(model, "model")
     if isinstance(model, keras.Model):
         wanted = keras.config.dtype_policy().name
         used = {layer.dtype_policy.name for layer in model.layers if layer.weights}
@@ -220,9 +225,18 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
         holdout: fraction held out of a folder without split folders.
 
     Returns:
-        dict with `val_accuracy`, `val_loss`, `seconds`, `steps`, `epochs`,
-        `data` (`{"train": {split, images, classes}, "validation": ...}`),
-        `summary`, `skipped_corrupt` and the artifact paths.
+        dict with `status` (`"completed"`), `val_accuracy`, `val_loss`,
+        `seconds`, `steps`, `epochs`, `data` (`{"train": {split, images,
+        classes}, "validation": ...}`), `summary`, `skipped_corrupt`, the
+        artifact paths and `best` (`{"monitor", "value", "epoch"}` of
+        `best.keras`, the best epoch of the whole run, resumes included).
+
+    Raises:
+        ValueError: a bad argument (numbers are checked before any work),
+            a data or model problem, in one sentence.
+        TrainingDivergedError: the loss became NaN/inf; no `model.keras`
+            is written; its `results` say where (`keras-vit train` prints
+            them as its JSON line and exits with status 1).
 
     Example:
 
@@ -236,6 +250,11 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
     from keras_vit.data.presets import auto_preset
 
     start = time.perf_counter()
+    _checks.optional(_checks.positive_int, image_size=image_size, batch_size=batch_size,
+                     steps=steps, epochs=epochs, steps_per_epoch=steps_per_epoch,
+                     gradient_accumulation_steps=gradient_accumulation_steps)
+    _checks.optional(_checks.positive_float, learning_rate=learning_rate, sam_rho=sam_rho)
+    _checks.fraction(holdout, "holdout")
     recipe = get_recipe(recipe)
     set_precision(precision)
     backend = keras.backend.backend()
@@ -360,16 +379,23 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
     if verbose:
         print(f"keras-vit train: {summary['model']} on {data}\n{format_summary(summary)}",
               file=sys.stderr, flush=True)
+    callbacks = default_callbacks(out, model=net)
+    nan_guard = next(c for c in callbacks if isinstance(c, TerminateOnNaNWithAdvice))
+    best = next(c for c in callbacks if isinstance(c, BestModelCheckpoint))
     try:
         history = trainable.fit(train_ds, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                                validation_data=val_ds, callbacks=default_callbacks(out),
+                                validation_data=val_ds, callbacks=callbacks,
                                 shuffle=False, verbose=verbose)
-        val_loss, val_accuracy = trainable.evaluate(val_ds, verbose=0)
+        if nan_guard.stopped_at is None:
+            val_loss, val_accuracy = trainable.evaluate(val_ds, verbose=0)
     except Exception as error:  # a corrupt file: one sentence naming it
         _raise_data_error(error)
         raise
     final = os.path.join(out, "model.keras")
-    net.save(final)
+    if nan_guard.stopped_at is not None:
+        _raise_diverged(nan_guard.stopped_at, final, best, history=history, start=start,
+                        epochs=epochs, steps_per_epoch=steps_per_epoch, out=out)
+    save_atomically(net, final)
     labels_path = os.path.join(out, "labels.txt")
     with open(labels_path, "w", encoding="utf-8") as f:
         f.write("".join(f"{name}\n" for name in info.class_names))
@@ -378,12 +404,13 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
                        "names are not inside %s; they are in %s.", net.name, final,
                        labels_path)
     results = {
+        "status": "completed",
         "val_accuracy": float(val_accuracy), "val_loss": float(val_loss),
         "seconds": round(time.perf_counter() - start, 1),
         "epochs": epochs, "steps_per_epoch": steps_per_epoch,
         "epochs_run_now": len(history.epoch), "first_epoch_run_now":
             history.epoch[0] if history.epoch else None,
-        "model": final, "best_model": os.path.join(out, "best.keras"),
+        "model": final, "best_model": best.path, "best": best.best,
         "log": os.path.join(out, "log.csv"), "labels": labels_path,
         "recipe": recipe.name, "sam_rho": sam_rho,
         "precision": precision, "replicas": distribution_row["devices"],
@@ -402,6 +429,39 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
                        "epoch reads a file again), %d in validation.",
                        info.skipped_corrupt, val_info.skipped_corrupt)
     return results
+
+
+class TrainingDivergedError(RuntimeError):
+    """`train` stopped on a NaN/inf loss. `results` is the run's results
+    dict (`"status": "diverged"`, metrics None, `"model": None`); the
+    weights were not saved as `model.keras`; `best.keras`, when written,
+    holds the best epoch before the divergence."""
+
+    def __init__(self, message, results):
+        super().__init__(message)
+        self.results = results
+
+
+def _raise_diverged(stopped_at, final, best, *, history, start, epochs, steps_per_epoch, out):
+    """Raises TrainingDivergedError for a run the NaN guard stopped."""
+    epoch, batch, loss = stopped_at
+    kept = (f"{best.path} holds epoch {best.best['epoch']} ({best.monitor} "
+            f"{best.best['value']:.4f}), the best before it"
+            if best.best else "No epoch finished before it, so there is no best.keras")
+    stale = (f"; the {final} there is from an earlier run" if os.path.exists(final) else "")
+    message = (f"Training diverged: the loss became {loss} at epoch {epoch + 1}, batch "
+               f"{batch}; model.keras was not written (its weights are not finite){stale}. "
+               f"{kept}. Try a lower --learning-rate or a longer warmup.")
+    results = {
+        "status": "diverged", "error": message, "val_accuracy": None, "val_loss": None,
+        "seconds": round(time.perf_counter() - start, 1),
+        "epochs": epochs, "steps_per_epoch": steps_per_epoch,
+        "epochs_run_now": len(history.epoch),
+        "diverged_at": {"epoch": epoch + 1, "batch": batch, "loss": loss},
+        "model": None, "best_model": best.path if best.best else None, "best": best.best,
+        "log": os.path.join(out, "log.csv"),
+    }
+    raise TrainingDivergedError(message, results)
 
 
 def _shardable_validation(dataset, info, batch_size, distribution):
@@ -504,12 +564,7 @@ def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
     """
     from keras_vit.export._common import output_kind
 
-    if not str(model_path).endswith(".keras"):
-        raise ValueError(f"MODEL must be a .keras file (keras-vit train's model.keras or "
-                         f"model.save); got {str(model_path)!r}.")
-    if not os.path.isfile(model_path):
-        raise ValueError(f"Model file not found: {str(model_path)!r}.")
-    model = keras.saving.load_model(model_path)
+    model = load_keras_model(model_path)
     size = image_size or model.input_shape[1]
     common = dict(image_size=size, batch_size=batch_size, data_dir=data_dir,
                   skip_corrupt=skip_corrupt, holdout=holdout)
@@ -534,4 +589,6 @@ def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
 
 
 def print_json_line(results):
-    print(json.dumps(results))
+    from keras_vit._console import json_dumps
+
+    print(json_dumps(results))

@@ -1,0 +1,88 @@
+"""Loading `.keras` files with one clear sentence for each way it can fail
+(what the CLI, `train` and `evaluate` use): not a `.keras` name, missing,
+a directory, present but unreadable (not a zip archive: truncated, or
+another file renamed), or a class that is not registered (keras_vit's, or
+the user's own)."""
+
+import os
+import re
+import zipfile
+
+_UNREGISTERED = re.compile(r"Could not locate (?:class|function) '([^']+)'")
+_REGISTERED_AS = re.compile(r"'registered_name': '([^']+)'")
+
+
+def check_keras_path(path, what="MODEL"):
+    """`path` as a string if it names an existing, readable `.keras` file;
+    else a ValueError saying which of those it is not."""
+    path = str(path)
+    if path.endswith(".npz"):
+        raise ValueError(
+            f"{what} must be a .keras file written by keras-vit train or model.save; got "
+            f"{path!r} (an official checkpoint: use keras-vit predict --model auto "
+            f"--weights {path}).")
+    if not path.endswith(".keras"):
+        raise ValueError(f"{what} must be a .keras file written by keras-vit train or "
+                         f"model.save; got {path!r}.")
+    if os.path.isdir(path):
+        raise ValueError(f"{what} {path!r} is a directory, not a .keras file.")
+    if not os.path.exists(path):
+        raise ValueError(f"Model not found: {path!r}.")
+    try:
+        readable = zipfile.is_zipfile(path)
+    except OSError as error:
+        raise ValueError(f"{what} {path!r} exists but cannot be read: "
+                         f"{error.strerror or error}.") from None
+    if not readable:
+        raise ValueError(
+            f"{what} {path!r} exists but is not a readable .keras file (a .keras file is "
+            f"a zip archive; this one, {os.path.getsize(path):,} bytes, is not: truncated "
+            "by an interrupted copy or download, or another kind of file renamed).")
+    return path
+
+
+def load_keras_model(path, what="MODEL"):
+    """`keras.saving.load_model(path)` after `check_keras_path`; a failure
+    is one ValueError naming the file (and, for a class Keras cannot find,
+    what to import)."""
+    import keras
+
+    import keras_vit
+
+    path = check_keras_path(path, what)
+    keras_vit._load_all()  # registers every keras_vit class
+    try:
+        return keras.saving.load_model(path)
+    except (ValueError, TypeError, OSError, KeyError, zipfile.BadZipFile) as error:
+        text = str(error).strip()
+        missing = _UNREGISTERED.search(text)
+        if missing:
+            registered = _REGISTERED_AS.search(text, missing.end())  # its own config
+            name = registered.group(1) if registered else missing.group(1)
+            if name.startswith("keras_vit>"):
+                raise ValueError(
+                    f"Cannot load {path!r}: it needs keras_vit's {name.split('>')[1]!r}, "
+                    f"which this keras_vit ({keras_vit.__version__}) does not have (written "
+                    "by another version?). Load it with the keras_vit version that wrote "
+                    "it.") from None
+            raise ValueError(
+                f"Cannot load {path!r}: it needs the custom class {name!r}, which is not "
+                "registered in this process; import the module that defines it (with "
+                "@keras.saving.register_keras_serializable) before loading, e.g. in "
+                "Python: import mymodule, then keras.saving.load_model(path).") from None
+        first = text.splitlines()[0] if text else type(error).__name__
+        raise ValueError(f"Cannot load {path!r} as a Keras model: {first}") from error
+
+
+def save_atomically(model, path):
+    """`model.save(path)` through a temporary `.keras` file in the same
+    folder, renamed into place: a kill never leaves a partial file at
+    `path`."""
+    directory, name = os.path.split(os.fspath(path))
+    temporary = os.path.join(directory or ".", f".{name}.tmp-{os.getpid()}.keras")
+    try:
+        model.save(temporary)
+        os.replace(temporary, path)
+    finally:
+        if os.path.exists(temporary):
+            os.remove(temporary)
