@@ -198,6 +198,14 @@ def test_single_npy_array(tmp_path):
     with open(path, "wb") as f:
         np.save(f, np.zeros(3, "float32"))
     assert_unsupported_everywhere(path, f"{str(path)!r} is a single NumPy array (.npy)")
+    # under an .npz name: corrupt as well (a cached download is fetched again)
+    with pytest.raises(CorruptCheckpointError, match="is a single NumPy array"):
+        official.read_checkpoint(path)
+    other = tmp_path / "kernel.bin"
+    path.rename(other)
+    with pytest.raises(UnsupportedCheckpointError) as info:
+        official.read_checkpoint(other)
+    assert not isinstance(info.value, CorruptCheckpointError)
 
 
 def test_tensorflow_checkpoint(tmp_path):
@@ -346,7 +354,10 @@ def test_mixer_file_into_vit_says_how_to_build_it():
 
 # --- download path ------------------------------------------------------
 
-def test_url_serving_html_is_unsupported_and_not_cached(tmp_path):
+def test_url_serving_html_is_refused_after_one_retry_and_not_cached(tmp_path):
+    """Content that is not an .npz under an .npz name counts as a corrupt
+    download (fetched once more, as a proxy's page may be transient) and is
+    named (an UnsupportedCheckpointError too)."""
     import os
     import pathlib
 
@@ -360,12 +371,12 @@ def test_url_serving_html_is_unsupported_and_not_cached(tmp_path):
             tiny_vit(weights=url)
     finally:
         server.close()
+    assert isinstance(info.value, CorruptCheckpointError)
     message = str(info.value)
-    assert message.startswith(
-        f"The file downloaded from {url} is not an official .npz checkpoint (it "
-        "was removed from the cache): ")
+    assert message.startswith(f"The checkpoint downloaded from {url} is corrupt (")
     assert "is an HTML page, not a checkpoint" in message
-    assert server.requests == ["/files/model.npz"]
+    assert "twice in a row; the file was removed from the cache" in message
+    assert server.requests == ["/files/model.npz"] * 2
     cache = pathlib.Path(os.environ["KERAS_HOME"]) / CACHE_SUBDIR
     assert not (cache / "url--model.npz").exists()
 

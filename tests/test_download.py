@@ -220,6 +220,30 @@ def test_corrupt_cached_file_is_replaced(server, caplog):
                                fixture.io["logits"], rtol=1e-5, atol=2e-5)
 
 
+@pytest.mark.parametrize("content", ["npy", "html"])
+def test_cached_file_of_another_format_under_an_npz_name_is_replaced(server, caplog,
+                                                                     content):
+    """A .npy array or an HTML page cached under the checkpoint's .npz name
+    counts as corrupt: deleted and downloaded again (issue 17)."""
+    fixture = Fixture("vit_tiny_token")
+    url = server.put("files/good.npz", fixture.checkpoint)
+    cache_dir().mkdir(parents=True, exist_ok=True)
+    cached = cache_dir() / registry.url_cache_name(url)
+    if content == "npy":
+        with open(cached, "wb") as f:
+            np.save(f, np.zeros(3, "float32"))
+    else:
+        cached.write_text("<html><body>Sign in to the proxy</body></html>")
+    with caplog.at_level(logging.WARNING, logger="keras_vit"):
+        model = fixture.build(weights=url, classifier_activation=None)
+    assert "failed the integrity check" in caplog.text
+    assert ("a single NumPy array (.npy)" if content == "npy" else "an HTML page") \
+        in caplog.text
+    assert server.requests == ["/files/good.npz"]
+    np.testing.assert_allclose(model.predict(fixture.io["images_uint8"], verbose=0),
+                               fixture.io["logits"], rtol=1e-5, atol=2e-5)
+
+
 def closed_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

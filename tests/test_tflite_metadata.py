@@ -123,7 +123,7 @@ def test_metadata_reads_back_field_by_field(exports):
         "summary": "TFLite Metadata: RGB image, normalization mean 0 std 1; outputs "
                    "probabilities, logits; 10 labels inside (labels.txt)",
         "normalization": {"mean": [0.0] * 3, "std": [1.0] * 3},
-        "normalization_source": "in the graph (Normalization layer 'preprocessing')",
+        "normalization_source": "in the graph (ImageNormalization layer 'preprocessing')",
         "labels": 10, "labels_source": "model", "outputs": ["probabilities", "logits"],
         "packed_files": {"labels.txt": 80}}
     assert "metadata                    TFLite Metadata: RGB image" in str(report)
@@ -262,7 +262,7 @@ def test_bad_metadata_arguments_name_the_value(tmp_path):
          r"metadata normalization=127.5; give 'auto' or \(mean, std\)"),
         ({"normalization": (127.5, 127.5)}, ValueError,
          r"metadata normalization=\(127.5, 127.5\), but 'vision_transformer' normalizes "
-         r"its input in its graph \(Normalization layer 'preprocessing'\).*twice"),
+         r"its input in its graph \(ImageNormalization layer 'preprocessing'\).*twice"),
     ]
     for metadata, error, message in cases:
         with pytest.raises(error, match=message):

@@ -3,7 +3,6 @@ validation / calibration images, timing, the verification report and
 atomic writes (temporary name, verify, then rename)."""
 
 import dataclasses
-import json
 import logging
 import os
 import secrets
@@ -41,10 +40,42 @@ def require_tensorflow_backend():
             "loads under any backend).")
 
 
+def _graph_inputs(model):
+    """The symbolic inputs of a Functional or Sequential model; None for a
+    subclassed model (its graph is its Python `call`)."""
+    try:
+        return model.inputs
+    except AttributeError:
+        return None
+
+
+def model_input_shape(model):
+    """`model.input_shape`; for a subclassed model, the shape it was built
+    or first called with. A ValueError when no shape is known."""
+    if _graph_inputs(model) is not None:
+        return model.input_shape
+    shapes = list((getattr(model, "_build_shapes_dict", None) or {}).values())
+    if len(shapes) == 1 and isinstance(shapes[0], (tuple, list)):
+        return (None, *shapes[0][1:])
+    raise ValueError(
+        f"{model.name!r} ({type(model).__name__}) has no known input shape: a subclassed "
+        "model is built by its first call. Call it once on a batch of images, e.g. "
+        "model(np.zeros((1, 224, 224, 3))), or model.build((None, 224, 224, 3)), "
+        "before exporting.")
+
+
+def model_classes(model):
+    """The number of outputs (classes) of `model`."""
+    if _graph_inputs(model) is not None:
+        return int(model.output_shape[-1])
+    spec = model.compute_output_spec(keras.KerasTensor(model_input_shape(model)))
+    return int(spec.shape[-1])
+
+
 def model_image_size(model, image_size=None):
     """(height, width) the model takes; `image_size` for models built with
     a free input size."""
-    shape = model.input_shape
+    shape = model_input_shape(model)
     if isinstance(shape, list) or len(shape) != 4:
         raise ValueError(f"Export takes a model with one image input (batch, height, "
                          f"width, channels); this one takes {shape}.")
@@ -73,6 +104,11 @@ def output_kind(model, outputs="auto"):
         raise ValueError(f"outputs={outputs!r}; allowed: {OUTPUT_KINDS}.")
     if outputs != "auto":
         return outputs
+    if _graph_inputs(model) is None:
+        raise ValueError(
+            f"Cannot tell whether {model.name!r} outputs logits or probabilities: it is a "
+            f"subclassed model ({type(model).__name__}), whose last operation only its "
+            "call() knows; pass outputs='logits' or outputs='probabilities'.")
     last = model.layers[-1]
     activation = getattr(last, "activation", None)
     name = getattr(activation, "__name__", None)
@@ -102,13 +138,14 @@ def logits_and_probabilities(model, outputs="auto"):
     kind = output_kind(model, outputs)
     last = model.layers[-1]
     head_is_softmax_dense = (isinstance(last, keras.layers.Dense)
-                             and getattr(last.activation, "__name__", None) == "softmax")
+                             and getattr(last.activation, "__name__", None) == "softmax"
+                             and _graph_inputs(model) is not None)
     if kind == "logits":
         def call(images):
             logits = ops.cast(model(images, training=False), "float32")
             return logits, ops.softmax(logits, axis=-1)
     elif head_is_softmax_dense:
-        features = keras.Model(model.input, last.input)
+        features = keras.Model(model.inputs[0], last.input)  # Sequential has no .input
 
         def call(images):
             x = ops.cast(features(images, training=False), last.compute_dtype)
@@ -478,7 +515,9 @@ class ExportReport:
         return data
 
     def to_json(self):
-        return json.dumps(self.to_dict())
+        from keras_vit._console import json_dumps
+
+        return json_dumps(self.to_dict())
 
     def __str__(self):
         rows = [("format", self.format), ("path", self.path),

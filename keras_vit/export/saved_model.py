@@ -17,7 +17,9 @@ from keras_vit.export._common import (
     evaluate,
     logits_and_probabilities,
     model_class_names,
+    model_classes,
     model_image_size,
+    model_input_shape,
     publish,
     reference_logits,
     reject,
@@ -66,7 +68,7 @@ def dynamic_size_layout(model):
 
 def takes_any_size(model):
     """True for a model built with a None height or width."""
-    shape = model.input_shape
+    shape = model_input_shape(model)
     return not isinstance(shape, list) and len(shape) == 4 and None in shape[1:3]
 
 
@@ -97,7 +99,7 @@ def serving_function(model, *, resize=False, top_k=5, image_size=None, outputs="
     else:
         height, width = model_image_size(model, image_size)
     call = logits_and_probabilities(model, outputs)
-    classes = model.output_shape[-1]
+    classes = model_classes(model)
     k = min(top_k, classes)
     spec = tf.TensorSpec([None, None, None, None] if resize or dynamic
                          else [None, height, width, None], tf.uint8, name="images")

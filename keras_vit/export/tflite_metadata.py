@@ -247,7 +247,9 @@ def classifier_metadata(model, *, image_size, quantization="none", metadata=True
     if metadata is False or metadata is None:
         return None
     options = _options(metadata)
-    num_classes = int(model.output_shape[-1])
+    from keras_vit.export._common import model_classes
+
+    num_classes = model_classes(model)
     mean, std, how = input_normalization(model, options.get("normalization", "auto"))
     names, source = classifier_labels(model, num_classes, options.get("labels"))
     height, width = (int(s) for s in image_size)

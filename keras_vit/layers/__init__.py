@@ -7,6 +7,7 @@ from keras_vit.layers.mixer import MixerBlock
 from keras_vit.layers.patch_encoder import PatchEncoder, interpolate_position_embedding
 from keras_vit.layers.patches import Patches
 from keras_vit.layers.pooling import SequencePooling
+from keras_vit.layers.preprocessing import ImageNormalization
 from keras_vit.layers.resnet import BottleneckUnit, ResNetRoot, StdConv2D
 from keras_vit.layers.transformer import TransformerBlock
 
@@ -14,6 +15,7 @@ __all__ = [
     "BottleneckUnit",
     "ClassifierHead",
     "DropPath",
+    "ImageNormalization",
     "MixerBlock",
     "PatchEncoder",
     "Patches",

@@ -3,7 +3,7 @@
 import keras
 from keras import ops
 
-from keras_vit.layers._utils import to_pair
+from keras_vit.layers._utils import checked_channels, to_pair
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -60,7 +60,7 @@ class Patches(keras.layers.Layer):
         return (None if h is None else h // ph), (None if w is None else w // pw), c
 
     def build(self, input_shape):
-        self._grid(input_shape)
+        self._channels = self._grid(input_shape)[2]
         self.built = True
 
     def call(self, inputs):
@@ -70,6 +70,7 @@ class Patches(keras.layers.Layer):
         # of the patch then fails in the reshape below ("Input to reshape
         # is a tensor with ... values"), never silently (the batch size is
         # explicit, so no other reading of the pixels fits).
+        inputs = checked_channels(inputs, getattr(self, "_channels", None))
         gh, gw, c = self._grid(inputs.shape)
         ph, pw = self.patch_size
         if (ph, pw) == (1, 1):

@@ -5,7 +5,7 @@ Architecture"; Kolesnikov et al., "Big Transfer")."""
 import keras
 from keras import ops
 
-from keras_vit.layers._utils import check_positive_int, to_pair
+from keras_vit.layers._utils import checked_channels, check_positive_int, to_pair
 
 GROUPS = 32
 GROUP_NORM_EPSILON = 1e-6
@@ -145,12 +145,14 @@ class ResNetRoot(keras.layers.Layer):
         )
 
     def build(self, input_shape):
+        self._channels = input_shape[-1]
         self.conv_root.build(input_shape)
         shape = self.conv_root.compute_output_shape(input_shape)
         self.gn_root.build(shape)
         self.built = True
 
     def call(self, inputs):
+        inputs = checked_channels(inputs, getattr(self, "_channels", None))
         x = ops.relu(self.gn_root(self.conv_root(inputs)))
         return self.pool(x)
 

@@ -8,6 +8,7 @@ import tempfile
 
 import keras
 
+from keras_vit.layers.preprocessing import ImageNormalization
 from keras_vit.weights.official import CheckpointMismatchError, load_official_weights
 
 logger = logging.getLogger("keras_vit")
@@ -146,7 +147,8 @@ def image_input(input_tensor, input_shape, default_size, effective_patch,
 
 def preprocessing_layer(mean=None, std=None):
     """`(x - 127.5) / 127.5`: raw [0, 255] pixels to [-1, 1], exactly the
-    official eval pipeline.
+    official eval pipeline (an `ImageNormalization`: the channel count is
+    checked).
 
     `mean`, `std`: per-channel values on the [0, 1] scale (timm's
     `pretrained_cfg`, transformers' `image_mean`/`image_std`), e.g. the
@@ -156,12 +158,12 @@ def preprocessing_layer(mean=None, std=None):
     """
     official = all(v is None or all(float(c) == 0.5 for c in v) for v in (mean, std))
     if official:
-        return keras.layers.Normalization(
+        return ImageNormalization(
             mean=IMAGE_MEAN, variance=IMAGE_STD**2, name="preprocessing"
         )
     mean = [255.0 * float(c) for c in (mean if mean is not None else (0.5,) * 3)]
     std = [255.0 * float(c) for c in (std if std is not None else (0.5,) * 3)]
-    return keras.layers.Normalization(
+    return ImageNormalization(
         mean=mean, variance=[s * s for s in std], name="preprocessing"
     )
 
@@ -298,10 +300,53 @@ def finish(inputs, outputs, name, resolved):
     return model
 
 
+def _h5_arrays(path):
+    """{dataset path: shape} of a Keras weights file (its optimizer aside)."""
+    import h5py
+
+    arrays = {}
+    with h5py.File(path, "r") as f:
+        f.visititems(lambda name, item: arrays.__setitem__(name, item.shape)
+                     if isinstance(item, h5py.Dataset) else None)
+    return {k: v for k, v in arrays.items() if not k.startswith("optimizer/")}
+
+
+def check_keras_weights(model, path):
+    """A CheckpointMismatchError unless the Keras weights file at `path`
+    holds exactly the arrays `model` saves (same paths, same shapes):
+    Keras' `load_weights` reads the entries the model asks for and says
+    nothing about the others (a deeper model's file loads into a shallower
+    one). The model's own layout is what `model.save_weights` writes."""
+    with tempfile.TemporaryDirectory() as tmp:
+        own = os.path.join(tmp, "own.weights.h5")
+        model.save_weights(own)
+        wanted = _h5_arrays(own)
+    found = _h5_arrays(path)
+    missing = sorted(set(wanted) - set(found))
+    unexpected = sorted(set(found) - set(wanted))
+    misshaped = sorted(f"{k}: file {found[k]}, model {wanted[k]}"
+                       for k in set(wanted) & set(found) if found[k] != wanted[k])
+    if missing or unexpected or misshaped:
+        from keras_vit.weights.official import _fmt
+
+        parts = [f"{len(x)} {what} ({_fmt(x, 5)})" for x, what in (
+            (unexpected, "arrays in the file that the model does not have"),
+            (missing, "arrays of the model missing from the file"),
+            (misshaped, "arrays of another shape")) if x]
+        raise CheckpointMismatchError(
+            f"The Keras weights file {path!r} does not fit {model.name!r} (written by "
+            f"another architecture, e.g. another depth or width): {'; '.join(parts)}. "
+            "Load it into the model that wrote it (same variant and options).",
+            missing=missing, unexpected=unexpected, misshaped=misshaped, source=path,
+            model_name=model.name)
+
+
 def _load_keras_weights(model, path):
     """`model.load_weights` for a Keras 3 weights file (recognised by its
-    bytes): Keras picks its reader by the name, so a file not named
-    `*.weights.h5` is read through a link (or copy) that is."""
+    bytes) after `check_keras_weights`: Keras picks its reader by the
+    name, so a file not named `*.weights.h5` is read through a link (or
+    copy) that is."""
+    check_keras_weights(model, path)
     if path.endswith(".weights.h5"):
         model.load_weights(path)
         return

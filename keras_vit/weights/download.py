@@ -196,7 +196,11 @@ def fetch_checkpoint(url, filename):
             official `.npz`; the message names the URL and what it served.
         ValueError: a bad `$KERAS_VIT_DOWNLOAD_TIMEOUT`.
     """
-    from keras_vit.weights.official import CorruptCheckpointError, read_checkpoint
+    from keras_vit.weights.official import (
+        CorruptCheckpointError,
+        NotAnNpzError,
+        read_checkpoint,
+    )
 
     hint = offline_hint(url, filename)
 
@@ -225,7 +229,9 @@ def fetch_checkpoint(url, filename):
                 _discard(path, before, filename)
         failures += 1
         if failures == 2:
-            raise CorruptCheckpointError(
+            error_type = type(failure) if isinstance(failure, NotAnNpzError) \
+                else CorruptCheckpointError
+            raise error_type(
                 f"The checkpoint downloaded from {url} is corrupt ({failure}), "
                 "twice in a row; the file was removed from the cache. Check the "
                 f"URL or your mirror, or {hint}."
@@ -237,11 +243,19 @@ def fetch_checkpoint(url, filename):
 
 
 def _read_download(url, path, read_checkpoint):
-    from keras_vit.weights.official import UnsupportedCheckpointError
+    from keras_vit.weights.official import (
+        CorruptCheckpointError,
+        NotAnNpzError,
+        UnsupportedCheckpointError,
+    )
 
     try:
         return read_checkpoint(path)
+    except CorruptCheckpointError:  # NotAnNpzError included: downloaded again
+        raise
     except UnsupportedCheckpointError as error:
+        if url.split("?")[0].endswith(".npz"):  # (path may be the partial file)
+            raise NotAnNpzError(str(error)) from error
         _remove(path)
         raise UnsupportedCheckpointError(
             f"The file downloaded from {url} is not an official .npz "

@@ -80,6 +80,13 @@ class UnsupportedCheckpointError(ValueError):
     checkpoint, an HTML page, ...). The message names the format found."""
 
 
+class NotAnNpzError(CorruptCheckpointError, UnsupportedCheckpointError):
+    """A file named `.npz` whose bytes are another format (a server's error
+    page saved under the checkpoint's name, a `.npy` or `.h5` renamed): both
+    corrupt (a cached download is deleted and fetched again) and
+    unsupported (the message names the format found)."""
+
+
 class CheckpointNotFoundError(ValueError, FileNotFoundError):
     """No file at the given path ("Weights file not found: 'PATH'.").
 
@@ -553,6 +560,14 @@ def canonical_keys(params):
     return out
 
 
+def _as_not_npz(error, name):
+    """`error` (an UnsupportedCheckpointError) as a NotAnNpzError when the
+    file is named `.npz`: content that is not what its name says."""
+    if name.endswith(".npz") and not isinstance(error, CorruptCheckpointError):
+        return NotAnNpzError(str(error))
+    return error
+
+
 def read_checkpoint(path):
     """Reads an official `.npz` into `{canonical key: float32 array}`.
 
@@ -566,20 +581,25 @@ def read_checkpoint(path):
         UnsupportedCheckpointError: not an official `.npz`: a PyTorch,
             safetensors or TensorFlow checkpoint, a whole Keras model, a
             Keras `.weights.h5` (load those with `weights=` or
-            `model.load_weights`), an HTML page, ...
+            `model.load_weights`), an HTML page, ... Under a `.npz` name it
+            is a `NotAnNpzError`, a CorruptCheckpointError as well.
         CorruptCheckpointError: an `.npz` that is damaged: a CRC error, a
             truncated or empty file, or an entry that is not a numeric array
             (pickled objects).
     """
     name = os.fspath(path)
-    if sniff_checkpoint(path) == "keras_weights":
-        raise UnsupportedCheckpointError(
+    try:
+        kind = sniff_checkpoint(path)
+    except UnsupportedCheckpointError as error:
+        raise _as_not_npz(error, name) from error
+    if kind == "keras_weights":
+        raise _as_not_npz(UnsupportedCheckpointError(
             f"{name!r} is a Keras .weights.h5 file, not an official .npz "
             "checkpoint: it holds no architecture. Pass it as `weights=` to "
             "the builder of the model that wrote it (e.g. "
             "keras_vit.ViTB16(weights=path)) or call model.load_weights(path); "
             "read_checkpoint and model_from_checkpoint read official .npz files."
-        )
+        ), name)
     path = os.path.expanduser(name)
     try:
         with np.load(path, allow_pickle=False) as archive:
