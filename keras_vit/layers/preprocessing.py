@@ -10,8 +10,10 @@ class ImageNormalization(keras.layers.Normalization):
     """`keras.layers.Normalization` over the channels of images that checks
     their channel count: a one-channel (grayscale) batch is a ValueError
     naming both counts, not broadcast over the per-channel mean and
-    variance as `Normalization` alone would (2 or 4 channels: the same
-    ValueError instead of a graph error).
+    variance as `Normalization` alone would (2 or 4 channels likewise; in
+    a TensorFlow graph traced without the channel count, as `predict` does
+    after a batch of another shape, the same sentence comes from a runtime
+    assertion).
 
     >>> layer = ImageNormalization(mean=[127.5] * 3, variance=[127.5**2] * 3)
     >>> layer(keras.ops.full((1, 2, 2, 3), 255.0)).shape
