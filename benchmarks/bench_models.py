@@ -649,12 +649,14 @@ def run_config(config, workers, args, label):
     return list(rows.values())
 
 
-def fail(row, reply):
+def fail(row, reply, name="framework"):
+    """Marks `row` n/a or failed from a worker's `reply`; `name`: the row's
+    field that names it in the progress line."""
     if "na" in reply:
         row.update(status="n/a", error=reply["na"])
     else:
         row.update(status="error", error=reply["error"])
-        progress(f"  {row['framework']}: {reply['error']}")
+        progress(f"  {row[name]}: {reply['error']}")
 
 
 def summarize(rows, peaks, tf_peak):

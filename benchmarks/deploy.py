@@ -67,6 +67,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_models import (  # noqa: E402
     NotAvailable,
     die_with_parent,
+    fail,
     import_torchvision,
     machine_info,
     progress,
@@ -506,7 +507,7 @@ def run_config(model, batch, engines, workers, paths, args, label):
         reply = workers[runtime].request("load", engine=engine, model=model, batch=batch,
                                          paths=paths, warmup=args.warmup)
         if not reply["ok"]:
-            fail(row, reply)
+            fail(row, reply, "engine")
             continue
         row.update(load_s=reply["load_s"], warmup_s=reply["warmup_s"])
     for r in range(args.rounds):
@@ -518,7 +519,7 @@ def run_config(model, batch, engines, workers, paths, args, label):
             if reply["ok"]:
                 rows[engine]["round_s"].append(reply["seconds"])
             else:
-                fail(rows[engine], reply)
+                fail(rows[engine], reply, "engine")
         progress(f"{label}: round {r + 1}/{args.rounds}: " + ", ".join(
             f"{e} {batch / rows[e]['round_s'][-1]:.1f}" for e in live
             if rows[e]["status"] == "ok") + " img/s")
@@ -531,7 +532,7 @@ def run_config(model, batch, engines, workers, paths, args, label):
         reply = workers[ENGINES[engine][0]].request("top1", engine=engine,
                                                     path=paths["agreement"])
         if not reply["ok"]:
-            fail(rows[engine], reply)
+            fail(rows[engine], reply, "engine")
             continue
         if engine == "keras":
             reference = reply["top1"]
@@ -541,14 +542,6 @@ def run_config(model, batch, engines, workers, paths, args, label):
     for worker in workers.values():
         worker.request("release")
     return list(rows.values())
-
-
-def fail(row, reply):
-    if "na" in reply:
-        row.update(status="n/a", error=reply["na"])
-    else:
-        row.update(status="error", error=reply["error"])
-        progress(f"  {row['engine']}: {reply['error']}")
 
 
 def summarize(rows):
