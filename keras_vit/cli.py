@@ -27,6 +27,7 @@ import os
 import sys
 
 from keras_vit import _checks, _console
+from keras_vit._saving import check_keras_path as _check_model_file
 from keras_vit.models.variants import ALL_VARIANTS
 from keras_vit.weights import registry
 
@@ -216,13 +217,6 @@ def cmd_download(args, out):
               f"from {url})", file=out)
     return 0
 
-
-
-def _check_model_file(path, what="MODEL"):
-    """A `.keras` file argument: a clear sentence for anything else."""
-    from keras_vit._saving import check_keras_path
-
-    return check_keras_path(path, what)
 
 
 def _load_keras_model(path, what="MODEL"):

@@ -248,13 +248,14 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
     ```
     """
     from keras_vit.data.presets import auto_preset
+    from keras_vit.data.sources import _check_holdout
 
     start = time.perf_counter()
     _checks.optional(_checks.positive_int, image_size=image_size, batch_size=batch_size,
                      steps=steps, epochs=epochs, steps_per_epoch=steps_per_epoch,
                      gradient_accumulation_steps=gradient_accumulation_steps)
     _checks.optional(_checks.positive_float, learning_rate=learning_rate, sam_rho=sam_rho)
-    _checks.fraction(holdout, "holdout")
+    _check_holdout(holdout)  # (the data layer's check: also for sources without a folder)
     recipe = get_recipe(recipe)
     set_precision(precision)
     backend = keras.backend.backend()

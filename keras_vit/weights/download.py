@@ -245,8 +245,8 @@ def fetch_checkpoint(url, filename):
 def _read_download(url, path, read_checkpoint):
     from keras_vit.weights.official import (
         CorruptCheckpointError,
-        NotAnNpzError,
         UnsupportedCheckpointError,
+        _as_not_npz,
     )
 
     try:
@@ -254,8 +254,10 @@ def _read_download(url, path, read_checkpoint):
     except CorruptCheckpointError:  # NotAnNpzError included: downloaded again
         raise
     except UnsupportedCheckpointError as error:
-        if url.split("?")[0].endswith(".npz"):  # (path may be the partial file)
-            raise NotAnNpzError(str(error)) from error
+        # judged by the URL's name: `path` may be the partial file
+        not_npz = _as_not_npz(error, url.split("?")[0])
+        if not_npz is not error:
+            raise not_npz from error
         _remove(path)
         raise UnsupportedCheckpointError(
             f"The file downloaded from {url} is not an official .npz "
