@@ -2,8 +2,10 @@
 (what the CLI, `train` and `evaluate` use): not a `.keras` name, missing,
 a directory, present but unreadable (not a zip archive: truncated, or
 another file renamed), or a class that is not registered (keras_vit's, or
-the user's own)."""
+the user's own); and writing them so that a kill never leaves a partial
+file, from every process of a multi-process JAX job."""
 
+import contextlib
 import os
 import re
 import zipfile
@@ -81,8 +83,57 @@ def save_atomically(model, path):
     directory, name = os.path.split(os.fspath(path))
     temporary = os.path.join(directory or ".", f".{name}.tmp-{os.getpid()}.keras")
     try:
-        model.save(temporary)
+        with host_values(model):
+            model.save(temporary)
         os.replace(temporary, path)
     finally:
         if os.path.exists(temporary):
             os.remove(temporary)
+
+
+@contextlib.contextmanager
+def host_values(model):
+    """Makes every variable of `model` (and of its optimizer) readable in
+    this process while the block runs, so that Keras can save it.
+
+    On JAX, a variable split over devices of several processes
+    (`ModelParallel` with the model axis across processes) holds only
+    some of its pieces in each process, and reading it raises JAX's
+    "spans non-addressable devices" error. Such variables are gathered
+    whole (`process_allgather`, a collective: every process must enter
+    this block at the same point, as every process of a `keras-vit train`
+    job saves) and put in place of the variable's value until the block
+    ends (nothing is assigned, nothing resharded; a `keras.StatelessScope`
+    cannot do it: saving creates variables, which a stateless scope
+    forbids). Elsewhere this does nothing.
+    """
+    import keras
+
+    if keras.backend.backend() != "jax":
+        yield
+        return
+    import jax
+
+    if jax.process_count() == 1:
+        yield
+        return
+    from jax.experimental import multihost_utils
+
+    optimizer = getattr(model, "optimizer", None)
+    variables = list(model.variables) + list(getattr(optimizer, "variables", []) or [])
+    mapping, seen = [], set()
+    for variable in variables:
+        value = variable.value
+        if id(variable) in seen or not isinstance(value, jax.Array):
+            continue
+        seen.add(id(variable))
+        if not (value.is_fully_addressable or value.is_fully_replicated):
+            mapping.append((variable, multihost_utils.process_allgather(value, tiled=True)))
+    originals = [(variable, variable._value) for variable, _ in mapping]
+    try:
+        for variable, whole in mapping:
+            variable._value = whole
+        yield
+    finally:
+        for variable, original in originals:
+            variable._value = original

@@ -4,8 +4,13 @@ run by tests/test_distribution.py in subprocesses (the device count is an
 XLA flag that must be set before JAX starts).
 
     XLA_FLAGS=--xla_force_host_platform_device_count=4 KERAS_BACKEND=jax \\
-    python tests/distribution_worker.py SPEC OUT.npz [--steps 3]
+    python tests/distribution_worker.py SPEC OUT.npz [--steps 3] [--sam-rho R]
         [--coordinator HOST:PORT --num-processes N --process-id I]
+
+SPEC is a `get_distribution` spec, or `hand-sam`: SAM steps written out
+by hand with `jax.grad` on one device (no SAMModel, no optimizer, no fit),
+the reference for `--sam-rho`. With `--sam-rho` the optimizer is plain SGD
+at `SAM_LR`, which the hand reference applies.
 
 The data are scikit-learn's digits (8x8 scaled to 16x16, RGB), the first
 `steps x 16` in order; the initial weights come from a seeded NumPy
@@ -28,6 +33,7 @@ def main(argv=None):
     parser.add_argument("spec")
     parser.add_argument("out")
     parser.add_argument("--steps", type=int, default=3)
+    parser.add_argument("--sam-rho", type=float)
     parser.add_argument("--coordinator")
     parser.add_argument("--num-processes", type=int)
     parser.add_argument("--process-id", type=int)
@@ -49,7 +55,7 @@ def main(argv=None):
     labels = keras.utils.to_categorical(digits.target[:count], 10).astype("float32")
     dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(BATCH)
 
-    distribution = training.get_distribution(args.spec)
+    distribution = None if args.spec == "hand-sam" else training.get_distribution(args.spec)
     scope = distribution.scope() if distribution is not None else _nothing()
     with scope:
         import keras_vit
@@ -57,26 +63,70 @@ def main(argv=None):
         model = keras_vit.VisionTransformer(**CONFIG, input_shape=(16, 16, 3), classes=10,
                                             classifier_activation=None)
         rng = np.random.default_rng(0)
-        initial = [rng.normal(0, 0.1, w.shape).astype("float32")
-                   for w in model.get_weights()]
+        initial = [rng.normal(0, 0.1, v.shape).astype("float32") for v in model.weights]
         model.set_weights(initial)
-        model.compile(optimizer=keras.optimizers.AdamW(1e-2),
-                      loss=keras.losses.CategoricalCrossentropy(from_logits=True))
-        model.fit(dataset, epochs=1, steps_per_epoch=args.steps, shuffle=False, verbose=0)
+        loss = keras.losses.CategoricalCrossentropy(from_logits=True)
+        if args.spec == "hand-sam":
+            sgd = hand_sam(model, dataset, loss, 0.0)  # plain SGD, to compare
+            model.set_weights(initial)
+            hand_sam(model, dataset, loss, args.sam_rho)
+        else:
+            trainable = (training.SAMModel(model, rho=args.sam_rho) if args.sam_rho
+                         else model)
+            trainable.compile(optimizer=(keras.optimizers.SGD(SAM_LR) if args.sam_rho
+                                         else keras.optimizers.AdamW(1e-2)), loss=loss)
+            trainable.fit(dataset, epochs=1, steps_per_epoch=args.steps, shuffle=False,
+                          verbose=0)
         qkv = model.get_layer("encoderblock_0").weights
         spec = {v.path: str(v.value.sharding.spec) for v in qkv
                 if hasattr(v.value.sharding, "spec")}
-        weights = {v.path.replace("/", "."): np.asarray(
-            v.value.addressable_data(0) if not v.value.is_fully_addressable else v.value)
-            for v in model.weights}
+        weights = {v.path.replace("/", "."): global_value(v.value) for v in model.weights}
         weights.update({"initial." + v.path.replace("/", "."): w
                         for v, w in zip(model.weights, initial)})
+        if args.spec == "hand-sam":
+            weights.update({"sgd." + v.path.replace("/", "."): np.asarray(w)
+                            for v, w in zip(model.trainable_variables, sgd)})
     info = training.distribution.describe(distribution)
     print("DISTRIBUTION", info, "SHARDING", spec, "PROCESSES", processes,
           "LOCAL_DEVICES", jax.local_device_count(), flush=True)
     if jax.process_index() == 0:
         np.savez(args.out, **weights)
     return 0
+
+
+SAM_LR = 2.0
+
+
+def hand_sam(model, dataset, loss, rho):
+    """SAM by hand: w <- w - lr * grad L(w + rho * g / |g|), g = grad L(w)."""
+    import jax
+    import jax.numpy as jnp
+
+    values = [v.value for v in model.trainable_variables]
+    fixed = [v.value for v in model.non_trainable_variables]
+
+    def batch_loss(values, x, y):
+        logits, _ = model.stateless_call(values, fixed, x, training=True)
+        return loss(y, logits)
+
+    grad = jax.grad(batch_loss)
+    for x, y in dataset.as_numpy_iterator():
+        g = grad(values, x, y)
+        norm = jnp.sqrt(sum(jnp.sum(t ** 2) for t in g))
+        g_sam = grad([v + t * (rho / (norm + 1e-12)) for v, t in zip(values, g)], x, y)
+        values = [v - SAM_LR * t for v, t in zip(values, g_sam)]
+    for variable, value in zip(model.trainable_variables, values):
+        variable.assign(value)
+    return values
+
+
+def global_value(array):
+    """The whole of a (possibly sharded, multi-process) jax.Array."""
+    if array.is_fully_addressable or array.is_fully_replicated:
+        return np.asarray(array)
+    from jax.experimental import multihost_utils
+
+    return np.asarray(multihost_utils.process_allgather(array, tiled=True))
 
 
 class _nothing:

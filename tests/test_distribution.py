@@ -13,6 +13,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+from test_training import tiny_keras_file
 
 import keras_vit
 from keras_vit.training import distribution as dist
@@ -34,10 +35,11 @@ def jax_env(devices):
     return env
 
 
-def train_worker(tmp_path, spec, devices, name, timeout=300):
+def train_worker(tmp_path, spec, devices, name, *flags, timeout=300):
     out = tmp_path / f"{name}.npz"
-    result = subprocess.run([sys.executable, WORKER, spec, str(out)], env=jax_env(devices),
-                            capture_output=True, text=True, timeout=timeout)
+    result = subprocess.run([sys.executable, WORKER, spec, str(out), *flags],
+                            env=jax_env(devices), capture_output=True, text=True,
+                            timeout=timeout)
     assert result.returncode == 0, result.stderr[-3000:]
     return dict(np.load(out)), result.stdout
 
@@ -99,15 +101,37 @@ def run_two_processes(command, devices):
     return [(p.returncode, *output) for p, output in zip(procs, outputs)]
 
 
-def test_two_processes_through_jax_distributed_agree_with_one_process(tmp_path, one_device):
-    """Two processes x 2 CPU devices, data parallel over the 4: each reads
-    its half of every global batch (Keras shards the tf.data pipeline)."""
+@pytest.mark.parametrize("spec", ["data", "model:4"])
+def test_two_processes_through_jax_distributed_agree_with_one_process(
+        tmp_path, one_device, spec):
+    """Two processes x 2 CPU devices. `data`: data parallel over the 4, each
+    process reads its half of every global batch (Keras shards the tf.data
+    pipeline). `model:4`: every large kernel is split over the 4 devices of
+    both processes (no process holds a whole one), the batch is not split."""
     out = tmp_path / "two.npz"
-    for code, stdout, stderr in run_two_processes([sys.executable, WORKER, "data", str(out)], 2):
+    for code, stdout, stderr in run_two_processes([sys.executable, WORKER, spec, str(out)], 2):
         assert code == 0, stderr[-3000:]
-        assert "'kind': 'data', 'devices': 4, 'processes': 2" in stdout
+        assert f"'kind': '{spec}', 'devices': 4, 'processes': 2" in stdout
         assert "LOCAL_DEVICES 2" in stdout
+        if spec == "model:4":
+            assert "'mesh': {'batch': 1, 'model': 4}" in stdout
+            assert re.search(r"'encoderblock_0/qkv/kernel': \"P(artitionSpec)?\(None, 'model'\)",
+                             stdout), stdout
     assert_same_weights(dict(np.load(out)), one_device)
+
+
+def test_sam_under_data_parallel_matches_a_hand_reference(tmp_path):
+    """SAMModel's JAX train step over 4 devices (`DataParallel`) ends with
+    the weights of SAM written out by hand with `jax.grad` on one device
+    (3 SGD steps, rho 0.05): on JAX the ascent uses the global batch's
+    gradient, whatever the device count."""
+    expected, _ = train_worker(tmp_path, "hand-sam", 1, "hand", "--sam-rho", "0.05")
+    sgd = {k[len("sgd."):]: expected.pop(k) for k in list(expected) if k.startswith("sgd.")}
+    weights, stdout = train_worker(tmp_path, "data", 4, "sam", "--sam-rho", "0.05")
+    assert "'kind': 'data', 'devices': 4" in stdout
+    assert_same_weights(weights, expected)
+    # The perturbation mattered: plain SGD steps end elsewhere.
+    assert max(np.abs(sgd[k] - expected[k]).max() for k in sgd) > 1e-3
 
 
 # --- specs and errors (in this process, any backend) -------------------------
@@ -186,18 +210,20 @@ def test_multi_process_arguments_are_checked(monkeypatch):
 
 
 def test_cli_train_on_jax_over_4_devices_reports_its_distribution(tmp_path):
-    """`keras-vit train --distribution data` on JAX: the final JSON line says
+    """`keras-vit train --distribution data --sam-rho 0.05` on JAX: the final JSON line says
     backend, kind, devices and processes; `model:3` on 4 devices and a
     TensorFlow strategy on JAX are one line each."""
     digits_folder(tmp_path / "digits")
     command = [sys.executable, "-m", "keras_vit.cli", "train", "--data",
-               f"folder:{tmp_path / 'digits'}", "--model", "ViTTi16", "--recipe", "scratch",
+               f"folder:{tmp_path / 'digits'}", "--model",
+               tiny_keras_file(tmp_path / "tiny.keras"), "--recipe", "scratch",
                "--image-size", "32", "--batch-size", "8", "--steps", "2", "--json", "--quiet",
                "--out", str(tmp_path / "run")]
-    result = subprocess.run(command + ["--distribution", "data"], env=jax_env(4),
-                            capture_output=True, text=True, timeout=400)
+    result = subprocess.run(command + ["--distribution", "data", "--sam-rho", "0.05"],
+                            env=jax_env(4), capture_output=True, text=True, timeout=400)
     assert result.returncode == 0, result.stderr[-3000:]
     line = json.loads(result.stdout.strip().splitlines()[-1])
+    assert line["sam_rho"] == 0.05  # SAM's JAX train step, data parallel
     assert line["distribution"] == {"backend": "jax", "kind": "data", "devices": 4,
                                     "processes": 1, "mesh": {"batch": 4}}
     assert "keras.distribution DataParallel (data), 4 replica(s)" in result.stderr
@@ -249,24 +275,30 @@ def evaluate_in_tensorflow(model_path, data):
 
 
 def test_cli_train_in_two_processes_writes_one_run(tmp_path):
-    """`keras-vit train` in two processes x 2 devices joined on 127.0.0.1:
+    """`keras-vit train --distribution model:4` in two processes x 2
+    devices joined on 127.0.0.1, every large kernel split over the devices
+    of both processes: each process saves the whole model (backup,
+    best.keras, model.keras: `_saving.host_values` gathers the pieces),
     both end with the same weights and scores, process 0 writes OUT and
     process 1 OUT/workers/1, and the saved model scores the reported
-    validation accuracy in a fresh TensorFlow process."""
+    validation accuracy in a fresh TensorFlow process. (That the gathered
+    pieces are the right ones: the `model:4` worker test above.)"""
     data = f"folder:{digits_folder(tmp_path / 'digits')}"
     out = tmp_path / "run"
     results = run_two_processes(
-        [sys.executable, "-m", "keras_vit.cli", "train", "--data", data, "--model", "ViTTi16",
-         "--recipe", "scratch", "--image-size", "32", "--batch-size", "8", "--steps", "2",
-         "--json", "--quiet", "--out", str(out)], 2)
+        [sys.executable, "-m", "keras_vit.cli", "train", "--data", data, "--model",
+         tiny_keras_file(tmp_path / "tiny.keras"), "--recipe", "scratch", "--image-size", "32",
+         "--batch-size", "8", "--epochs", "2", "--steps-per-epoch", "2", "--json", "--quiet",
+         "--out", str(out), "--distribution", "model:4"], 2)
     lines = []
     for code, stdout, stderr in results:
         assert code == 0, stderr[-3000:]
         lines.append(json.loads(stdout.strip().splitlines()[-1]))
     for line in lines:
-        assert line["distribution"] == {"backend": "jax", "kind": "data", "devices": 4,
-                                        "processes": 2, "mesh": {"batch": 4}}
+        assert line["distribution"] == {"backend": "jax", "kind": "model:4", "devices": 4,
+                                        "processes": 2, "mesh": {"batch": 1, "model": 4}}
         assert line["data"]["validation"]["images"] == 30
+        assert line["epochs_run_now"] == 2 and line["best"]["epoch"] in (1, 2)
     assert lines[0]["model"] == str(out / "model.keras")
     assert lines[1]["model"] == str(out / "workers" / "1" / "model.keras")
     assert lines[0]["val_accuracy"] == lines[1]["val_accuracy"]
@@ -283,8 +315,9 @@ def test_padded_validation_scores_exactly_what_the_unpadded_one_does():
     """`_shardable_validation` pads the last batch (13 images in batches of
     4: 4, 4, 4, 1 -> four batches of 4) with zero-weight rows and weighs the
     real ones so that Keras' loss and accuracy are the unpadded ones."""
-    import tensorflow as tf
     from types import SimpleNamespace
+
+    import tensorflow as tf
 
     from keras_vit.training.trainer import _shardable_validation
 

@@ -4,12 +4,16 @@ from official_fixtures import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
 CI = (REPO_ROOT / ".ci" / "run").read_text()
-TEST_COMMAND = "python -m pytest && KERAS_BACKEND=jax python -m pytest -m backends"
+TEST_COMMAND = ("python -m pytest && KERAS_BACKEND=jax python -m pytest -m backends && "
+                "KERAS_BACKEND=torch python -m pytest -m backends")
+TORCH = ('pip install "torch==2.13.0+cpu" --extra-index-url '
+         "https://download.pytorch.org/whl/cpu")
 
 
 def test_readme_test_command_is_what_ci_runs():
-    assert TEST_COMMAND in README
+    assert f'pip install -e ".[test]" && {TORCH} && {TEST_COMMAND}' in README
     assert CI.rstrip().splitlines()[-1] == TEST_COMMAND
+    assert f"python -m {TORCH}" in CI
 
 
 def test_readme_main_command_is_the_quickstart():

@@ -7,7 +7,7 @@ import os
 
 import keras
 
-from keras_vit._saving import save_atomically
+from keras_vit._saving import host_values, save_atomically
 
 logger = logging.getLogger("keras_vit")
 
@@ -120,6 +120,16 @@ class BestModelCheckpoint(keras.callbacks.Callback):
         os.replace(self.state_path + ".tmp", self.state_path)
 
 
+class BackupAndRestore(keras.callbacks.BackupAndRestore):
+    """Keras' `BackupAndRestore`, whose backup every process of a
+    multi-process JAX job can write, also when the model's variables are
+    split over several processes' devices (`_saving.host_values`)."""
+
+    def _save_model(self):
+        with host_values(self.model):
+            super()._save_model()
+
+
 def default_callbacks(out, monitor="val_accuracy", model=None):
     """BackupAndRestore (resume after a kill), the best model over the whole
     run, CSV and TensorBoard logs, NaN guard. Files under `out`:
@@ -129,7 +139,7 @@ def default_callbacks(out, monitor="val_accuracy", model=None):
     os.makedirs(out, exist_ok=True)
     backup = os.path.join(out, "backup")
     callbacks = [
-        keras.callbacks.BackupAndRestore(backup),
+        BackupAndRestore(backup),
         BestModelCheckpoint(os.path.join(out, "best.keras"), monitor=monitor,
                             backup_dir=backup, model=model),
         keras.callbacks.CSVLogger(os.path.join(out, "log.csv"), append=True),

@@ -69,14 +69,48 @@ def quickstart(out="runs/quickstart", epochs=40, verbose=1, export_tflite=True, 
     if export_tflite:
         import time
 
-        from keras_vit.export import to_tflite
-
         start = time.perf_counter()
-        report = to_tflite(model, os.path.join(out, "model_dynamic_int8.tflite"),
-                           quantization="dynamic", validation_data=f"folder:{data_dir}",
-                           validation_split="test", num_validation=counts["test"],
-                           verbose=False)
-        results["tflite"] = report.path
-        results["tflite_report"] = report.to_dict()
+        path = os.path.join(out, "model_dynamic_int8.tflite")
+        arguments = {"quantization": "dynamic", "validation_data": f"folder:{data_dir}",
+                     "validation_split": "test", "num_validation": counts["test"]}
+        if keras.backend.backend() == "tensorflow":
+            from keras_vit.export import to_tflite
+
+            report = to_tflite(model, path, verbose=False, **arguments).to_dict()
+        else:  # TFLite conversion needs TensorFlow: the saved model.keras, exported there
+            if verbose:
+                print(f"Exporting to TFLite in a TensorFlow process (the {keras.backend.backend()} "
+                      "backend cannot convert to TFLite) ...", flush=True)
+            report = _export_in_tensorflow(results["model"], path, arguments)
+        results["tflite"] = report["path"]
+        results["tflite_report"] = report
         results["export_seconds"] = round(time.perf_counter() - start, 1)
     return results
+
+
+_EXPORT = """
+import json, sys
+import keras
+import keras_vit
+from keras_vit.export import to_tflite
+model = keras.saving.load_model(sys.argv[1])
+print(to_tflite(model, sys.argv[2], verbose=False, **json.loads(sys.argv[3])).to_json())
+"""
+
+
+def _export_in_tensorflow(model_path, path, arguments):
+    """`to_tflite(load_model(model_path), path, **arguments)` in a fresh
+    process on the TensorFlow backend; its report as a dict."""
+    import json
+    import subprocess
+    import sys
+
+    env = dict(os.environ, KERAS_BACKEND="tensorflow")
+    env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    result = subprocess.run([sys.executable, "-c", _EXPORT, model_path, path,
+                             json.dumps(arguments)], env=env, capture_output=True, text=True,
+                            check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"The TFLite export of {model_path} in a TensorFlow process "
+                           f"failed:\n{result.stderr[-3000:]}")
+    return json.loads(result.stdout.strip().splitlines()[-1])

@@ -12,14 +12,21 @@ w    = optimizer.apply(g_sam)            # the weights themselves never moved
 ```
 
 The perturbed forward pass reads `w + e` through `keras.StatelessScope`, so
-the weights are never modified and restored (no assign, nothing to undo),
-and under a distribution strategy every replica perturbs with its own
-gradient: m-sharpness with m = the per-replica batch, as the SAM papers and
-big_vision do. TensorFlow backend.
+the weights are never modified and restored (no assign, nothing to undo).
+
+Backends:
+- TensorFlow: under a `tf.distribute` strategy every replica perturbs with
+  its own gradient: m-sharpness with m = the per-replica batch, as the SAM
+  papers and big_vision do.
+- JAX: a stateless `train_step` (two `jax.value_and_grad` passes). Under a
+  `keras.distribution` (`DataParallel`, `ModelParallel`) the step is one
+  program over the global batch, so the ascent uses the gradient of the
+  global batch: m = the global batch, whatever the device count, and the
+  same weights as on one device.
+- torch: not implemented; `SAMModel` refuses with one sentence.
 """
 
 import keras
-import tensorflow as tf
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -47,11 +54,11 @@ class SAMModel(keras.Model):
         super().__init__(**kwargs)
         if not isinstance(rho, (int, float)) or isinstance(rho, bool) or rho <= 0:
             raise ValueError(f"SAM rho must be a positive float, got {rho!r}.")
-        if keras.backend.backend() != "tensorflow":
+        if keras.backend.backend() not in ("tensorflow", "jax"):
             raise ValueError(
-                "SAMModel implements train_step for the TensorFlow backend; "
-                f"KERAS_BACKEND is {keras.backend.backend()!r}."
-            )
+                "SAMModel implements train_step for the TensorFlow and JAX backends; "
+                f"KERAS_BACKEND is {keras.backend.backend()!r}: train with "
+                "KERAS_BACKEND=jax or tensorflow, or without SAM.")
         self.model = model
         self.rho = float(rho)
         self.epsilon = float(epsilon)
@@ -73,7 +80,14 @@ class SAMModel(keras.Model):
         loss = compute(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
         return loss, y_pred
 
-    def train_step(self, data):
+    def train_step(self, *args):
+        if keras.backend.backend() == "jax":
+            return self._jax_train_step(*args)
+        return self._tf_train_step(*args)
+
+    def _tf_train_step(self, data):
+        import tensorflow as tf
+
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         variables = self.trainable_variables
         with tf.GradientTape() as tape:
@@ -100,6 +114,34 @@ class SAMModel(keras.Model):
         sam_grads = tape.gradient(scaled, perturbed)
         self.optimizer.apply(sam_grads, variables)
         return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
+
+    def _jax_train_step(self, state, data):
+        """Keras' JAX `train_step` with SAM's second pass: the state in,
+        the state out, nothing assigned. The logged loss and the metrics are
+        those at `w`; the dropout seeds advance as in the TensorFlow step
+        (the perturbed pass's own updates are dropped)."""
+        import jax
+        import jax.numpy as jnp
+
+        trainable, non_trainable, optimizer_variables, metrics_variables = state
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        grad_fn = jax.value_and_grad(self.compute_loss_and_updates, has_aux=True)
+        (_, aux), grads = grad_fn(trainable, non_trainable, metrics_variables, x, y,
+                                  sample_weight, training=True,
+                                  optimizer_variables=optimizer_variables)
+        unscaled_loss, y_pred, non_trainable, metrics_variables = aux
+        # The loss may be scaled (mixed precision): the direction g / |g| is not.
+        norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype("float32"))) for g in grads))
+        scale = self.rho / (norm + self.epsilon)
+        perturbed = [v + (g * scale).astype(v.dtype) for v, g in zip(trainable, grads)]
+        _, sam_grads = grad_fn(perturbed, non_trainable, metrics_variables, x, y,
+                               sample_weight, training=True,
+                               optimizer_variables=optimizer_variables)
+        trainable, optimizer_variables = self.optimizer.stateless_apply(
+            optimizer_variables, sam_grads, trainable)
+        logs, metrics_variables = self._update_metrics_variables(
+            metrics_variables, unscaled_loss, x, y, y_pred, sample_weight)
+        return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
 
     def get_config(self):
         return {"model": keras.saving.serialize_keras_object(self.model),

@@ -212,7 +212,8 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
             files; the others write theirs under `out/workers/<id>/`.
         jit_compile: `"auto"`: TensorFlow: XLA on GPU/TPU, off on CPU (XLA's
             CPU bf16 path does not use AMX; MirroredStrategy over CPU
-            devices fails with XLA); JAX: always compiled.
+            devices fails with XLA); JAX: always compiled; torch: eager
+            (as Keras' own "auto"; `True` is `torch.compile`).
         gradient_accumulation_steps: batches per optimizer update.
         train_split, val_split: split names. `val_split=None`: `validation`
             when the data has it, else `test`. A folder of class subfolders
@@ -270,10 +271,10 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
                 f"strategy={strategy!r} is a TensorFlow tf.distribute strategy; on the "
                 f"{backend} backend give distribution= (keras-vit train --distribution "
                 f"{distribution_lib.SPEC_HELP}).")
-        if sam_rho:
+        if sam_rho and backend != "jax":
             raise ValueError(
-                f"SAM (sam_rho={sam_rho}) has a TensorFlow train_step only; train with "
-                f"KERAS_BACKEND=tensorflow, or without SAM on {backend}.")
+                f"SAM (sam_rho={sam_rho}) has TensorFlow and JAX train steps only; train "
+                f"with KERAS_BACKEND=jax or tensorflow, or without SAM on {backend}.")
         distribution_lib.initialize_processes(coordinator, num_processes, process_id)
         distribution = distribution_lib.get_distribution(distribution)
         strategy = None
@@ -304,7 +305,10 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
     total_steps = steps or epochs * steps_per_epoch
     updates = total_steps // (gradient_accumulation_steps or 1)
     if jit_compile == "auto":
-        jit_compile = True if strategy is None else not uses_only_cpus(strategy)
+        if backend == "torch":  # as Keras' own "auto": torch.compile stays off
+            jit_compile = False
+        else:
+            jit_compile = True if strategy is None else not uses_only_cpus(strategy)
     named = isinstance(model, str) and not model.endswith(".keras")
     if named and weights is None and recipe.name == "finetune":
         logger.warning(
