@@ -116,13 +116,36 @@ def load_tensorflow():
     # runs every command under.)
     with filtered_stderr():
         import tensorflow as tf
-        import keras  # noqa: F401  (its backend loads more native libraries)
+
+        try:
+            import keras  # noqa: F401  (its backend loads more native libraries)
+        except ModuleNotFoundError as error:
+            _missing_backend(error)
+            raise
     if not _state["verbose"]:
         _quiet_absl()
         tf.get_logger().setLevel(logging.ERROR)
         with contextlib.suppress(Exception):
             tf.autograph.set_verbosity(0)
     return tf
+
+
+_BACKEND_PACKAGES = {"torch": "torch (its CPU build: pip install torch --index-url "
+                             "https://download.pytorch.org/whl/cpu)",
+                     "jax": "jax (pip install 'keras-vision-transformer[jax]')"}
+
+
+def _missing_backend(error):
+    """KERAS_BACKEND names a backend whose package is not installed: one
+    sentence (`ValueError`) instead of Keras' "No module named ..."."""
+    import os
+
+    backend = os.environ.get("KERAS_BACKEND", "")
+    if backend in _BACKEND_PACKAGES and (error.name or "").split(".")[0] == backend:
+        raise ValueError(
+            f"KERAS_BACKEND={backend} but {backend} is not installed; install "
+            f"{_BACKEND_PACKAGES[backend]}, or unset KERAS_BACKEND (TensorFlow)."
+        ) from None
 
 
 def json_dumps(obj):

@@ -470,6 +470,14 @@ def _optional(args, **names):
             if getattr(args, attr, None) is not None}
 
 
+def _progress_verbosity(args):
+    """Keras' `verbose` for `fit`: the live progress bar (1) on a terminal;
+    one line per epoch (2) with --quiet or when the progress goes to a file
+    or pipe (a bar there is a heap of carriage returns and colour codes)."""
+    stream = sys.stderr if args.json else sys.stdout
+    return 2 if args.quiet or not stream.isatty() else 1
+
+
 def cmd_train(args, out):
     if args.model.endswith((".keras", ".npz")) or os.path.splitext(args.model)[1]:
         _check_model_file(args.model, "--model")
@@ -494,7 +502,7 @@ def cmd_train(args, out):
                 train_split=args.train_split,
                 preset=args.preset, data_dir=args.data_dir,
                 gradient_accumulation_steps=args.gradient_accumulation_steps,
-                verbose=2 if args.quiet else 1, **extra)
+                verbose=_progress_verbosity(args), **extra)
     except TrainingDivergedError as error:  # the JSON line still comes, with nulls
         print(_console.json_dumps(error.results), file=out)
         _console.print_error(str(error))

@@ -258,3 +258,40 @@ def test_predict_corrupt_file_fails_or_is_skipped(trained_model, tmp_path):
     assert data["skipped"] == [str(bad)]
     assert [p["image"] for p in data["predictions"]] == [good]
     assert result.stderr.strip() == f"keras-vit: skipped 1 unreadable image file(s): {bad}"
+
+
+@pytest.mark.parametrize("backend, package", [("torch", "torch"), ("jax", "jax")])
+def test_a_backend_that_is_not_installed_is_one_sentence(monkeypatch, backend, package):
+    """KERAS_BACKEND=torch without PyTorch: Keras' import fails with "No
+    module named 'torch'"; the CLI says what to install instead."""
+    from keras_vit import _console
+
+    monkeypatch.setenv("KERAS_BACKEND", backend)
+    with pytest.raises(ValueError, match=f"^KERAS_BACKEND={backend} but {backend} is not "
+                                         f"installed; install {package} "):
+        _console._missing_backend(ModuleNotFoundError(f"No module named '{package}'",
+                                                      name=package))
+    # another missing module is not the backend's: the error goes on as it was
+    _console._missing_backend(ModuleNotFoundError("No module named 'h5py'", name="h5py"))
+
+
+def test_fit_progress_is_a_line_per_epoch_unless_on_a_terminal():
+    """A log file or pipe gets `verbose=2` (no carriage returns and colour
+    codes); a terminal the live bar; --quiet always one line per epoch."""
+    from types import SimpleNamespace
+
+    from keras_vit.cli import _progress_verbosity
+
+    class Stream:
+        def __init__(self, tty):
+            self.tty = tty
+
+        def isatty(self):
+            return self.tty
+
+    for json_flag in (False, True):
+        for tty, quiet, expected in ((True, False, 1), (False, False, 2), (True, True, 2)):
+            stream = "stderr" if json_flag else "stdout"
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(sys, stream, Stream(tty))
+                assert _progress_verbosity(SimpleNamespace(json=json_flag, quiet=quiet)) == expected

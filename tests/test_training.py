@@ -4,6 +4,7 @@ the CLI and the quickstart."""
 import csv
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -327,6 +328,19 @@ def test_quickstart_on_jax_and_torch_trains_there_and_exports_in_tensorflow(tmp_
     assert report["passed"] and report["validation"]["images"] == 360
     assert report["top1_agreement"] >= 0.99
     assert results["tflite"] == str(tmp_path / "qs" / "model_dynamic_int8.tflite")
+
+
+@pytest.mark.backends
+@pytest.mark.skipif(keras.backend.backend() != "torch", reason="torch has no SAM step")
+def test_sam_on_torch_is_one_sentence_before_any_work(tmp_path):
+    message = ("SAM (sam_rho=0.05) has TensorFlow and JAX train steps only; train with "
+               "KERAS_BACKEND=jax or tensorflow, or without SAM on torch.")
+    with pytest.raises(ValueError, match=re.escape(message)):
+        training.train("ViTTi16", "folder:does-not-matter", sam_rho=0.05, epochs=1,
+                       out=str(tmp_path / "run"))
+    with pytest.raises(ValueError, match=re.escape(message)):
+        training.SAMModel(keras.Sequential([keras.layers.Dense(1)]), rho=0.05)
+    assert not (tmp_path / "run").exists()
 
 
 def test_quickstart_reduced(tmp_path):

@@ -29,6 +29,15 @@ Backends:
 import keras
 
 
+def check_backend(rho):
+    """SAM's train steps are TensorFlow's and JAX's: one sentence elsewhere."""
+    backend = keras.backend.backend()
+    if backend not in ("tensorflow", "jax"):
+        raise ValueError(
+            f"SAM (sam_rho={rho}) has TensorFlow and JAX train steps only; train with "
+            f"KERAS_BACKEND=jax or tensorflow, or without SAM on {backend}.")
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class SAMModel(keras.Model):
     """Wraps `model` so that `fit` takes sharpness-aware steps.
@@ -54,11 +63,7 @@ class SAMModel(keras.Model):
         super().__init__(**kwargs)
         if not isinstance(rho, (int, float)) or isinstance(rho, bool) or rho <= 0:
             raise ValueError(f"SAM rho must be a positive float, got {rho!r}.")
-        if keras.backend.backend() not in ("tensorflow", "jax"):
-            raise ValueError(
-                "SAMModel implements train_step for the TensorFlow and JAX backends; "
-                f"KERAS_BACKEND is {keras.backend.backend()!r}: train with "
-                "KERAS_BACKEND=jax or tensorflow, or without SAM.")
+        check_backend(rho)
         self.model = model
         self.rho = float(rho)
         self.epsilon = float(epsilon)

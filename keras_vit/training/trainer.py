@@ -20,7 +20,13 @@ from keras_vit.training.callbacks import (
 )
 from keras_vit.training.recipes import get_recipe, make_optimizer
 from keras_vit.training.sam import SAMModel
-from keras_vit.training.strategy import get_strategy, prepare_model, uses_only_cpus, worker_task
+from keras_vit.training.sam import check_backend as check_sam_backend
+from keras_vit.training.strategy import (
+    get_strategy,
+    prepare_model,
+    uses_only_cpus,
+    worker_task,
+)
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 logger = logging.getLogger("keras_vit")
@@ -271,10 +277,8 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
                 f"strategy={strategy!r} is a TensorFlow tf.distribute strategy; on the "
                 f"{backend} backend give distribution= (keras-vit train --distribution "
                 f"{distribution_lib.SPEC_HELP}).")
-        if sam_rho and backend != "jax":
-            raise ValueError(
-                f"SAM (sam_rho={sam_rho}) has TensorFlow and JAX train steps only; train "
-                f"with KERAS_BACKEND=jax or tensorflow, or without SAM on {backend}.")
+        if sam_rho:
+            check_sam_backend(sam_rho)  # before any work
         distribution_lib.initialize_processes(coordinator, num_processes, process_id)
         distribution = distribution_lib.get_distribution(distribution)
         strategy = None
