@@ -15,11 +15,11 @@ import keras
 import numpy as np
 import pytest
 import tensorflow as tf
+from official_fixtures import REPO_ROOT
 
 import keras_vit
 from keras_vit import training
 from keras_vit.training.quickstart import write_digits
-from official_fixtures import REPO_ROOT
 
 
 def test_warmup_cosine_known_answers():
