@@ -43,6 +43,29 @@ def check_keras_path(path, what="MODEL"):
     return path
 
 
+def keras_input_shape(path):
+    """The input shape `(None, H, W, C)` a `.keras` file's model declares
+    (read from the archive's `config.json`, nothing loaded or built); None
+    when it cannot tell (several inputs, a subclassed model)."""
+    import json
+
+    path = check_keras_path(path, "MODEL")
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if archive.getinfo("config.json").file_size > 64 << 20:
+                return None  # no model's config is that large: let load_model judge
+            config = json.loads(archive.read("config.json"))
+        inputs = [layer["config"] for layer in config["config"]["layers"]
+                  if layer.get("class_name") == "InputLayer"]
+        if len(inputs) == 1:
+            shape = inputs[0].get("batch_shape") or inputs[0].get("batch_input_shape")
+            return tuple(shape) if shape else None
+        shape = (config.get("build_config") or {}).get("input_shape")
+        return tuple(shape) if shape and not inputs else None
+    except (KeyError, TypeError, AttributeError, ValueError, zipfile.BadZipFile):
+        return None
+
+
 def load_keras_model(path, what="MODEL"):
     """`keras.saving.load_model(path)` after `check_keras_path`; a failure
     is one ValueError naming the file (and, for a class Keras cannot find,

@@ -61,7 +61,8 @@ def quickstart(out="runs/quickstart", epochs=40, verbose=1, export_tflite=True, 
                                         name="quickstart_vit")
     results = train(model, f"folder:{data_dir}", recipe="scratch", out=out,
                     image_size=32, batch_size=64, epochs=epochs, preset="digits",
-                    strategy="default", cache=True, verbose=verbose, seed=seed)
+                    strategy="default", cache=True, verbose=verbose, seed=seed,
+                    overwrite=True)  # a demo: each run starts afresh
     results["test_accuracy"] = results.pop("val_accuracy")
     results["test_loss"] = results.pop("val_loss")
     results["train_examples"], results["test_examples"] = counts["train"], counts["test"]

@@ -37,9 +37,15 @@ class Recipe:
     source: str = ""
 
     def warmup_for(self, total_steps):
+        """Warmup updates for a run of `total_steps` updates: never the
+        whole run (at most `total_steps - 1`, and none for one update,
+        whose learning rate would otherwise be 0: Keras' first update is
+        step 0)."""
         if self.warmup_steps < 1:
-            return max(1, int(self.warmup_steps * total_steps))
-        return min(int(self.warmup_steps), max(total_steps - 1, 0))
+            warmup = max(1, int(self.warmup_steps * total_steps))
+        else:
+            warmup = int(self.warmup_steps)
+        return min(warmup, max(total_steps - 1, 0))
 
 
 RECIPES = {
@@ -79,7 +85,8 @@ def make_optimizer(recipe, total_steps, learning_rate=None,
     recipe = get_recipe(recipe)
     base = learning_rate if learning_rate is not None else recipe.learning_rate
     schedule = WarmupDecay(base, total_steps, recipe.warmup_for(total_steps),
-                           decay=recipe.decay)
+                           decay=recipe.decay,
+                           steps_per_update=gradient_accumulation_steps or 1)
     common = dict(learning_rate=schedule, global_clipnorm=recipe.global_clipnorm,
                   gradient_accumulation_steps=gradient_accumulation_steps)
     if recipe.optimizer == "sgd":

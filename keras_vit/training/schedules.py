@@ -25,6 +25,13 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         warmup_steps: linear warmup steps (official fine-tuning: 500).
         decay: `"cosine"` or `"linear"`.
         linear_end: final value of the linear decay (official: 1e-5).
+        steps_per_update: batches per optimizer update under gradient
+            accumulation. Keras calls the schedule with its batch counter
+            (`optimizer._iterations`), not with the update count, so the
+            schedule divides by this to count `total_steps` and
+            `warmup_steps` in updates (without it, 4 batches per update
+            would run the schedule 4 times too fast: most updates at
+            learning rate 0).
 
     Example:
 
@@ -34,7 +41,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     """
 
     def __init__(self, base_lr, total_steps, warmup_steps=0, decay="cosine",
-                 linear_end=1e-5):
+                 linear_end=1e-5, steps_per_update=1):
         if decay not in ("cosine", "linear"):
             raise ValueError(f"Unknown decay {decay!r}; allowed: ('cosine', 'linear').")
         if total_steps <= warmup_steps:
@@ -46,9 +53,14 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_steps = int(warmup_steps)
         self.decay = decay
         self.linear_end = float(linear_end)
+        self.steps_per_update = int(steps_per_update)
+        if self.steps_per_update < 1:
+            raise ValueError(f"steps_per_update={steps_per_update} must be >= 1.")
 
     def __call__(self, step):
         step = ops.cast(step, "float32")
+        if self.steps_per_update > 1:
+            step = ops.floor(step / self.steps_per_update)
         progress = (step - self.warmup_steps) / float(self.total_steps - self.warmup_steps)
         progress = ops.clip(progress, 0.0, 1.0)
         if self.decay == "cosine":
@@ -63,5 +75,5 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         return {
             "base_lr": self.base_lr, "total_steps": self.total_steps,
             "warmup_steps": self.warmup_steps, "decay": self.decay,
-            "linear_end": self.linear_end,
+            "linear_end": self.linear_end, "steps_per_update": self.steps_per_update,
         }

@@ -2,6 +2,7 @@
 recipe to a trained, saved model; what `keras-vit train` runs."""
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
@@ -11,7 +12,12 @@ import time
 import keras
 
 from keras_vit import _checks
-from keras_vit._saving import load_keras_model, save_atomically
+from keras_vit._saving import (
+    host_values,
+    keras_input_shape,
+    load_keras_model,
+    save_atomically,
+)
 from keras_vit.training import distribution as distribution_lib
 from keras_vit.training.callbacks import (
     BestModelCheckpoint,
@@ -19,6 +25,7 @@ from keras_vit.training.callbacks import (
     default_callbacks,
 )
 from keras_vit.training.recipes import get_recipe, make_optimizer
+from keras_vit.training.run_folder import open_run_folder
 from keras_vit.training.sam import SAMModel
 from keras_vit.training.sam import check_backend as check_sam_backend
 from keras_vit.training.strategy import (
@@ -69,6 +76,81 @@ def _build_model(model, weights, classes, image_size, recipe, dropout_rate, drop
     return getattr(keras_vit, model)(
         weights=weights, classes=classes, input_shape=(image_size, image_size, 3),
         classifier_activation=None, **kwargs)
+
+
+def _fixed_input_size(model):
+    """`(height, width)` of a model (keras.Model or `.keras` path) whose
+    input size is fixed; None for a named model or a dynamic input."""
+    if isinstance(model, keras.Model):
+        shape = model.input_shape
+    elif isinstance(model, (str, os.PathLike)) and str(model).endswith(".keras"):
+        shape = keras_input_shape(model)
+    else:
+        return None
+    if not (isinstance(shape, (tuple, list)) and len(shape) == 4):
+        return None
+    height, width = shape[1], shape[2]
+    return None if height is None or width is None else (int(height), int(width))
+
+
+def _image_size_for(model, image_size):
+    """`image_size` checked against a model whose input size is fixed (that
+    size when `image_size` is None): a ValueError before any work, instead
+    of a shape error from the first step."""
+    fixed = _fixed_input_size(model)
+    if fixed is None:
+        return image_size
+    height, width = fixed
+    name = (repr(str(model)) if isinstance(model, (str, os.PathLike))
+            else f"The model {model.name!r}")
+    if height != width:
+        raise ValueError(f"{name} takes {height}x{width} images, but train feeds square "
+                         "images; give a model with a square or dynamic input size.")
+    if image_size is not None and image_size != height:
+        raise ValueError(f"{name} takes {height}x{width} images (its input size is fixed), "
+                         f"but image_size={image_size} (--image-size) was given; leave it "
+                         f"out or give {height}.")
+    return height
+
+
+def _clip_batch_size(batch_size, info, distribution):
+    """`batch_size`, or the training split's image count when the batch is
+    larger than the split (a multiple of the data-parallel replicas under a
+    JAX distribution), with a warning."""
+    count = info.num_examples
+    if not count or batch_size <= count:
+        return batch_size
+    replicas = distribution.num_model_replicas if distribution is not None else 1
+    clipped = max(replicas, count - count % replicas)
+    logger.warning("batch_size=%d is larger than the %d images of the training split %r; "
+                   "using batches of %d (every image once per step).", batch_size, count,
+                   info.split, clipped)
+    return clipped
+
+
+def _model_identity(model):
+    """What the run record says of `model`: a name, a `.keras` file (its
+    path and SHA-256), or a keras.Model (name, class, parameters)."""
+    if isinstance(model, keras.Model):
+        return {"name": model.name, "class": type(model).__name__,
+                "parameters": int(model.count_params())}
+    if str(model).endswith(".keras"):
+        import hashlib
+
+        digest = hashlib.sha256()
+        with open(model, "rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+        return {"file": os.path.abspath(model), "sha256": digest.hexdigest()}
+    return str(model)
+
+
+def _data_identity(data):
+    """`data` with a folder's path made absolute (a run started from
+    another working directory is the same run)."""
+    if isinstance(data, str) and data.startswith("folder:"):
+        return "folder:" + os.path.abspath(data[len("folder:"):])
+    return data if isinstance(data, str) else repr(data)
 
 
 def _open_data(data, split, **kwargs):
@@ -164,6 +246,7 @@ def format_summary(summary):
         ("strategy", f"{d['strategy']['name']}, {d['strategy']['replicas']} replica(s) on "
                      f"{', '.join(d['strategy']['devices'])}"),
         ("output", d["out"]),
+        ("run", d["run"]),
     ]
     width = max(len(k) for k, _ in rows)
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
@@ -177,7 +260,7 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
           val_split=None, preset=None, label_smoothing=None, dropout_rate=None,
           drop_path_rate=None, data_dir=None, cache=False, model_kwargs=None,
           skip_corrupt=False, holdout=0.1, verbose=1, distribution="auto",
-          coordinator=None, num_processes=None, process_id=None):
+          coordinator=None, num_processes=None, process_id=None, overwrite=False):
     """Trains `model` on `data` with a recipe; returns a results dict.
 
     Prints a summary (model, parameters, weights, image size, classes and
@@ -197,12 +280,22 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
             random weights.
         recipe: `"finetune"`, `"augreg"`, `"scratch"` or a `Recipe`; the
             other arguments override its values.
-        out: run directory: `model.keras` (final), `best.keras`, `log.csv`,
-            `labels.txt`, `tensorboard/`, `backup/` (resume: run the same
-            call again). Under a multi-worker strategy the chief writes
-            there and the other workers under `out/workers/<task id>/`.
+        out: run directory: `run.json` (the run record), `model.keras`
+            (final), `best.keras`, `log.csv`, `labels.txt`, `tensorboard/`,
+            `backup/`. A killed run resumes when the same call runs again
+            (same model, data, class names and every argument that changes
+            the result: the record matches); a folder holding another run,
+            or a finished one, is a ValueError saying so. One process
+            writes a folder at a time (a file lock). Under a multi-worker
+            strategy the chief writes there and the other workers under
+            `out/workers/<task id>/`.
+        overwrite: remove the run files in `out` (only those: see
+            `keras_vit.training.run_folder.RUN_FILES`) and start afresh.
         image_size: input size (default: the recipe's: 384 for `finetune`,
-            224 otherwise).
+            224 otherwise; a model whose input size is fixed trains at that
+            size, and another `image_size` is a ValueError).
+        batch_size: global batch size; one larger than the training split
+            is clipped to the split (with a warning).
         steps: total optimizer steps (or give `epochs`).
         sam_rho: train with SAM at this radius.
         precision: `float32`, `mixed_bfloat16`, `mixed_float16`.
@@ -240,7 +333,8 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
 
     Raises:
         ValueError: a bad argument (numbers are checked before any work),
-            a data or model problem, in one sentence.
+            a data or model problem, an output folder that holds another
+            run, or a run that changed no weight, in one sentence.
         TrainingDivergedError: the loss became NaN/inf; no `model.keras`
             is written; its `results` say where (`keras-vit train` prints
             them as its JSON line and exits with status 1).
@@ -286,7 +380,7 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
         keras.utils.set_random_seed(seed)
     if isinstance(strategy, str):
         strategy = get_strategy(strategy)
-    image_size = image_size or recipe.image_size
+    image_size = _image_size_for(model, image_size) or recipe.image_size
     batch_size = batch_size or recipe.batch_size
     if preset is None:
         preset, preset_reason = auto_preset(recipe.preset, image_size)
@@ -296,6 +390,11 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
                   cache=cache, skip_corrupt=skip_corrupt, holdout=holdout)
     train_ds, info = _open_data(data, train_split, training=True, preset=preset, seed=seed,
                                 repeat=True, **common)
+    clipped = _clip_batch_size(batch_size, info, distribution)
+    if clipped != batch_size:
+        batch_size = common["batch_size"] = clipped
+        train_ds, info = _open_data(data, train_split, training=True, preset=preset,
+                                    seed=seed, repeat=True, **common)
     val_split, val_ds, val_info = _pick_val_split(
         data, val_split, train_split, lambda split: _open_data(data, split, **common))
     if distribution is not None:
@@ -308,6 +407,12 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
     epochs = epochs or math.ceil(steps / steps_per_epoch)
     total_steps = steps or epochs * steps_per_epoch
     updates = total_steps // (gradient_accumulation_steps or 1)
+    if not updates:
+        raise ValueError(
+            f"gradient_accumulation_steps={gradient_accumulation_steps} batches per update, "
+            f"but the whole run has {total_steps} batch(es): no optimizer update would "
+            f"happen; give at most {total_steps} (--gradient-accumulation-steps), or more "
+            "steps or epochs.")
     if jit_compile == "auto":
         if backend == "torch":  # as Keras' own "auto": torch.compile stays off
             jit_compile = False
@@ -332,9 +437,41 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
                     jit_compile, gradient_accumulation_steps, val_split, preset,
                     preset_reason, label_smoothing, dropout_rate, drop_path_rate,
                     model_kwargs, skip_corrupt, verbose, distribution, start, info,
-                    val_info, train_ds, val_ds, named, updates, **_):
+                    val_info, train_ds, val_ds, named, updates, seed, train_split, holdout,
+                    overwrite, **_):
     """The rest of `train` (called with its local variables), under the JAX
     distribution's scope when there is one."""
+    if strategy is not None:
+        is_chief, task_id = worker_task(strategy)
+    else:
+        is_chief, task_id = _process_task()
+    if not is_chief:  # every worker saves; only the chief's files are the run's
+        out = os.path.join(out, "workers", str(task_id))
+    config = {
+        "model": _model_identity(model), "weights": None if weights is None else str(weights),
+        "data": _data_identity(data), "train_split": train_split,
+        "validation_split": val_info.split, "class_names": list(info.class_names),
+        "images": {"train": info.num_examples, "validation": val_info.num_examples},
+        "image_size": image_size, "batch_size": batch_size, "epochs": epochs,
+        "steps_per_epoch": steps_per_epoch, "updates": updates,
+        "gradient_accumulation_steps": gradient_accumulation_steps,
+        "recipe": dataclasses.asdict(recipe), "learning_rate": learning_rate,
+        "sam_rho": sam_rho, "precision": precision, "seed": seed,
+        "preset": preset if isinstance(preset, str) else repr(preset),
+        "label_smoothing": label_smoothing, "dropout_rate": dropout_rate,
+        "drop_path_rate": drop_path_rate, "model_kwargs": model_kwargs, "holdout": holdout,
+    }
+    with open_run_folder(out, config, overwrite=overwrite, epochs=epochs) as folder:
+        return _fit_and_save(**locals())
+
+
+def _fit_and_save(*, model, data, weights, recipe, out, image_size, batch_size, epochs,
+                  steps_per_epoch, learning_rate, sam_rho, precision, strategy, jit_compile,
+                  gradient_accumulation_steps, preset, preset_reason, label_smoothing,
+                  dropout_rate, drop_path_rate, model_kwargs, skip_corrupt, verbose,
+                  distribution, start, info, val_info, train_ds, val_ds, named, updates,
+                  folder, **_):
+    """Builds, fits and saves, in the locked run folder `folder`."""
     from keras_vit import labels as labels_lib
 
     # TensorFlow: the model and its optimizer are made under the strategy.
@@ -345,7 +482,7 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
         _check_classes(net, info, data, names_must_match=False)
         trainable = SAMModel(net, rho=sam_rho) if sam_rho else net
         smoothing = recipe.label_smoothing if label_smoothing is None else label_smoothing
-        optimizer = make_optimizer(recipe, max(updates, 2), learning_rate,
+        optimizer = make_optimizer(recipe, updates, learning_rate,
                                    gradient_accumulation_steps)
         trainable.compile(
             optimizer=optimizer,
@@ -359,14 +496,10 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
     names_inside = labels_lib.set_class_names(net, info.class_names)
     if strategy is not None:
         prepare_model(trainable, strategy)
-        is_chief, task_id = worker_task(strategy)
         strategy_row = _strategy_row(strategy)
     else:
-        is_chief, task_id = _process_task()
         strategy_row = _distribution_row(distribution)
     distribution_row = distribution_lib.describe(distribution, strategy)
-    if not is_chief:  # every worker saves; only the chief's files are the run's
-        out = os.path.join(out, "workers", str(task_id))
     data_rows = {"train": _split_row(info), "validation": _split_row(val_info)}
     summary = {
         "model": model if isinstance(model, str) else net.name,
@@ -381,9 +514,10 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
         "epochs": epochs, "steps_per_epoch": steps_per_epoch, "recipe": recipe.name,
         "optimizer": recipe.optimizer,
         "learning_rate": learning_rate if learning_rate is not None else recipe.learning_rate,
-        "warmup_steps": recipe.warmup_for(max(updates, 2)), "decay": recipe.decay,
+        "warmup_steps": recipe.warmup_for(updates), "decay": recipe.decay,
         "sam_rho": sam_rho, "precision": precision, "strategy": strategy_row,
-        "distribution": distribution_row, "out": out,
+        "distribution": distribution_row, "out": out, "run": folder.describe(),
+        "resumed_epoch": folder.resumed_epoch, "run_started": folder.started,
     }
     if verbose:
         print(f"keras-vit train: {summary['model']} on {data}\n{format_summary(summary)}",
@@ -391,6 +525,8 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
     callbacks = default_callbacks(out, model=net)
     nan_guard = next(c for c in callbacks if isinstance(c, TerminateOnNaNWithAdvice))
     best = next(c for c in callbacks if isinstance(c, BestModelCheckpoint))
+    moved = WeightsMoved()
+    callbacks.insert(1, moved)  # after BackupAndRestore: compares the restored weights
     try:
         history = trainable.fit(train_ds, epochs=epochs, steps_per_epoch=steps_per_epoch,
                                 validation_data=val_ds, callbacks=callbacks,
@@ -402,8 +538,11 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
         raise
     final = os.path.join(out, "model.keras")
     if nan_guard.stopped_at is not None:
+        folder.finish("diverged", diverged_at=list(nan_guard.stopped_at))
         _raise_diverged(nan_guard.stopped_at, final, best, history=history, start=start,
                         epochs=epochs, steps_per_epoch=steps_per_epoch, out=out)
+    if history.epoch and moved.changed is False:
+        raise ValueError(_unmoved_message(optimizer, updates, trainable))
     save_atomically(net, final)
     labels_path = os.path.join(out, "labels.txt")
     with open(labels_path, "w", encoding="utf-8") as f:
@@ -419,6 +558,7 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
         "epochs": epochs, "steps_per_epoch": steps_per_epoch,
         "epochs_run_now": len(history.epoch), "first_epoch_run_now":
             history.epoch[0] if history.epoch else None,
+        "resumed": bool(folder.resumed_epoch), "run_record": os.path.join(out, "run.json"),
         "model": final, "best_model": best.path, "best": best.best,
         "log": os.path.join(out, "log.csv"), "labels": labels_path,
         "recipe": recipe.name, "sam_rho": sam_rho,
@@ -434,10 +574,65 @@ def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size
         "summary": summary,
     }
     if skip_corrupt and (info.skipped_corrupt or val_info.skipped_corrupt):
-        logger.warning("Skipped corrupt or non-image files: %d reads in training (each "
-                       "epoch reads a file again), %d in validation.",
+        logger.warning("Skipped corrupt, unreadable or too large image files: %d in "
+                       "training, %d in validation (distinct files).",
                        info.skipped_corrupt, val_info.skipped_corrupt)
+    folder.finish("completed", val_accuracy=results["val_accuracy"], best=best.best)
     return results
+
+
+class WeightsMoved(keras.callbacks.Callback):
+    """Whether `fit` changed any trainable weight: `changed` is True or
+    False after training (None before). Compares a SHA-256 of each
+    trainable variable's bytes at the start of training (after
+    `BackupAndRestore` restored them: place it after that callback) and
+    at the end, so nothing is copied."""
+
+    def __init__(self):
+        super().__init__()
+        self.changed = None
+        self._before = None
+
+    def _digests(self):
+        import hashlib
+
+        import numpy as np
+
+        with host_values(self.model):
+            return [hashlib.sha256(np.ascontiguousarray(
+                keras.ops.convert_to_numpy(v.value)).tobytes()).digest()
+                for v in self.model.trainable_variables]
+
+    def on_train_begin(self, logs=None):
+        self._before = self._digests()
+
+    def on_train_end(self, logs=None):
+        self.changed = self._digests() != self._before
+
+
+def _unmoved_message(optimizer, updates, model):
+    """Why a run changed no weight, in one sentence."""
+    if not model.trainable_variables:
+        return ("Training changed no weight: the model has no trainable weights (every "
+                "layer is frozen); model.keras was not written.")
+    schedule = optimizer.learning_rate_schedule if hasattr(
+        optimizer, "learning_rate_schedule") else None
+    schedule = getattr(optimizer, "_learning_rate", None) if schedule is None else schedule
+    try:  # the schedule at (up to 1,000 of) the run's updates
+        import numpy as np
+
+        every = getattr(schedule, "steps_per_update", 1)
+        steps = np.unique(np.linspace(0, updates - 1, min(updates, 1000)).astype("int64"))
+        peak = float(np.max(keras.ops.convert_to_numpy(schedule(steps * every))))
+    except Exception:  # noqa: BLE001  (another schedule: its current value)
+        peak = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+    if peak == 0:
+        why = f"the learning rate was 0 at every update ({updates} update(s))"
+    else:
+        why = (f"{updates} optimizer update(s) at a peak learning rate of {peak:g} were too "
+               "small to change any float32 weight")
+    return (f"Training changed no weight: {why}; model.keras was not written. Give a "
+            "larger --learning-rate, or more steps or epochs.")
 
 
 class TrainingDivergedError(RuntimeError):

@@ -1,0 +1,110 @@
+"""Degenerate runs say so (issue 25, items 2, 8 and 12): one optimizer
+update moves the weights, a run that changes no weight fails in one
+sentence, the schedule counts updates under gradient accumulation, a
+fixed-size `.keras` model trains at its size, and an absurd batch size is
+clipped to the data."""
+
+import keras
+import numpy as np
+import pytest
+from data_helpers import make_folder
+
+import keras_vit
+from keras_vit.training import recipes, trainer
+from keras_vit.training.schedules import WarmupDecay
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """18 real-photo crops in 3 classes (15 train, 3 held out) and a tiny
+    fixed-size (32x32) `.keras` model."""
+    root = tmp_path_factory.mktemp("edges")
+    make_folder(str(root / "data"), per_class=6, size=32)
+    model = keras_vit.VisionTransformer(
+        patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+        classifier="gap", input_shape=(32, 32, 3), classes=3, classifier_activation=None)
+    model.save(root / "tiny.keras")
+    return root
+
+
+def _train(folder, out, **kwargs):
+    kwargs = dict(dict(recipe="scratch", epochs=1, verbose=0), **kwargs)
+    return trainer.train(str(folder / "tiny.keras"), f"folder:{folder / 'data'}",
+                         out=str(out), **kwargs)
+
+
+def _weights(path):
+    return [np.array(w) for w in keras.saving.load_model(path).trainable_weights]
+
+
+@pytest.mark.parametrize("recipe", ["finetune", "scratch"])
+def test_warmup_never_swallows_the_run(recipe):
+    recipe = recipes.get_recipe(recipe)
+    assert recipe.warmup_for(1) == 0  # one update: no warmup (step 0 would be lr 0)
+    assert recipe.warmup_for(2) == 1
+    optimizer = recipes.make_optimizer(recipe, 1)
+    assert float(optimizer.learning_rate) == pytest.approx(recipe.learning_rate)
+
+
+def test_the_schedule_counts_updates_under_gradient_accumulation():
+    """Keras calls the schedule with its batch counter; 10 updates of 4
+    batches each see the schedule of 10 updates (they saw lr 0 from the
+    third update on)."""
+    optimizer = recipes.make_optimizer("scratch", 10, gradient_accumulation_steps=4)
+    variable = keras.Variable(np.zeros(1, "float32"))
+    seen = []
+    for _ in range(40):
+        optimizer.apply([keras.ops.ones(1)], [variable])
+        seen.append(float(optimizer.learning_rate))
+    schedule = WarmupDecay(2e-3, 10, warmup_steps=1)
+    expected = [float(schedule(i)) for i in range(1, 11)]  # the lr after update i
+    assert seen[3::4][:9] == pytest.approx(expected[:9], rel=1e-5)
+    assert int(optimizer.iterations) == 10
+
+
+def test_a_run_of_one_update_moves_the_weights(folder, tmp_path):
+    """15 training images in one batch, one epoch: one optimizer update,
+    at the full learning rate (it used to be warmup's 0)."""
+    results = _train(folder, tmp_path / "one", batch_size=15)
+    assert results["summary"]["steps_per_epoch"] == 1
+    assert results["summary"]["warmup_steps"] == 0
+    start, end = _weights(folder / "tiny.keras"), _weights(results["model"])
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(start, end)) > 1e-4
+
+
+def test_a_run_that_changes_no_weight_fails_and_says_why(folder, tmp_path):
+    with pytest.raises(ValueError, match=r"^Training changed no weight: the learning rate "
+                                         r"was 0 at every update \(3 update\(s\)\); "
+                                         r"model\.keras was not written\."):
+        _train(folder, tmp_path / "zero", batch_size=4, learning_rate=1e-50)  # 0 in float32
+    assert not (tmp_path / "zero" / "model.keras").exists()
+    frozen = keras.saving.load_model(folder / "tiny.keras")
+    frozen.trainable = False
+    with pytest.raises(ValueError, match=r"the model has no trainable weights"):
+        trainer.train(frozen, f"folder:{folder / 'data'}", recipe="scratch", epochs=1,
+                      batch_size=4, out=str(tmp_path / "frozen"), verbose=0)
+
+
+def test_more_batches_per_update_than_the_run_has_is_refused_before_any_work(folder,
+                                                                            tmp_path):
+    with pytest.raises(ValueError, match=(
+            r"^gradient_accumulation_steps=100 batches per update, but the whole run has 3 "
+            r"batch\(es\): no optimizer update would happen; give at most 3")):
+        _train(folder, tmp_path / "gas", batch_size=4, gradient_accumulation_steps=100)
+    assert not (tmp_path / "gas").exists()
+
+
+def test_a_fixed_size_model_trains_at_its_size(folder, tmp_path):
+    with pytest.raises(ValueError, match=(
+            r"'.*tiny\.keras' takes 32x32 images \(its input size is fixed\), but "
+            r"image_size=384 \(--image-size\) was given; leave it out or give 32\.$")):
+        _train(folder, tmp_path / "size", image_size=384)
+    assert not (tmp_path / "size").exists()  # refused before any work
+
+
+def test_an_absurd_batch_size_is_clipped_to_the_split(folder, tmp_path, caplog):
+    results = _train(folder, tmp_path / "big", batch_size=10**12)
+    assert results["summary"]["batch_size"] == 15
+    assert results["summary"]["steps_per_epoch"] == 1
+    assert "batch_size=1000000000000 is larger than the 15 images of the training split " \
+           "'train'; using batches of 15" in caplog.text
