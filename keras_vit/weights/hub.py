@@ -42,6 +42,7 @@ model = keras_vit.model_from_checkpoint("path/to/saved_folder")
 import dataclasses
 import json
 import logging
+import math
 import os
 import struct
 
@@ -54,9 +55,12 @@ from keras_vit.weights.official import (
     CheckpointMismatchError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    SAFETENSORS_MAX_HEADER,
     UnsupportedCheckpointError,
+    _check_checkpoint_bytes,
     describe,
     load_official_weights,
+    safetensors_header_length,
 )
 from keras_vit.weights.posemb import POSEMB_RESIZES, square_grid
 
@@ -73,6 +77,12 @@ WEIGHTS_INDEX = "model.safetensors.index.json"
 PREPROCESSOR = "preprocessor_config.json"
 _DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "BF16": None,
            "I64": np.int64, "I32": np.int32}
+# Bits per element of every dtype of the safetensors format (read or not).
+_FORMAT_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+                "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32,
+                "F32": 32, "I64": 64, "U64": 64, "F64": 64, "C64": 64, "F4": 4,
+                "F6_E2M3": 6, "F6_E3M2": 6}
+_TILING = "the safetensors format requires the tensors to tile the data section exactly"
 
 
 class MissingDependencyError(ImportError):
@@ -92,25 +102,41 @@ def is_hub_folder(path):
 
 
 def is_safetensors(path):
-    """True when the file's first bytes are a safetensors header."""
+    """True when the file's first bytes are a safetensors header (a
+    truncated file too: `read_safetensors` says so)."""
     path = os.path.expanduser(os.fspath(path))
     if not os.path.isfile(path):
         return False
     with open(path, "rb") as f:
         head = f.read(9)
-    if len(head) < 9 or head[8:9] != b"{":
-        return False
-    (length,) = struct.unpack("<Q", head[:8])
-    return 2 <= length <= os.path.getsize(path) - 8
+    return safetensors_header_length(head) is not None
 
 
 def read_safetensors(path):
     """Reads a `.safetensors` file into `{name: float32 array}` with NumPy
     (F32, F16, BF16, F64; no PyTorch, nothing unpickled).
 
+    The header is checked against the format's rules before any tensor is
+    read: a length within the file and the format's 100 MB limit, a JSON
+    object without repeated names, `__metadata__` a map of strings, each
+    entry a known dtype, a shape of non-negative ints and `data_offsets`
+    whose size is dtype x shape, the offsets tiling the data section
+    exactly (no overlap, no gap, nothing after the last tensor), and the
+    data section within `official.max_checkpoint_bytes()`. Each tensor is
+    then read on its own (no whole-file copy).
+
     Raises:
-        CorruptCheckpointError: a truncated file or a header that does not
-            fit it.
+        CorruptCheckpointError: a truncated file or a header that breaks
+            these rules (the message names the file and the tensor).
+        UnsupportedCheckpointError: a valid file with a tensor of a dtype
+            keras_vit does not read (U8, BOOL, F8_E4M3, ...).
+
+    Example:
+
+    ```python
+    state = read_safetensors("folder/model.safetensors")
+    state["cls_token"].shape  # (1, 1, 768)
+    ```
     """
     name = os.fspath(path)
     path = os.path.expanduser(name)
@@ -118,63 +144,200 @@ def read_safetensors(path):
         raise CheckpointNotFoundError(name)
     size = os.path.getsize(path)
     with open(path, "rb") as f:
-        raw = f.read()
-    try:
-        (length,) = struct.unpack("<Q", raw[:8])
-        if length > size - 8:
-            raise ValueError(f"header length {length} > file size {size}")
-        header = json.loads(raw[8:8 + length])
-    except (struct.error, ValueError, UnicodeDecodeError) as error:
-        raise CorruptCheckpointError(
-            f"{name!r} is not a readable safetensors file ({error})."
-        ) from error
-    data = memoryview(raw)[8 + length:]
-    out = {}
-    for key, entry in header.items():
-        if key == "__metadata__":
-            continue
-        try:
-            dtype, shape, (begin, end) = entry["dtype"], entry["shape"], entry["data_offsets"]
-        except (KeyError, TypeError, ValueError) as error:
-            raise CorruptCheckpointError(f"{name!r}: bad header entry {key!r}.") from error
-        if dtype not in _DTYPES:
-            raise CorruptCheckpointError(
-                f"{name!r}: tensor {key!r} has dtype {dtype}; expected a float tensor.")
-        count = int(np.prod(shape, dtype=np.int64))
-        if end > len(data) or begin > end:
-            raise CorruptCheckpointError(
-                f"{name!r} is truncated: tensor {key!r} ends at byte {end} of "
-                f"{len(data)}. Download it again.")
-        buffer = data[begin:end]
-        if dtype == "BF16":
-            bits = np.frombuffer(buffer, dtype="<u2").astype(np.uint32) << 16
-            array = bits.view(np.float32)
-        else:
-            array = np.frombuffer(buffer, dtype=np.dtype(_DTYPES[dtype]).newbyteorder("<"))
-        if array.size != count:
-            raise CorruptCheckpointError(
-                f"{name!r}: tensor {key!r} holds {array.size} values, its shape "
-                f"{shape} needs {count}.")
-        out[key] = array.reshape(shape).astype(np.float32)
+        length, entries = _safetensors_header(name, f, size)
+        _check_checkpoint_bytes(repr(name), size - 8 - length)
+        _check_tiling(name, entries, size - 8 - length)
+        for key, (dtype, _, _, _) in entries.items():
+            if dtype not in _DTYPES:
+                raise UnsupportedCheckpointError(
+                    f"{name!r}: tensor {key!r} has dtype {dtype}; keras_vit reads "
+                    f"{', '.join(_DTYPES)} tensors.")
+        out = {}
+        for key, (dtype, shape, begin, end) in entries.items():
+            f.seek(8 + length + begin)
+            buffer = bytearray(end - begin)
+            if f.readinto(buffer) != len(buffer):
+                raise CorruptCheckpointError(
+                    f"{name!r} is truncated: tensor {key!r} ends at byte {end} "
+                    "of its data section, after the end of the file.")
+            out[key] = _tensor(buffer, dtype, shape)
     return out
+
+
+def _tensor(buffer, dtype, shape):
+    if dtype == "BF16":
+        bits = np.frombuffer(buffer, dtype="<u2").astype(np.uint32) << 16
+        array = bits.view(np.float32)
+    else:
+        array = np.frombuffer(buffer, dtype=np.dtype(_DTYPES[dtype]).newbyteorder("<"))
+    return array.astype(np.float32, copy=False).reshape(shape)
+
+
+def _unique_names(pairs):
+    out = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the name {key!r} appears twice")
+        out[key] = value
+    return out
+
+
+def _safetensors_header(name, f, size):
+    """`(header length, {tensor: (dtype, shape, begin, end)})`, each entry
+    checked on its own; the header read only once its length is checked."""
+    head = f.read(8)
+    if len(head) < 8:
+        raise CorruptCheckpointError(
+            f"{name!r} is not a readable safetensors file: {size} bytes, fewer "
+            "than the 8 of the header length.")
+    (length,) = struct.unpack("<Q", head)
+    if length > SAFETENSORS_MAX_HEADER:
+        raise CorruptCheckpointError(
+            f"{name!r}: its safetensors header length is {length:,} bytes, more "
+            f"than the format's limit of {SAFETENSORS_MAX_HEADER:,}.")
+    if length > size - 8:
+        raise CorruptCheckpointError(
+            f"{name!r} is truncated: its safetensors header length is {length:,} "
+            f"bytes, but only {size - 8:,} follow the length field. Download it again.")
+    raw = f.read(length)
+    try:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_names)
+    except (ValueError, RecursionError) as error:
+        raise CorruptCheckpointError(
+            f"{name!r} is not a readable safetensors file (its header is not "
+            f"JSON: {error}).") from error
+    if not raw.startswith(b"{") or not isinstance(header, dict):
+        raise CorruptCheckpointError(
+            f"{name!r}: its safetensors header is not a JSON object "
+            f"(it starts with {raw[:20]!r}).")
+    metadata = header.pop("__metadata__", {})
+    bad = ([k for k, v in metadata.items() if not isinstance(v, str)]
+           if isinstance(metadata, dict) else None)
+    if bad is None or bad:
+        got = (f"its value for {bad[0]!r} is {type(metadata[bad[0]]).__name__}" if bad
+               else f"it is {type(metadata).__name__}")
+        raise CorruptCheckpointError(
+            f"{name!r}: __metadata__ must be a JSON object of strings, {got}.")
+    return length, {key: _entry(name, key, value) for key, value in header.items()}
+
+
+def _is_count(value):
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _entry(name, key, entry):
+    """`(dtype, shape, begin, end)` of one header entry, or the error."""
+    what = f"{name!r}: tensor {key!r}"
+    if not isinstance(entry, dict) or not {"dtype", "shape", "data_offsets"} <= set(entry):
+        raise CorruptCheckpointError(
+            f"{what} is not an entry with dtype, shape and data_offsets "
+            f"(got {json.dumps(entry)[:60]}).")
+    dtype, shape, offsets = entry["dtype"], entry["shape"], entry["data_offsets"]
+    if not isinstance(dtype, str) or dtype not in _FORMAT_BITS:
+        raise CorruptCheckpointError(
+            f"{what} has dtype {json.dumps(dtype)[:40]}, which is not a "
+            f"safetensors dtype ({', '.join(_FORMAT_BITS)}).")
+    if not isinstance(shape, list) or not all(map(_is_count, shape)):
+        raise CorruptCheckpointError(
+            f"{what} has shape {json.dumps(shape)[:60]}; expected a list of "
+            "non-negative integers.")
+    if not (isinstance(offsets, list) and len(offsets) == 2
+            and all(map(_is_count, offsets))
+            and offsets[0] <= offsets[1]):
+        raise CorruptCheckpointError(
+            f"{what} has data_offsets {json.dumps(offsets)[:60]}; expected "
+            "[BEGIN, END] with 0 <= BEGIN <= END.")
+    (begin, end), bits = offsets, math.prod(shape) * _FORMAT_BITS[dtype]
+    if bits != 8 * (end - begin):
+        needs = f"{bits // 8:,}" if bits % 8 == 0 else f"{bits / 8:,}"
+        raise CorruptCheckpointError(
+            f"{what} has data_offsets [{begin}, {end}] ({end - begin:,} bytes), "
+            f"but dtype {dtype} x shape {shape} needs {needs} bytes.")
+    return dtype, shape, begin, end
+
+
+def _check_tiling(name, entries, data_size):
+    """The tensors, sorted by offsets, tile the `data_size` bytes after the
+    header exactly."""
+    ended, previous = 0, None
+    for key, (_, _, begin, end) in sorted(entries.items(), key=lambda e: e[1][2:]):
+        if begin < ended:
+            raise CorruptCheckpointError(
+                f"{name!r}: tensor {key!r} (data_offsets [{begin}, {end}]) overlaps "
+                f"tensor {previous!r}, which ends at byte {ended}; {_TILING}.")
+        if begin > ended:
+            after = f"tensor {previous!r} ends" if previous else "the data section begins"
+            raise CorruptCheckpointError(
+                f"{name!r}: tensor {key!r} begins at byte {begin}, but {after} at "
+                f"byte {ended}: {begin - ended:,} bytes belong to no tensor; {_TILING}.")
+        ended, previous = end, key
+    if ended > data_size:
+        raise CorruptCheckpointError(
+            f"{name!r} is truncated: tensor {previous!r} ends at byte {ended} of "
+            f"a {data_size}-byte data section. Download it again.")
+    if ended < data_size:
+        last = f"the last tensor, {previous!r}," if previous else "the header (no tensors)"
+        raise CorruptCheckpointError(
+            f"{name!r}: {data_size - ended:,} bytes follow {last} at the end of "
+            f"the file; {_TILING}.")
 
 
 def _read_json(path, what):
     try:
+        size = os.path.getsize(path)
+        if size > SAFETENSORS_MAX_HEADER:
+            raise ValueError(f"{size:,} bytes, more than the {SAFETENSORS_MAX_HEADER:,} "
+                             "a checkpoint's JSON file may have")
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, RecursionError) as error:
         raise CorruptCheckpointError(f"{what} {path!r} is not readable JSON ({error}).") from error
+
+
+def _shards(index_path, index):
+    """`{shard file: set of tensor names}` of a sharded folder's index: a
+    `weight_map` of tensor names to files inside the folder."""
+    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(weight_map, dict) or not weight_map or not all(
+            isinstance(v, str) for v in weight_map.values()):
+        raise CorruptCheckpointError(
+            f"Index {index_path!r} has no weight_map of tensor names to shard "
+            f"files (a non-empty JSON object of strings); got "
+            f"{json.dumps(weight_map)[:60]}.")
+    shards = {}
+    for key, shard in weight_map.items():
+        parts = shard.replace("\\", "/").split("/")
+        if not shard or os.path.isabs(shard) or parts[0] == "" or ".." in parts:
+            raise CorruptCheckpointError(
+                f"Index {index_path!r} maps tensor {key!r} to {shard!r}, which is "
+                "not a file inside its folder.")
+        shards.setdefault(shard, set()).add(key)
+    return shards
 
 
 def _read_folder_weights(folder):
     single = os.path.join(folder, WEIGHTS)
     if os.path.isfile(single):
         return read_safetensors(single)
-    index = _read_json(os.path.join(folder, WEIGHTS_INDEX), "Index")
+    index_path = os.path.join(folder, WEIGHTS_INDEX)
+    shards = _shards(index_path, _read_json(index_path, "Index"))
+    paths = {shard: os.path.join(folder, shard) for shard in sorted(shards)}
+    for path in paths.values():
+        if not os.path.isfile(path):
+            raise CheckpointNotFoundError(path)
+    _check_checkpoint_bytes(repr(folder), sum(map(os.path.getsize, paths.values())))
     state = {}
-    for shard in sorted(set((index.get("weight_map") or {}).values())):
-        state.update(read_safetensors(os.path.join(folder, shard)))
+    for shard, path in paths.items():
+        arrays = read_safetensors(path)
+        if set(arrays) != shards[shard]:
+            absent = sorted(shards[shard] - set(arrays))
+            extra = sorted(set(arrays) - shards[shard])
+            says = ([f"it holds no {absent[0]!r} ({len(absent)} missing)"] if absent else []) + (
+                [f"it holds {extra[0]!r}, which the index maps elsewhere or not at "
+                 f"all ({len(extra)} such)"] if extra else [])
+            raise CorruptCheckpointError(
+                f"Shard {path!r} does not match {index_path!r}: {'; '.join(says)}.")
+        state.update(arrays)
     return state
 
 

@@ -21,12 +21,19 @@ anything reads it: an official `.npz`, a Keras `.weights.h5`, or something
 else (a PyTorch or safetensors file, a whole Keras model, a TensorFlow
 checkpoint, an HTML error page, ...), which raises
 `UnsupportedCheckpointError` naming what was found.
+
+Nothing a file declares is allocated before it is checked: an `.npz` is
+read member by member from the zip directory's sizes (numpy's own stored
+or deflate members only; each `.npy` header's shape x itemsize must be the
+member's size), within `max_checkpoint_bytes()`
+(`$KERAS_VIT_MAX_CHECKPOINT_BYTES`, default 16 GiB) in all.
 """
 
 import dataclasses
 import errno
 import json
 import logging
+import math
 import os
 import re
 import struct
@@ -69,9 +76,10 @@ class CheckpointMismatchError(ValueError):
 
 
 class CorruptCheckpointError(ValueError):
-    """The file is an official `.npz` (a zip of `.npy` arrays) or an HDF5
-    file, but a damaged one: bad zip, CRC error, truncated, pickled entries,
-    or an empty file."""
+    """The file is an official `.npz` (a zip of `.npy` arrays), an HDF5 or a
+    safetensors file, but a damaged or lying one: bad zip, CRC error,
+    truncated, pickled entries, an empty file, a header that does not fit
+    the data, or more bytes than `max_checkpoint_bytes()`."""
 
 
 class UnsupportedCheckpointError(ValueError):
@@ -287,6 +295,53 @@ def official_manifest(model):
 # --- what is this file? ----------------------------------------------------
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
+MAX_CHECKPOINT_BYTES_ENV = "KERAS_VIT_MAX_CHECKPOINT_BYTES"
+DEFAULT_MAX_CHECKPOINT_BYTES = 16 * 2**30
+SAFETENSORS_MAX_HEADER = 100_000_000  # bytes: the safetensors library's own limit
+
+
+def max_checkpoint_bytes():
+    """The most bytes of arrays one checkpoint may declare:
+    `$KERAS_VIT_MAX_CHECKPOINT_BYTES`, default 16 GiB (ViT-H/14, the largest
+    official checkpoint, is 2.5 GB in float32).
+
+    An `.npz` whose members declare more in all (their uncompressed sizes
+    in the zip directory), or a safetensors file or sharded folder with a
+    larger data section, is refused before anything is allocated.
+
+    >>> os.environ["KERAS_VIT_MAX_CHECKPOINT_BYTES"] = str(2**30)
+    >>> max_checkpoint_bytes()
+    1073741824
+    >>> del os.environ["KERAS_VIT_MAX_CHECKPOINT_BYTES"]
+
+    Raises:
+        ValueError: the variable is set to something other than a positive
+            whole number of bytes.
+    """
+    text = os.environ.get(MAX_CHECKPOINT_BYTES_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_CHECKPOINT_BYTES
+    value = int(text) if text.isdigit() else 0
+    if value <= 0:
+        raise ValueError(
+            f"{MAX_CHECKPOINT_BYTES_ENV} must be a positive whole number of "
+            f"bytes (e.g. {DEFAULT_MAX_CHECKPOINT_BYTES}), got "
+            f"{os.environ[MAX_CHECKPOINT_BYTES_ENV]!r}.")
+    return value
+
+
+def _check_checkpoint_bytes(what, total):
+    """Raises `CorruptCheckpointError` when `what` (a file, as messages name
+    it) declares more than `max_checkpoint_bytes()` bytes of arrays."""
+    limit = max_checkpoint_bytes()
+    if total > limit:
+        raise CorruptCheckpointError(
+            f"{what} declares {total:,} bytes of arrays, more than the limit "
+            f"of {limit:,} ({MAX_CHECKPOINT_BYTES_ENV}; the largest official "
+            f"checkpoint, ViT-H/14, is 2.5 GB). Set {MAX_CHECKPOINT_BYTES_ENV} "
+            "higher to read it.")
+
+
 _ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 _NPY_MAGIC = b"\x93NUMPY"
 # torch.save before 1.6: pickle protocol 2, then the magic number 0x1950a86a20f9469cfc6c.
@@ -342,15 +397,31 @@ def _sniff_text(name, head):
     return _unsupported(name, what, "Pass the weights file itself.")
 
 
-def _sniff_safetensors(name, path, head, size):
-    if len(head) < 10 or head[8:9] != b"{":
+def safetensors_header_length(head):
+    """The header length a file's first bytes declare when they look like
+    safetensors (a little-endian u64 below 2**32, then `{`), else None.
+
+    >>> safetensors_header_length(b"\\x02\\0\\0\\0\\0\\0\\0\\0{}")
+    2
+    """
+    if len(head) < 9 or head[8:9] != b"{":
         return None
     (length,) = struct.unpack("<Q", head[:8])
-    if length < 2 or length > size - 8:
+    return length if 2 <= length < 2**32 else None
+
+
+def _sniff_safetensors(name, path, head, size):
+    length = safetensors_header_length(head)
+    if length is None:
         return None
+    if length > size - 8:
+        return CorruptCheckpointError(
+            f"{name!r} is a truncated safetensors file: its header length is "
+            f"{length:,} bytes, but only {size - 8:,} follow the length field. "
+            "Download it again.")
     with open(path, "rb") as f:
         f.seek(8)
-        header = f.read(min(length, 100_000_000))
+        header = f.read(min(length, SAFETENSORS_MAX_HEADER))
     try:
         tensors = [k for k in json.loads(header) if k != "__metadata__"]
         example = f", e.g. {sorted(tensors)[0]!r}" if tensors else ""
@@ -572,8 +643,12 @@ def read_checkpoint(path):
     """Reads an official `.npz` into `{canonical key: float32 array}`.
 
     The format is checked first from the file's bytes (`sniff_checkpoint`);
-    then every member is read in full, so the zip CRC of each array is
-    checked. `allow_pickle=False` always.
+    then the zip directory (stored or deflate members only, sizes their
+    compressed bytes can hold, `max_checkpoint_bytes()` in all) and each
+    `.npy` header (its shape x itemsize is the member's size) before any
+    array is allocated; every member is then streamed in full, so the zip
+    CRC of each array is checked. Nothing is unpickled (as
+    `allow_pickle=False`).
 
     Raises:
         CheckpointNotFoundError: no file at `path` ("Weights file not found:
@@ -584,8 +659,10 @@ def read_checkpoint(path):
             `model.load_weights`), an HTML page, ... Under a `.npz` name it
             is a `NotAnNpzError`, a CorruptCheckpointError as well.
         CorruptCheckpointError: an `.npz` that is damaged: a CRC error, a
-            truncated or empty file, or an entry that is not a numeric array
-            (pickled objects).
+            truncated or empty file, an entry that is not a numeric array
+            (pickled objects), a header or zip directory that does not fit
+            the data, a bzip2/LZMA member, or more than
+            `max_checkpoint_bytes()` in all.
     """
     name = os.fspath(path)
     try:
@@ -601,11 +678,13 @@ def read_checkpoint(path):
             "read_checkpoint and model_from_checkpoint read official .npz files."
         ), name)
     path = os.path.expanduser(name)
+    max_checkpoint_bytes()  # a bad setting is its own error, not the file's
     try:
-        with np.load(path, allow_pickle=False) as archive:
-            if not hasattr(archive, "files"):
-                raise ValueError("it holds a single array, not a .npz archive")
-            params = {key: archive[key] for key in archive.files}
+        with zipfile.ZipFile(path) as archive:
+            params = dict(_read_npy_member(name, archive, info)
+                          for info in _npz_members(name, archive))
+    except CorruptCheckpointError:
+        raise
     except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, OSError,
             KeyError) as error:
         raise CorruptCheckpointError(
@@ -613,13 +692,100 @@ def read_checkpoint(path):
         ) from error
     if not params:
         raise CorruptCheckpointError(f"{name} is an empty .npz archive.")
-    for key, value in params.items():
-        if value.dtype.kind not in "fiu":
-            raise CorruptCheckpointError(
-                f"{name}: entry {key!r} has dtype {value.dtype}, expected a "
-                "float array."
-            )
     return canonical_keys(params)
+
+
+# What numpy.savez (stored) and numpy.savez_compressed (deflate) write; other
+# methods (bzip2, LZMA) decompress a whole chunk at once, whatever its size.
+_NPZ_METHODS = {zipfile.ZIP_STORED: "stored", zipfile.ZIP_DEFLATED: "deflate"}
+_OTHER_METHODS = {zipfile.ZIP_BZIP2: "bzip2", zipfile.ZIP_LZMA: "LZMA"}
+_DEFLATE_MAX_RATIO = 1032  # 258-byte matches at 2 bits each: deflate's limit
+_READ_CHUNK = 1 << 20  # bytes per read: faster than larger ones (cache)
+
+
+def _npz_members(name, archive):
+    """The archive's members, checked against the zip directory before any
+    is decompressed: numpy's methods, sizes their compressed bytes can hold,
+    no name twice, and `max_checkpoint_bytes()` in all."""
+    members, seen = archive.infolist(), set()
+    for info in members:
+        where = f"{name}: member {info.filename!r}"
+        if info.filename in seen:
+            raise CorruptCheckpointError(f"{where} appears twice in the archive.")
+        seen.add(info.filename)
+        if info.flag_bits & 0x1:
+            raise CorruptCheckpointError(f"{where} is encrypted.")
+        if info.compress_type not in _NPZ_METHODS:
+            method = _OTHER_METHODS.get(info.compress_type,
+                                        f"zip method {info.compress_type}")
+            raise CorruptCheckpointError(
+                f"{where} is compressed with {method}; keras_vit reads .npz "
+                "members stored or deflate-compressed, as numpy.savez and "
+                "numpy.savez_compressed write them.")
+        stored = info.compress_type == zipfile.ZIP_STORED
+        most = info.compress_size if stored else (
+            _DEFLATE_MAX_RATIO * info.compress_size + 1024)
+        if info.file_size > most or (stored and info.file_size != most):
+            holds = (f"it stores {most:,}" if stored else f"its {info.compress_size:,} "
+                     f"deflate bytes can hold at most {most:,}")
+            raise CorruptCheckpointError(
+                f"{where} declares {info.file_size:,} bytes, but {holds}: the zip "
+                "directory is wrong.")
+    _check_checkpoint_bytes(name, sum(info.file_size for info in members))
+    return members
+
+
+def _npy_header(fp):
+    version = np.lib.format.read_magic(fp)
+    if version == (1, 0):
+        return np.lib.format.read_array_header_1_0(fp)
+    if version == (2, 0):
+        return np.lib.format.read_array_header_2_0(fp)
+    raise ValueError(f".npy format version {version[0]}.{version[1]} (numeric "
+                     "arrays are written as 1.0 or 2.0)")
+
+
+def _read_npy_member(name, archive, info):
+    """`(key, array)` of one `.npy` member, its header checked against the
+    zip directory's size before the array is allocated; the data streamed
+    in bounded chunks (zipfile checks the CRC at the end)."""
+    key = info.filename[:-len(".npy")]
+    where = f"{name}: entry {key!r}"
+    with archive.open(info) as fp:
+        try:
+            shape, fortran, dtype = _npy_header(fp)
+        except ValueError as error:
+            raise CorruptCheckpointError(f"{where} has no readable .npy header "
+                                         f"({error}).") from error
+        if dtype.hasobject:
+            raise CorruptCheckpointError(
+                f"{name} is not a readable .npz checkpoint: Object arrays cannot "
+                f"be loaded when allow_pickle=False (entry {key!r} holds pickled "
+                "Python objects).")
+        if dtype.kind not in "fiu":
+            raise CorruptCheckpointError(
+                f"{where} has dtype {dtype}, expected a float array.")
+        header, count = fp.tell(), math.prod(shape)
+        if min(shape, default=0) < 0 or count * dtype.itemsize != info.file_size - header:
+            raise CorruptCheckpointError(
+                f"{where} declares shape {shape} of {dtype} "
+                f"({max(count, 0) * dtype.itemsize:,} bytes), but the zip directory "
+                f"says it holds {info.file_size - header:,} bytes after its "
+                f"{header}-byte .npy header.")
+        try:
+            array = np.empty(count, dtype)
+        except MemoryError as error:
+            raise MemoryError(f"{where}: not enough memory for its "
+                              f"{count * dtype.itemsize:,} bytes.") from error
+        buffer, filled = memoryview(array.view(np.uint8)), 0
+        while filled < len(buffer):
+            chunk = fp.read(min(_READ_CHUNK, len(buffer) - filled))
+            if not chunk:
+                raise CorruptCheckpointError(
+                    f"{where} ends after {filled:,} of its {len(buffer):,} bytes.")
+            buffer[filled:filled + len(chunk)] = chunk
+            filled += len(chunk)
+    return key, array.reshape(shape, order="F" if fortran else "C")
 
 
 @dataclasses.dataclass(frozen=True)
