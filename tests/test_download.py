@@ -149,6 +149,11 @@ def cache_files():
     return sorted(p.name for p in cache_dir().iterdir() if p.name != download.LOCKS_DIR)
 
 
+def entry(name):
+    """The files of a finished cache entry: the file and its provenance record."""
+    return [name, name + download.SOURCE_SUFFIX]
+
+
 def test_url_downloads_once_then_uses_the_cache(server):
     fixture = Fixture("vit_tiny_token")
     url = server.put("files/vit_tiny_token.npz", fixture.checkpoint)
@@ -339,19 +344,25 @@ def test_two_urls_with_one_file_name_never_share_a_cache_entry(server, monkeypat
     assert set(first.params) == set(official.read_checkpoint(mixer))
     assert set(second.params) == set(official.read_checkpoint(vit))  # not the first file
     assert first.path != second.path
-    assert sorted(cache_files()) == sorted([registry.url_cache_name(url_a),
-                                            registry.url_cache_name(url_b)])
+    assert sorted(cache_files()) == sorted(entry(registry.url_cache_name(url_a))
+                                           + entry(registry.url_cache_name(url_b)))
     assert re.fullmatch(r"url--[0-9a-f]{16}--model\.npz", registry.url_cache_name(url_a))
     assert server.requests == ["/a/model.npz", "/b/model.npz"]
     # An official-bucket URL and its KERAS_VIT_MIRROR copy are one entry, the
-    # registered name's; the official URL is fetched from the mirror.
-    server.put("vit_models/sam/ViT-B_16.npz", mixer)
+    # registered name's; the official URL is fetched from the mirror (a file
+    # the official listing gives no size for: gs://vit_models/gsam).
+    server.put("vit_models/gsam/ViT-B_16.npz", mixer)
     monkeypatch.setenv("KERAS_VIT_MIRROR", server.url + "/")
-    official_url = "https://storage.googleapis.com/vit_models/sam/ViT-B_16.npz"
+    official_url = "https://storage.googleapis.com/vit_models/gsam/ViT-B_16.npz"
     loaded = resolve_weights(official_url, None, "model")
-    assert loaded.path == str(cache_dir() / "vit_models--sam--ViT-B_16.npz")
-    assert resolve_weights(f"{server.url}/vit_models/sam/ViT-B_16.npz", None, "m").path == loaded.path
-    assert server.requests[2:] == ["/vit_models/sam/ViT-B_16.npz"]
+    assert loaded.path == str(cache_dir() / "vit_models--gsam--ViT-B_16.npz")
+    # messages name where the bytes came from: the mirror
+    assert loaded.source == (
+        f"{official_url} (downloaded from {server.url}/vit_models/gsam/ViT-B_16.npz)")
+    mirrored = resolve_weights(f"{server.url}/vit_models/gsam/ViT-B_16.npz", None, "m")
+    assert mirrored.path == loaded.path
+    assert mirrored.source == f"{server.url}/vit_models/gsam/ViT-B_16.npz"
+    assert server.requests[2:] == ["/vit_models/gsam/ViT-B_16.npz"]
 
 
 def test_four_processes_on_an_empty_cache_download_once(server):
@@ -395,7 +406,7 @@ def test_four_processes_on_an_empty_cache_download_once(server):
     assert results == [expected] * 4
     assert server.requests == ["/files/model.npz"] and server.sent == [len(data)]
     assert waiting() == 3
-    assert cache_files() == [name]
+    assert cache_files() == entry(name)
 
 
 @pytest.mark.parametrize("ranges", [True, False], ids=["range", "no-range"])
@@ -419,7 +430,9 @@ def test_a_broken_connection_resumes_with_range(server, caplog, ranges):
     else:  # the server ignores Range: the whole file again, from the start
         assert server.sent == [half, len(data)]
         assert "the server does not resume downloads" in caplog.text
-    assert cache_files() == [registry.url_cache_name(url)]
+    assert cache_files() == entry(registry.url_cache_name(url))
+    # the record's SHA-256 is of the whole file, across the resume
+    assert download.provenance(path)["sha256"] == hashlib.sha256(data).hexdigest()
 
 
 def test_a_stalled_connection_is_a_clear_error(server, monkeypatch):
@@ -481,7 +494,9 @@ def test_a_killed_downloader_leaves_a_lock_that_blocks_nobody(server, monkeypatc
     assert server.sent[1] == len(data) - 40_000
     first_frame = terminal.getvalue().split("\r")[1]
     assert first_frame.startswith(f"model.npz 39.1/{len(data) / 1024:.1f} KiB ━")  # where it stopped
-    assert cache_files() == [name]
+    assert cache_files() == entry(name)
+    # the SHA-256 covers the bytes the killed process wrote too
+    assert download.provenance(path)["sha256"] == hashlib.sha256(data).hexdigest()
 
 
 def test_an_md5_mismatch_with_x_goog_hash_is_refused(server):

@@ -249,16 +249,19 @@ def test_download_print_url_downloads_nothing_and_imports_no_tensorflow(server):
 
 def test_download_fills_the_cache_that_weights_then_uses(server):
     fixture = Fixture("mixer_tiny")  # any official .npz: download checks the format
-    server.put("mixer_models/gsam/Mixer-S_8.npz", fixture.checkpoint)
+    # (a file with no official size: the listed ones must have theirs)
+    stem = registry._AUGREG_I1K["B/8"]
+    server.put(f"vit_models/augreg/{stem}.npz", fixture.checkpoint)
     env = {"KERAS_VIT_MIRROR": server.url, "KERAS_HOME": os.environ["KERAS_HOME"]}
-    first = cli("download", "imagenet", "--model", "MixerS8", "--json", env=env)
+    first = cli("download", "imagenet", "--model", "ViTB8", "--json", env=env)
     assert first.returncode == 0, first.stderr
     record = json.loads(first.stdout)
-    path = cache_dir() / "mixer_models--gsam--Mixer-S_8.npz"
+    path = cache_dir() / f"vit_models--augreg--{stem}.npz"
     assert record["path"] == str(path) and record["cached"] is False
     assert record["bytes"] == path.stat().st_size == os.path.getsize(fixture.checkpoint)
-    assert server.requests == ["/mixer_models/gsam/Mixer-S_8.npz"]
-    again = cli("download", "gsam", "--model", "Mixer-S_8", env=env)
+    assert record["downloaded_from"] == f"{server.url}/vit_models/augreg/{stem}.npz"
+    assert server.requests == [f"/vit_models/augreg/{stem}.npz"]
+    again = cli("download", "augreg+imagenet2012", "--model", "ViT-B_8", env=env)
     assert again.returncode == 0, again.stderr
     assert again.stdout.startswith(f"Already cached: {path} (")
     assert len(server.requests) == 1

@@ -21,10 +21,22 @@ A file is cached at `$KERAS_HOME/models/keras_vit/<name>` (see
    `Content-Length` / `Content-Range`, its MD5 against the `x-goog-hash`
    header where the server sends one (storage.googleapis.com does), and, for
    checkpoints, the zip CRC of every array (`official.read_checkpoint` reads
-   them all). Only then is it renamed to `<name>`.
+   them all). Only then is it renamed to `<name>`, right after its
+   provenance record `<name>.source.json` (`provenance`: the URL the bytes
+   came from, their size, SHA-256 and the date, UTC) is written, atomically
+   too. Messages that name where a cached file came from read that record.
 
-A connection that sends nothing for `$KERAS_VIT_DOWNLOAD_TIMEOUT` seconds
-(default 60) is a stalled one. A progress bar, like `keras.utils.get_file`'s,
+Bounds: an official file (registered, or its URL) must have the size the
+official listing states (`registry.expected_size`); any download is at most
+`$KERAS_VIT_MAX_DOWNLOAD_BYTES` (default 4 GiB), checked against the
+announced size before writing and against the bytes while they come; the
+announced size must fit the free space of the cache folder. A file refused
+for its size leaves nothing behind. A connection that sends nothing for
+`$KERAS_VIT_DOWNLOAD_TIMEOUT` seconds (default 60) is a stalled one; one
+download may take `$KERAS_VIT_DOWNLOAD_DEADLINE` seconds (default 3600) in
+all, resumes included. HTTP 5xx and 429 answers are tried again up to 5
+times in all, after 1, 2, 4, 8 s or the server's `Retry-After` (up to 60 s).
+A progress bar, like `keras.utils.get_file`'s,
 is drawn on stderr when stderr is a terminal; otherwise one log line at the
 start and one at the end.
 
@@ -40,12 +52,16 @@ only downloads stays light:
 
 import base64
 import binascii
+import datetime
+import email.utils
 import hashlib
 import http.client
+import json
 import logging
 import math
 import os
 import re
+import shutil
 import sys
 import time
 import urllib.error
@@ -60,10 +76,20 @@ logger = logging.getLogger("keras_vit")
 
 TIMEOUT_ENV = "KERAS_VIT_DOWNLOAD_TIMEOUT"
 DEFAULT_TIMEOUT = 60.0
+DEADLINE_ENV = "KERAS_VIT_DOWNLOAD_DEADLINE"
+DEFAULT_DEADLINE = 3600.0  # ViT-H/14 (2.46 GiB, the largest official file) at 0.7 MiB/s
+MAX_BYTES_ENV = "KERAS_VIT_MAX_DOWNLOAD_BYTES"
+DEFAULT_MAX_BYTES = 4 * 2**30  # above every official file (registry.EXPECTED_SIZES)
 INCOMPLETE_SUFFIX = ".incomplete"
+SOURCE_SUFFIX = ".source.json"
 LOCKS_DIR = ".locks"
 _CHUNK = 1 << 20
 _WAIT_LOG_EVERY = 30.0
+_ATTEMPTS = 5         # requests of a URL that answers HTTP 5xx / 429, in all
+_BACKOFF = 1.0        # seconds before the second request, doubled for each next
+_MAX_WAIT = 60.0      # the longest Retry-After waited for
+_RECORD_LIMIT = 1 << 16  # bytes of a provenance record read at most
+_sleep = time.sleep   # (tests replace it)
 
 
 class WeightsDownloadError(OSError):
@@ -89,6 +115,29 @@ class _Integrity(Exception):
     MD5); the partial file has been deleted."""
 
 
+class _Busy(_Refused):
+    """The server answered HTTP 5xx or 429 (worth asking again);
+    `retry_after`: the seconds its `Retry-After` asks for, or None."""
+
+    def __init__(self, reason, retry_after=None):
+        super().__init__(reason)
+        self.retry_after = retry_after
+
+
+class _Late(Exception):
+    """The download ran past its deadline (`$KERAS_VIT_DOWNLOAD_DEADLINE`)."""
+
+
+class _Rejected(Exception):
+    """The download is refused for good (its size, the free space); the
+    message is the whole sentence. `keep`: the partial file stays (it is
+    right, as far as it goes), else it is deleted."""
+
+    def __init__(self, message, keep=False):
+        super().__init__(message)
+        self.keep = keep
+
+
 def download_timeout():
     """Seconds without data after which a connection counts as stalled:
     `$KERAS_VIT_DOWNLOAD_TIMEOUT`, default 60.
@@ -102,19 +151,137 @@ def download_timeout():
         ValueError: the variable is set to something other than a positive
             number of seconds.
     """
-    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    return _seconds(TIMEOUT_ENV, DEFAULT_TIMEOUT)
+
+
+def download_deadline():
+    """Seconds one download of a file may take in all (resumes and waits
+    for a busy server included): `$KERAS_VIT_DOWNLOAD_DEADLINE`, default
+    3600. A download stopped by it resumes in the next call.
+
+    >>> os.environ["KERAS_VIT_DOWNLOAD_DEADLINE"] = "7200"
+    >>> download_deadline()
+    7200.0
+    >>> del os.environ["KERAS_VIT_DOWNLOAD_DEADLINE"]
+
+    Raises:
+        ValueError: the variable is set to something other than a positive
+            number of seconds.
+    """
+    return _seconds(DEADLINE_ENV, DEFAULT_DEADLINE)
+
+
+def max_download_bytes():
+    """The most bytes one download may have: `$KERAS_VIT_MAX_DOWNLOAD_BYTES`,
+    default 4 GiB (4294967296, above the largest official file, ViT-H/14's
+    2.46 GiB). A server that announces more is refused before anything is
+    written; one that sends more without saying is stopped there.
+
+    >>> os.environ["KERAS_VIT_MAX_DOWNLOAD_BYTES"] = "8589934592"
+    >>> max_download_bytes()
+    8589934592
+    >>> del os.environ["KERAS_VIT_MAX_DOWNLOAD_BYTES"]
+
+    Raises:
+        ValueError: the variable is set to something other than a positive
+            whole number of bytes.
+    """
+    text = os.environ.get(MAX_BYTES_ENV, "").strip()
     if not text:
-        return DEFAULT_TIMEOUT
+        return DEFAULT_MAX_BYTES
+    value = int(text) if text.isdigit() else 0
+    if value <= 0:
+        raise ValueError(
+            f"{MAX_BYTES_ENV} must be a positive whole number of bytes (e.g. "
+            f"{DEFAULT_MAX_BYTES}, 4 GiB), got {os.environ[MAX_BYTES_ENV]!r}."
+        )
+    return value
+
+
+def _seconds(name, default):
+    """The positive number of seconds in `$name`, `default` when unset."""
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
     try:
         value = float(text)
     except ValueError:
         value = None
     if value is None or not math.isfinite(value) or value <= 0:
         raise ValueError(
-            f"{TIMEOUT_ENV} must be a positive number of seconds (e.g. "
-            f"{DEFAULT_TIMEOUT:g}), got {os.environ[TIMEOUT_ENV]!r}."
+            f"{name} must be a positive number of seconds (e.g. "
+            f"{default:g}), got {os.environ[name]!r}."
         )
     return value
+
+
+# --- provenance records -------------------------------------------------------
+
+def provenance(path):
+    """The provenance record of the cache entry `path` (`<path>.source.json`,
+    written with the entry): a dict with `url` (where its bytes were
+    downloaded from: the mirror's URL for a `$KERAS_VIT_MIRROR` download),
+    `bytes`, `sha256` and `date` (UTC). None when the entry has no record
+    (copied into the cache by hand, or by a version before these records)
+    or one that describes other bytes (the file was replaced since).
+
+    >>> provenance(fetch(url, "labels--ilsvrc2012_wordnet_lemmas.txt"))  # doctest: +SKIP
+    {'url': 'https://my.mirror/bit_models/ilsvrc2012_wordnet_lemmas.txt', 'bytes': 21675,
+     'sha256': '…', 'date': '2025-05-01T09:30:12Z', 'mtime_ns': …}
+    """
+    try:
+        with open(path + SOURCE_SUFFIX, "rb") as f:
+            text = f.read(_RECORD_LIMIT + 1)
+        record = json.loads(text) if len(text) <= _RECORD_LIMIT else None
+        now = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    if not (isinstance(record, dict) and isinstance(record.get("url"), str)
+            and record.get("bytes") == now.st_size
+            and record.get("mtime_ns") == now.st_mtime_ns):
+        return None
+    return record
+
+
+def cached_source(weights, path):
+    """How messages name the checkpoint `weights` (a registered name or a
+    URL) cached at `path`: with the URL its bytes came from, read from the
+    entry's provenance record (`provenance`), where that is not `weights`.
+
+    >>> cached_source("sam", path)  # doctest: +SKIP
+    "'sam' (https://my.mirror/vit_models/sam/ViT-B_16.npz)"
+    """
+    record = provenance(path)
+    is_url = weights.startswith(("http://", "https://"))
+    if record is None:
+        origin = f"{path}, {_ORIGIN_UNKNOWN}"
+    elif record["url"] == weights:
+        return weights
+    else:
+        origin = f"downloaded from {record['url']}" if is_url else record["url"]
+    return f"{weights} ({origin})" if is_url else f"{weights!r} ({origin})"
+
+
+def _write_provenance(final, partial, url, sha256):
+    """Writes `<final>.source.json` for the verified file `partial` (about
+    to be renamed to `final`), atomically."""
+    stat = os.stat(partial)
+    record = {"url": url, "bytes": stat.st_size, "sha256": sha256,
+              "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+              "mtime_ns": stat.st_mtime_ns}
+    temporary = final + SOURCE_SUFFIX + INCOMPLETE_SUFFIX
+    try:
+        with open(temporary, "w", encoding="utf-8") as f:
+            json.dump(record, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(temporary, final + SOURCE_SUFFIX)
+    except OSError as error:  # a full disk, ...
+        _remove(temporary)
+        raise WeightsDownloadError(
+            f"Could not write {final + SOURCE_SUFFIX} ({error}); the file downloaded "
+            f"from {url} is kept in {partial} and the next attempt takes it from "
+            "there.") from error
 
 
 def lock_path(filename):
@@ -154,8 +321,11 @@ def fetch(url, filename, hint=None):
     Raises:
         WeightsDownloadError: the download failed (offline, an HTTP error, a
             stalled or broken connection, twice a file unlike the one the
-            server described), naming the URL and what to do offline.
-        ValueError: a bad `$KERAS_VIT_DOWNLOAD_TIMEOUT`.
+            server described) or was refused (not the official file's size,
+            over `$KERAS_VIT_MAX_DOWNLOAD_BYTES` or the free space, past
+            `$KERAS_VIT_DOWNLOAD_DEADLINE`), naming the URL and the bound.
+        ValueError: a bad `$KERAS_VIT_DOWNLOAD_TIMEOUT`,
+            `$KERAS_VIT_DOWNLOAD_DEADLINE` or `$KERAS_VIT_MAX_DOWNLOAD_BYTES`.
     """
     hint = hint or offline_hint(url, filename)
     for attempt in range(2):
@@ -194,7 +364,8 @@ def fetch_checkpoint(url, filename):
         CorruptCheckpointError: corrupt twice in a row.
         UnsupportedCheckpointError: the URL serves something other than an
             official `.npz`; the message names the URL and what it served.
-        ValueError: a bad `$KERAS_VIT_DOWNLOAD_TIMEOUT`.
+        ValueError: a bad `$KERAS_VIT_DOWNLOAD_TIMEOUT`,
+            `$KERAS_VIT_DOWNLOAD_DEADLINE` or `$KERAS_VIT_MAX_DOWNLOAD_BYTES`.
     """
     from keras_vit.weights.official import (
         CorruptCheckpointError,
@@ -209,6 +380,7 @@ def fetch_checkpoint(url, filename):
 
     failures = vanished = 0
     while True:
+        origin = f"downloaded from {url}"
         try:
             path, params = _fetch(url, filename, hint, verify=read)
         except (_Integrity, CorruptCheckpointError) as error:  # a fresh download
@@ -218,6 +390,8 @@ def fetch_checkpoint(url, filename):
                 return path, params
             try:  # the cached file
                 before = os.stat(path)
+                origin = _origin(path)
+                _check_cached_size(url, before.st_size)
                 return path, read(path)
             except FileNotFoundError:  # another process discarded it meanwhile
                 vanished += 1
@@ -232,14 +406,34 @@ def fetch_checkpoint(url, filename):
             error_type = type(failure) if isinstance(failure, NotAnNpzError) \
                 else CorruptCheckpointError
             raise error_type(
-                f"The checkpoint downloaded from {url} is corrupt ({failure}), "
+                f"The checkpoint {origin} is corrupt ({failure}), "
                 "twice in a row; the file was removed from the cache. Check the "
                 f"URL or your mirror, or {hint}."
             ) from (failure if isinstance(failure, CorruptCheckpointError) else None)
         logger.warning(
-            "The checkpoint %s failed the integrity check (%s); deleting it and "
-            "downloading it again.", cache_path(filename), failure,
+            "The checkpoint %s (%s) failed the integrity check (%s); deleting it and "
+            "downloading it again.", cache_path(filename), origin, failure,
         )
+
+
+def _origin(path):
+    """`downloaded from URL` of a cache entry, per its provenance record."""
+    record = provenance(path)
+    return f"downloaded from {record['url']}" if record else _ORIGIN_UNKNOWN
+
+
+_ORIGIN_UNKNOWN = "origin unknown: no download record"
+
+
+def _check_cached_size(url, size):
+    """A cached official file (copied in by hand, say) of another size than
+    the official listing states is corrupt: downloaded again."""
+    from keras_vit.weights.official import CorruptCheckpointError
+
+    expected = registry.expected_size(url)
+    if expected is not None and not expected.allows(size):
+        raise CorruptCheckpointError(
+            f"it has {size:,} bytes but the official file is {expected.describe()}")
 
 
 def _read_download(url, path, read_checkpoint):
@@ -259,6 +453,7 @@ def _read_download(url, path, read_checkpoint):
         if not_npz is not error:
             raise not_npz from error
         _remove(path)
+        _remove(path + SOURCE_SUFFIX)
         raise UnsupportedCheckpointError(
             f"The file downloaded from {url} is not an official .npz "
             f"checkpoint (it was removed from the cache): {error}"
@@ -271,7 +466,7 @@ def _fetch(url, filename, hint, verify=None):
     """`(path, verify(path) or None)`: `None` when the file was in the cache
     already (the caller reads it), else the value of `verify` on the fresh
     download, checked before the rename."""
-    timeout = download_timeout()
+    limits = _Limits(url)  # the environment checked before anything else
     final = cache_path(filename)
     if os.path.isfile(final):
         return final, None
@@ -286,7 +481,7 @@ def _fetch(url, filename, hint, verify=None):
         if os.path.isfile(final):  # another process finished it meanwhile
             return final, None
         partial = final + INCOMPLETE_SUFFIX
-        received, seconds = _download(url, partial, timeout, hint)
+        received, seconds, sha256 = _download(url, partial, limits, hint)
         value = None
         if verify is not None:
             try:
@@ -294,6 +489,7 @@ def _fetch(url, filename, hint, verify=None):
             except Exception:
                 _remove(partial)
                 raise
+        _write_provenance(final, partial, url, sha256)
         os.replace(partial, final)
         logger.info("Saved %s (%s bytes downloaded in %.1f s, checked).", final,
                     f"{received:,}", seconds)
@@ -311,6 +507,7 @@ def _discard(path, seen, filename):
         if (now.st_ino, now.st_size, now.st_mtime_ns) == (
                 seen.st_ino, seen.st_size, seen.st_mtime_ns):
             _remove(path)
+            _remove(path + SOURCE_SUFFIX)
 
 
 class _CacheLock:
@@ -364,23 +561,76 @@ _USER_AGENT = "keras-vit (python-urllib)"
 _CONTENT_RANGE = re.compile(r"bytes\s+(\d+)-(\d+)/(\d+|\*)")
 
 
+class _Limits:
+    """The bounds of one file's download, read from the environment: the
+    stall `timeout`, the `deadline` (seconds), the official size `expected`
+    (a `registry.StatedSize`, or None) and the byte cap `cap`."""
+
+    def __init__(self, url):
+        self.timeout = download_timeout()
+        self.deadline = download_deadline()
+        self.cap = max_download_bytes()
+        self.expected = registry.expected_size(url)
+
+    def check_announced(self, url, size):
+        """Refuses a file whose announced `size` is not the official one or
+        is over the cap, before anything is written."""
+        if self.expected is not None and not self.expected.allows(size):
+            raise _Rejected(
+                f"Could not download {url}: the server announces {size:,} bytes but the "
+                f"official file is {self.expected.describe()}; nothing was kept in the "
+                f"cache (check the URL or your mirror, {registry.MIRROR_ENV}).")
+        if size > self.cap:
+            raise _Rejected(
+                f"Could not download {url}: the server announces {size:,} bytes, more "
+                f"than the {self.cap:,} that {MAX_BYTES_ENV} allows (set it higher for a "
+                "bigger file); nothing was kept in the cache.")
+
+    def check_received(self, url, size):
+        """Stops a download that has `size` bytes, more than it may have."""
+        if self.expected is not None and size > self.expected.high:
+            raise _Rejected(
+                f"Could not download {url}: it sent more than {self.expected.high:,} "
+                f"bytes ({size:,} so far) but the official file is "
+                f"{self.expected.describe()}; stopped there, and nothing was kept in the "
+                f"cache (check the URL or your mirror, {registry.MIRROR_ENV}).")
+        if size > self.cap:
+            raise _Rejected(
+                f"Could not download {url}: it sent more than the {self.cap:,} bytes "
+                f"that {MAX_BYTES_ENV} allows, without announcing its size; stopped "
+                "there, and nothing was kept in the cache (set it higher for a bigger "
+                "file).")
+
+    def check_complete(self, url, size):
+        """Refuses a complete download that is not the official size."""
+        if self.expected is not None and not self.expected.allows(size):
+            raise _Rejected(
+                f"Could not download {url}: it sent {size:,} bytes but the official "
+                f"file is {self.expected.describe()}; nothing was kept in the cache "
+                f"(check the URL or your mirror, {registry.MIRROR_ENV}).")
+
+
 class _Transfer:
     """The state of one file's download across attempts (one call)."""
 
-    def __init__(self, url, partial, timeout):
+    def __init__(self, url, partial, limits):
         self.url = url
         self.partial = partial
-        self.timeout = timeout
+        self.limits = limits
+        self.timeout = limits.timeout
+        self.end = time.monotonic() + limits.deadline
         self.size = os.path.getsize(partial) if os.path.exists(partial) else 0
         self.total = None         # the file's size, once a server said it
         self.validator = None     # ETag / Last-Modified for If-Range
         self.md5 = None           # (base64 text, digest) from x-goog-hash
         self.hasher = hashlib.md5()
+        self.sha256 = hashlib.sha256()  # for the provenance record
         self.progress = None
         if self.size:
             with open(partial, "rb") as f:
                 for block in iter(lambda: f.read(_CHUNK), b""):
                     self.hasher.update(block)
+                    self.sha256.update(block)
 
     def restart(self, why):
         if self.size:
@@ -389,45 +639,36 @@ class _Transfer:
             pass
         self.size = 0
         self.hasher = hashlib.md5()
+        self.sha256 = hashlib.sha256()
         if self.progress is not None:
             self.progress.reset()
 
+    def late(self):
+        return time.monotonic() >= self.end
 
-def _download(url, partial, timeout, hint):
-    """Downloads `url` into `partial` (resuming what is there), checks its
-    size and MD5; returns `(bytes received, seconds)`; raises
-    `WeightsDownloadError` or `_Integrity`."""
-    t = _Transfer(url, partial, timeout)
+
+def _download(url, partial, limits, hint):
+    """Downloads `url` into `partial` (resuming what is there) within
+    `limits` (a `_Limits`), checks its size and MD5; returns `(bytes
+    received, seconds, SHA-256 hex digest)`; raises `WeightsDownloadError`
+    or `_Integrity`."""
+    t = _Transfer(url, partial, limits)
     if t.size:
         logger.info("Resuming the download of %s at byte %s (%s).", url, f"{t.size:,}", partial)
     else:
         logger.info("Downloading %s", url)
-    started, first, restarts = time.monotonic(), t.size, 0
+    started, first = time.monotonic(), t.size
     try:
-        while True:
-            before = t.size
-            try:
-                _attempt(t)
-                break
-            except _Interrupted as error:
-                if t.size > before or (error.restarted and restarts < 2):
-                    restarts += error.restarted
-                    if t.size > before:
-                        logger.warning("The download of %s stopped at byte %s (%s); "
-                                       "resuming.", url, f"{t.size:,}", error)
-                    continue
-                reason = str(error)
-                if t.size:
-                    of = f" of {t.total:,}" if t.total else ""
-                    reason += (f"; {t.size:,}{of} bytes are kept in {partial} and the "
-                               "next attempt resumes from there")
-                failure = reason
-            except _Refused as error:
-                failure = str(error)
+        failure = _transfer(t)
+        if failure is not None:
             raise WeightsDownloadError(
                 f"Could not download {url} ({failure}). If this machine is offline or "
                 f"cannot reach that host, {hint}."
             )
+    except _Rejected as error:
+        if not error.keep:
+            _remove(partial)
+        raise WeightsDownloadError(str(error)) from None
     finally:
         if t.progress is not None:
             t.progress.close()
@@ -440,7 +681,83 @@ def _download(url, partial, timeout, hint):
         _remove(partial)
         got = base64.b64encode(t.hasher.digest()).decode()
         raise _Integrity(f"its MD5 is {got} but the server's x-goog-hash says md5={t.md5[0]}")
-    return t.size - first, time.monotonic() - started
+    try:
+        limits.check_complete(url, t.size)
+    except _Rejected as error:
+        _remove(partial)
+        raise WeightsDownloadError(str(error)) from None
+    return t.size - first, time.monotonic() - started, t.sha256.hexdigest()
+
+
+def _transfer(t):
+    """Requests `t.url` until the file is complete (returns None) or fails
+    (returns why): resumes while bytes keep coming (a server that starts
+    over: twice at most), asks a busy server again (`_retry_wait`), all
+    before `t.end`."""
+    restarts = busy = 0
+    while True:
+        if t.late():
+            return _late(t)
+        before = t.size
+        try:
+            _attempt(t)
+            return None
+        except _Late:
+            return _late(t)
+        except _Interrupted as error:
+            if t.late():  # a read that waited past the deadline
+                return _late(t)
+            if t.size > before or (error.restarted and restarts < 2):
+                restarts += error.restarted
+                if t.size > before:
+                    busy = 0  # the server works again
+                    logger.warning("The download of %s stopped at byte %s (%s); "
+                                   "resuming.", t.url, f"{t.size:,}", error)
+                continue
+            return _kept(t, str(error))
+        except _Busy as error:
+            busy += 1
+            wait, failure = _retry_wait(t, error, busy)
+            if failure is not None:
+                return _kept(t, failure)
+            logger.warning("%s answered %s; asking again in %g s (retry %d of at most %d).",
+                           t.url, error, wait, busy, _ATTEMPTS - 1)
+            _sleep(wait)
+        except _Refused as error:
+            return _kept(t, str(error))
+
+
+def _retry_wait(t, error, busy):
+    """`(seconds to wait, None)` before asking a busy server again after
+    its `busy`-th such answer, or `(None, why not)`: after `_ATTEMPTS`
+    requests, a `Retry-After` over `_MAX_WAIT`, or a wait past the
+    deadline. Waits 1, 2, 4, ... s, or what `Retry-After` says."""
+    if busy >= _ATTEMPTS:
+        return None, f"{error}, {busy} times in a row; try again later"
+    wait = _BACKOFF * 2 ** (busy - 1)
+    if error.retry_after is not None:
+        if error.retry_after > _MAX_WAIT:
+            return None, (f"{error}; the server asks to wait {error.retry_after:,.0f} s, "
+                          f"longer than the {_MAX_WAIT:g} s this waits; try again later")
+        wait = error.retry_after
+    if time.monotonic() + wait >= t.end:
+        return None, (f"{error}; asking again in {wait:g} s would pass the "
+                      f"{t.limits.deadline:g} s limit {DEADLINE_ENV} sets")
+    return wait, None
+
+
+def _late(t):
+    return _kept(t, f"it took longer than {t.limits.deadline:g} s, the limit "
+                    f"{DEADLINE_ENV} sets; set it higher for a slow link")
+
+
+def _kept(t, reason):
+    """`reason`, and where the bytes received so far are kept."""
+    if not t.size:
+        return reason
+    of = f" of {t.total:,}" if t.total else ""
+    return (f"{reason}; {t.size:,}{of} bytes are kept in {t.partial} and the next "
+            "attempt resumes from there")
 
 
 def _attempt(t):
@@ -451,8 +768,10 @@ def _attempt(t):
         if t.validator:
             headers["If-Range"] = t.validator
     request = urllib.request.Request(t.url, headers=headers)
+    # no read waits past the deadline (nor longer than the stall timeout)
+    timeout = min(t.timeout, max(t.end - time.monotonic(), 0.01))
     try:
-        response = urllib.request.urlopen(request, timeout=t.timeout)
+        response = urllib.request.urlopen(request, timeout=timeout)
     except urllib.error.HTTPError as error:
         error.close()
         if error.code == 416 and t.size:  # Range Not Satisfiable
@@ -462,6 +781,9 @@ def _attempt(t):
                 return
             t.restart("the partial file does not fit the file on the server")
             raise _Interrupted("the server refused to resume", restarted=True) from None
+        if error.code == 429 or 500 <= error.code <= 599:
+            raise _Busy(f"HTTP {error.code} {error.reason}",
+                        _retry_after(error.headers.get("Retry-After"))) from None
         raise _Refused(f"HTTP {error.code} {error.reason}") from None
     except (urllib.error.URLError, OSError, http.client.HTTPException) as error:
         raise _Interrupted(_reason(error, t.timeout)) from None
@@ -485,6 +807,11 @@ def _receive(t, response):
         if t.size:
             t.restart("the server does not resume downloads (it sent the whole file)")
         t.total = length
+    announced = t.total if t.total is not None else (
+        t.size + length if length is not None else None)
+    if announced is not None:
+        t.limits.check_announced(t.url, announced)
+    _check_space(t, announced)
     t.validator = _validator(response.headers) or t.validator
     md5 = _goog_md5(response.headers)
     if md5 is not None:
@@ -502,6 +829,7 @@ def _receive(t, response):
                     raise _Interrupted(_reason(error, t.timeout)) from None
                 if not chunk:
                     break
+                t.limits.check_received(t.url, t.size + len(chunk))
                 try:
                     f.write(chunk)
                 except OSError as error:  # a full disk, ...: no network trouble
@@ -510,14 +838,51 @@ def _receive(t, response):
                         f"({error}); {t.size:,} bytes are kept there and the next "
                         "attempt resumes from there.") from error
                 t.hasher.update(chunk)
+                t.sha256.update(chunk)
                 t.size += len(chunk)
                 t.progress.update(t.size)
+                if t.late():
+                    raise _Late()
         finally:
             f.flush()
             os.fsync(f.fileno())
     if t.total is not None and t.size < t.total:
         raise _Interrupted(
             f"the connection closed after {t.size:,} of {t.total:,} bytes")
+
+
+def _check_space(t, announced):
+    """Refuses to write a file whose remaining bytes (by `announced`, else
+    the official size) do not fit the free space of the cache folder."""
+    expected = t.limits.expected
+    size = announced if announced is not None else (expected.low if expected else 0)
+    needed = size - t.size
+    if needed <= 0:
+        return
+    folder = os.path.dirname(os.path.abspath(t.partial))
+    free = shutil.disk_usage(folder).free
+    if needed > free:
+        raise _Rejected(_kept(t, (
+            f"Could not download {t.url}: it needs {needed:,} more bytes in {folder}, "
+            f"which has {free:,} bytes free; free some space, or set KERAS_HOME to a "
+            "folder on a bigger disk")) + ".", keep=True)
+
+
+def _retry_after(value):
+    """The seconds a `Retry-After` header asks for (a number, or an HTTP
+    date), or None."""
+    value = (value or "").strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:
+        return None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    return max((when - datetime.datetime.now(datetime.timezone.utc)).total_seconds(), 0.0)
 
 
 def _reason(error, timeout):

@@ -34,7 +34,9 @@ where it is written).
 """
 
 import dataclasses
+import decimal
 import hashlib
+import math
 import os
 import re
 import urllib.parse
@@ -335,6 +337,122 @@ MIXER_FAMILIES = {
                224, 1000, False, "arXiv:2203.08065", LISTING),
     ]
 }
+
+# --- sizes of the official files ---------------------------------------------
+#
+# A download of a registered file (or of its official-bucket URL, from the
+# bucket or `$KERAS_VIT_MIRROR`) must have the size an official source states
+# for it; the download module refuses any other (`expected_size`). Files no
+# official source gives a size for (gsam ViTs, AugReg fine-tunes, AugReg B/8,
+# `augreg:<filename>`) are bounded by `KERAS_VIT_MAX_DOWNLOAD_BYTES` only.
+
+@dataclasses.dataclass(frozen=True)
+class StatedSize:
+    """The size of an official file as an official source writes it, and
+    the byte range that statement allows (it is rounded).
+
+    >>> size = expected_size(url_for("vit_models/sam", "ViT-B_16"))
+    >>> size.text, size.low, size.high
+    ('330.3 MiB', 346339410, 346349895)
+    >>> size.allows(346_340_000)
+    True
+    """
+
+    text: str      # as the source writes it, e.g. "330.3 MiB"
+    low: int       # bytes
+    high: int
+    source: str    # where it is written (LISTING, README)
+
+    def allows(self, size):
+        """Whether a file of `size` bytes has this size."""
+        return self.low <= size <= self.high
+
+    def describe(self):
+        """`330.3 MiB (346,339,410 to 346,349,895 bytes) per the <source>`."""
+        return f"{self.text} ({self.low:,} to {self.high:,} bytes) per the {self.source}"
+
+
+_UNITS = {"KiB": 2**10, "MiB": 2**20, "GiB": 2**30}
+
+
+def _stated(text, rounding, source):
+    """A `StatedSize` of `text` ("331.4 MiB"), exact to +-`rounding` units."""
+    number, unit = text.split()
+    value, rounding, scale = decimal.Decimal(number), decimal.Decimal(rounding), _UNITS[unit]
+    return StatedSize(text, math.ceil((value - rounding) * scale),
+                      math.floor((value + rounding) * scale), source)
+
+
+# LISTING, as gsutil writes `ls -lh` sizes: in the largest unit, rounded to
+# 0.01 (gsutil's `MakeHumanReadable`: `round(num / 2**exp, 2)`, "%g"), so
+# "331.4 MiB" is 331.395 to 331.405 MiB. Its "TOTAL: ... bytes" lines give
+# exact sums that these ranges must hold (a test checks).
+_LISTED_SIZES = {
+    "vit_models/imagenet21k+imagenet2012/R50+ViT-B_16.npz": "377.57 MiB",
+    "vit_models/imagenet21k+imagenet2012/ViT-B_16-224.npz": "330.29 MiB",
+    "vit_models/imagenet21k+imagenet2012/ViT-B_16.npz": "331.4 MiB",
+    "vit_models/imagenet21k+imagenet2012/ViT-B_32.npz": "336.89 MiB",
+    "vit_models/imagenet21k+imagenet2012/ViT-B_8.npz": "334.78 MiB",
+    "vit_models/imagenet21k+imagenet2012/ViT-L_16-224.npz": "1.13 GiB",
+    "vit_models/imagenet21k+imagenet2012/ViT-L_16.npz": "1.14 GiB",
+    "vit_models/imagenet21k+imagenet2012/ViT-L_32.npz": "1.14 GiB",
+    "vit_models/imagenet21k/R26+ViT-B_32.npz": "450.23 MiB",
+    "vit_models/imagenet21k/R50+ViT-B_16.npz": "439.85 MiB",
+    "vit_models/imagenet21k/R50+ViT-L_32.npz": "1.31 GiB",
+    "vit_models/imagenet21k/ViT-B_16.npz": "393.69 MiB",
+    "vit_models/imagenet21k/ViT-B_32.npz": "400.01 MiB",
+    "vit_models/imagenet21k/ViT-B_8.npz": "393.72 MiB",
+    "vit_models/imagenet21k/ViT-H_14.npz": "2.46 GiB",
+    "vit_models/imagenet21k/ViT-L_16.npz": "1.22 GiB",
+    "vit_models/imagenet21k/ViT-L_32.npz": "1.23 GiB",
+    "vit_models/sam/ViT-B_16.npz": "330.3 MiB",
+    "vit_models/sam/ViT-B_32.npz": "336.61 MiB",
+    "vit_models/sam/ViT-L_16.npz": "1.13 GiB",
+    "vit_models/sam/ViT-L_32.npz": "1.14 GiB",
+    "vit_models/sam/ViT-S_16.npz": "252.57 MiB",
+    "mixer_models/gsam/Mixer-B_16.npz": "228.47 MiB",
+    "mixer_models/gsam/Mixer-B_32.npz": "230.04 MiB",
+    "mixer_models/gsam/Mixer-S_16.npz": "70.71 MiB",
+    "mixer_models/gsam/Mixer-S_32.npz": "72.91 MiB",
+    "mixer_models/gsam/Mixer-S_8.npz": "78.79 MiB",
+    "mixer_models/imagenet1k/Mixer-B_16.npz": "228.47 MiB",
+    "mixer_models/imagenet1k/Mixer-L_16.npz": "794.29 MiB",
+    "mixer_models/imagenet21k/Mixer-B_16.npz": "289.61 MiB",
+    "mixer_models/imagenet21k/Mixer-L_16.npz": "875.78 MiB",
+    "mixer_models/sam/Mixer-B_16.npz": "228.47 MiB",
+    "mixer_models/sam/Mixer-B_32.npz": "230.04 MiB",
+}
+# README AugReg table ("We recommend using the following checkpoints"),
+# column "Size" of the pre-trained checkpoint, in whole MiB (how it rounds is
+# not stated, so +-1 MiB). B/8 is not in that table.
+_README_SIZES = {
+    "Ti/16": "37 MiB", "S/32": "118 MiB", "S/16": "115 MiB", "B/32": "398 MiB",
+    "B/16": "391 MiB", "L/16": "1243 MiB", "R+Ti/16": "40 MiB", "R26+S/32": "170 MiB",
+    "R50+L/32": "1337 MiB",
+}
+EXPECTED_SIZES = {
+    **{path: _stated(text, "0.005", LISTING) for path, text in _LISTED_SIZES.items()},
+    **{f"vit_models/augreg/{_AUGREG_I21K[key]}.npz": _stated(text, "1", README + " AugReg table")
+       for key, text in _README_SIZES.items()},
+}
+
+
+def expected_size(url):
+    """The `StatedSize` of the official file `url` serves (an official-bucket
+    URL, or its `$KERAS_VIT_MIRROR` copy), or None where no official source
+    states its size (and for any other URL).
+
+    >>> expected_size(url_for("vit_models/imagenet21k", "ViT-H_14")).text
+    '2.46 GiB'
+    >>> expected_size("http://host/model.npz") is None
+    True
+    """
+    canonical = urllib.parse.urldefrag(official_url(url))[0]
+    parts = urllib.parse.urlsplit(canonical)
+    if not canonical.startswith(OFFICIAL_BASE_URL + "/") or parts.query:
+        return None
+    return EXPECTED_SIZES.get(urllib.parse.unquote(parts.path).lstrip("/"))
+
 
 AUGREG_PREFIX = "augreg:"
 IMAGENET = "imagenet"

@@ -4,7 +4,7 @@ import dataclasses
 import os
 
 from keras_vit.weights import hub, registry
-from keras_vit.weights.download import fetch_checkpoint
+from keras_vit.weights.download import cached_source, fetch_checkpoint
 from keras_vit.weights.official import describe, read_checkpoint, sniff_checkpoint
 
 # Names with these endings are files, never registered names: a missing one
@@ -83,7 +83,8 @@ def resolve_weights(weights, variant, description):
         # bucket URL comes from $KERAS_VIT_MIRROR when that is set.
         path, params = fetch_checkpoint(registry.download_url(weights),
                                         registry.url_cache_name(weights))
-        return ResolvedWeights(weights, path, params, describe(params))
+        # messages name where the bytes came from (a mirror, an earlier run's)
+        return ResolvedWeights(cached_source(weights, path), path, params, describe(params))
     looks_like_path = (
         os.path.exists(weights)
         or weights.lower().endswith(FILE_SUFFIXES)
@@ -99,4 +100,4 @@ def resolve_weights(weights, variant, description):
         return ResolvedWeights(weights, path, params, describe(params))
     remote = registry.resolve(weights, variant, description)
     path, params = fetch_checkpoint(remote.url, remote.filename)
-    return ResolvedWeights(f"{weights!r} ({remote.url})", path, params, describe(params))
+    return ResolvedWeights(cached_source(weights, path), path, params, describe(params))
