@@ -7,6 +7,31 @@ whether it outputs logits or probabilities.
 """
 
 
+def label_line_problem(name):
+    """Why `name` cannot be one line of a label file (one class name per
+    line, UTF-8, as `labels.txt` and the export label files), or None when
+    it can: "a line break ('\\\\n')" (any character `str.splitlines` breaks
+    at), "a control character ('\\\\t')" or "an undecodable byte" (a file
+    name that is not UTF-8). Spaces and every printable character are fine.
+
+    >>> label_line_problem("a\\nb")
+    "a line break ('\\\\n')"
+    >>> label_line_problem("tabby cat") is None
+    True
+    """
+    import unicodedata
+
+    for char in str(name):
+        kind = unicodedata.category(char)
+        if len(f"a{char}b".splitlines()) > 1:
+            return f"a line break ({char!r})"
+        if kind == "Cc":
+            return f"a control character ({char!r})"
+        if kind == "Cs":
+            return "an undecodable byte (the name is not UTF-8)"
+    return None
+
+
 def _output_layer(model):
     """The layer producing the model's output, looking inside nested models."""
     import keras

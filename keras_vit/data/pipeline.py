@@ -3,6 +3,7 @@ one_hot_labels)` batches `model.fit` wants."""
 
 import dataclasses
 import logging
+import os
 import re
 
 import tensorflow as tf
@@ -27,17 +28,39 @@ class DatasetInfo:
     global_batch_size: int
     batch_size: int            # what one element of the dataset holds
     preset: object
-    _skipped: tf.Variable = None
+    _skipped: object = None      # a _SkippedFiles
     classes_present: int = None  # distinct labels among the split's records; None if unknown
     description: str = None      # e.g. "folder:/data/x (validation: 10% holdout)"
 
     @property
     def skipped_corrupt(self):
-        """Corrupt or non-image records skipped so far (`skip_corrupt=True`):
-        those failing the structural check and those that pass it but fail
-        to decode. Grows while the dataset is iterated (each epoch reads a
-        file again)."""
-        return int(self._skipped.numpy()) if self._skipped is not None else 0
+        """Distinct files (records) skipped so far (`skip_corrupt=True`):
+        those that cannot be read (counted at listing), fail the structural
+        check, fail to decode, or are larger than `max_image_pixels()`.
+        Grows while the dataset is first iterated; a file read again in a
+        later epoch (or read ahead) counts once."""
+        return int(self._skipped) if self._skipped is not None else 0
+
+
+class _SkippedFiles:
+    """The records `skip_corrupt` skipped, by their index in the split's
+    record order (in a hash table, so a record skipped again counts once),
+    plus `listed`: the files left out at listing."""
+
+    def __init__(self, listed):
+        self.listed = listed
+        with tf.device("/cpu:0"):  # tf.data runs there; the table has CPU kernels
+            self.table = tf.lookup.experimental.MutableHashTable(
+                tf.int64, tf.int64, default_value=0, name="skipped_corrupt")
+
+    def count_if_not(self, ok, index):
+        """`ok`, recording `index` as skipped when `ok` is False."""
+        keys = tf.boolean_mask(tf.reshape(index, [1]), tf.reshape(tf.logical_not(ok), [1]))
+        with tf.control_dependencies([self.table.insert(keys, tf.ones_like(keys))]):
+            return tf.identity(ok)
+
+    def __int__(self):
+        return self.listed + int(self.table.size())
 
 
 def _contains(data, needle):
@@ -66,6 +89,73 @@ def looks_like_image(encoded):
     return tf.reduce_any(tf.stack([jpeg, png, gif, bmp]))
 
 
+MAX_PIXELS_ENV = "KERAS_VIT_MAX_IMAGE_PIXELS"
+DEFAULT_MAX_IMAGE_PIXELS = 178_956_970  # Pillow's decompression-bomb error bound
+
+
+def max_image_pixels():
+    """The most pixels (height x width) an image may have to be decoded by
+    `make_dataset`: `$KERAS_VIT_MAX_IMAGE_PIXELS`, default 178,956,970 (as
+    Pillow's decompression-bomb bound; about 13,000 x 13,000, 0.5 GB
+    decoded). The size is read from the image's header before decoding.
+
+    >>> os.environ["KERAS_VIT_MAX_IMAGE_PIXELS"] = "1_000_000"
+    >>> max_image_pixels()
+    1000000
+    >>> del os.environ["KERAS_VIT_MAX_IMAGE_PIXELS"]
+
+    Raises:
+        ValueError: the variable is set to something other than a positive
+            integer.
+    """
+    text = os.environ.get(MAX_PIXELS_ENV, "").strip()
+    if not text:
+        return DEFAULT_MAX_IMAGE_PIXELS
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value <= 0:
+        raise ValueError(f"{MAX_PIXELS_ENV} must be a positive integer number of pixels "
+                         f"(e.g. {DEFAULT_MAX_IMAGE_PIXELS}), got "
+                         f"{os.environ[MAX_PIXELS_ENV]!r}.")
+    return value
+
+
+def _numbers(head, start, width, big_endian):
+    """The two unsigned integers of `width` bytes each at `head[start:]`
+    (int64)."""
+    weights = [256 ** i for i in range(width)]
+    weights = tf.constant(weights[::-1] if big_endian else weights, tf.int64)
+    return tf.reduce_sum(tf.reshape(head[start:start + 2 * width], [2, width]) * weights, 1)
+
+
+def header_shape(encoded):
+    """`(height, width)` (int64) that an image's header declares, read
+    without decoding: JPEG (its frame header, `tf.image.extract_jpeg_shape`),
+    PNG (IHDR), GIF (the logical screen), BMP (the info header, as
+    TensorFlow's decoder reads it); `(0, 0)` for other bytes.
+
+    >>> png = tf.io.encode_png(tf.zeros([2, 3, 3], tf.uint8))
+    >>> [int(x) for x in header_shape(png)]
+    [2, 3]
+    """
+    padded = tf.strings.join([tf.strings.substr(encoded, 0, 26), b"\0" * 26])
+    head = tf.cast(tf.io.decode_raw(tf.strings.substr(padded, 0, 26), tf.uint8), tf.int64)
+    kind = tf.strings.substr(encoded, 0, 16)
+    png = _numbers(head, 16, 4, True)[::-1]  # (width, height) -> (height, width)
+    gif = _numbers(head, 6, 2, False)[::-1]
+    bmp = _numbers(head, 18, 4, False)[::-1]  # int32: a negative height is top-down
+    bmp = tf.abs(tf.where(bmp >= 2**31, bmp - 2**32, bmp))
+    shape = tf.where(kind == b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR", png,
+                     tf.where(tf.strings.substr(kind, 0, 4) == b"GIF8", gif,
+                              tf.where(tf.strings.substr(kind, 0, 2) == b"BM", bmp,
+                                       tf.zeros([2], tf.int64))))
+    return tf.cond(tf.io.is_jpeg(encoded),
+                   lambda: tf.cast(tf.image.extract_jpeg_shape(encoded)[:2], tf.int64),
+                   lambda: shape)
+
+
 # The tf.debugging.Assert messages of `make_dataset`, and how `data_error`
 # finds the file name in them: TF prints each Assert datum as `[value]`.
 _CORRUPT = "Corrupt or non-image file"
@@ -74,6 +164,9 @@ _CORRUPT_RE = re.compile(re.escape(f"[{_CORRUPT}] [") + r"(.*?)"
                          + re.escape(f"] [{_CORRUPT_END}]"), re.DOTALL)
 _LABEL_RE = re.compile(r"\[Label out of range \[0, (\d+)\) for\] \[(.*?)\] \[label\] "
                        r"\[(-?\d+)\]", re.DOTALL)
+_TOO_LARGE = "Image file too large"
+_TOO_LARGE_RE = re.compile(re.escape(f"[{_TOO_LARGE}] [") + r"(.*?)\] \[height\] \[(\d+)\] "
+                           r"\[width\] \[(\d+)\] \[bound\] \[(\d+)\]", re.DOTALL)
 # What TensorFlow's decoders say about bytes that look like an image but are not.
 _DECODE_RE = re.compile(
     r"(Invalid PNG[^\n\[]*|jpeg::Uncompress failed[^\n\[]*|Invalid JPEG data[^\n\[]*|"
@@ -123,6 +216,9 @@ def data_error(error):
     - a corrupt or non-image file: "Corrupt or non-image file 'DIR/3/7.png';
       pass skip_corrupt=True (keras-vit: --skip-corrupt) to skip and count
       such files."
+    - an image larger than `max_image_pixels()`: "Image file 'DIR/3/7.png'
+      is 30000x30000 = 900,000,000 pixels, more than the bound of
+      178,956,970 (KERAS_VIT_MAX_IMAGE_PIXELS); pass skip_corrupt=True ..."
     - a label outside the classes: "Label 7 of 'NAME' is out of range
       [0, 3): the data has 3 classes; ..."
     - a file that passes the structural check but that TensorFlow cannot
@@ -147,6 +243,13 @@ def data_error(error):
         match = _CORRUPT_RE.search(message)
         if match:
             return ValueError(f"{_CORRUPT} {_unescape(match.group(1))!r}; {_SKIP_HINT}.")
+        match = _TOO_LARGE_RE.search(message)
+        if match:
+            name, height, width, bound = match.groups()
+            return ValueError(
+                f"Image file {_unescape(name)!r} is {width}x{height} = "
+                f"{int(width) * int(height):,} pixels, more than the bound of "
+                f"{int(bound):,} ({MAX_PIXELS_ENV}); {_SKIP_HINT}, or raise the bound.")
         match = _LABEL_RE.search(message)
         if match:
             k, name, label = match.groups()
@@ -230,14 +333,21 @@ def make_dataset(
             (a path) after the first epoch.
         repeat: repeat forever (then give `steps_per_epoch` to `fit`).
         data_dir: TFDS data directory.
-        skip_corrupt: False (default): a corrupt or non-image file stops the
-            pipeline with a `tf.errors.InvalidArgumentError` naming it
+        skip_corrupt: False (default): a corrupt or non-image file, or an
+            image of more than `max_image_pixels()` pixels (read from its
+            header before decoding; `$KERAS_VIT_MAX_IMAGE_PIXELS`, default
+            178,956,970), stops the pipeline with a
+            `tf.errors.InvalidArgumentError` naming it
             (`keras_vit.data.data_error(error)` makes it one ValueError
-            line). True: such records are skipped and counted
-            (`info.skipped_corrupt`), both those failing a structural check
-            (truncated, empty, not an image) and those that pass it but fail
-            to decode (each record is then decoded on its own, which costs
-            some throughput).
+            line); a folder's image file that cannot be read (a dangling
+            symbolic link or a loop, a directory named like an image, no
+            read permission) is a ValueError at once. True: such files are
+            skipped and counted, each once however often it is read
+            (`info.skipped_corrupt`): those that cannot be read, those
+            failing a structural check (truncated, empty, not an image),
+            the too large, and those that pass the check but fail to decode
+            (each record is then decoded on its own, which costs some
+            throughput).
         input_context: a `tf.distribute.InputContext`: shards the examples
             per input pipeline (worker) and batches per replica.
         num_classes: for sources without class names (bare TFRecords).
@@ -282,9 +392,10 @@ def make_dataset(
     if preset.randaugment is not None:
         augment.check_randaugment(*preset.randaugment)
     drop_remainder = training if drop_remainder is None else drop_remainder
+    max_pixels = max_image_pixels()
 
     src = open_source(source, split, data_dir=data_dir, label_offset=label_offset,
-                      holdout=holdout)
+                      holdout=holdout, skip_corrupt=skip_corrupt)
     classes = src.class_names or [str(i) for i in range(num_classes or 0)]
     if num_classes is not None and src.class_names and num_classes != len(src.class_names):
         raise ValueError(
@@ -298,25 +409,24 @@ def make_dataset(
             "`num_classes=`."
         )
 
-    dataset = src.records
+    # Each record carries its index in the split, so a skipped file counts once.
+    dataset = src.records.enumerate()
     local_batch = batch_size
     if input_context is not None:  # shard before reading: each worker reads its own
         dataset = dataset.shard(input_context.num_input_pipelines,
                                 input_context.input_pipeline_id)
         local_batch = input_context.get_per_replica_batch_size(batch_size)
-    dataset = dataset.map(src.read, num_parallel_calls=AUTOTUNE)
+
+    def read(index, record):
+        return (*src.read(*(record if isinstance(record, tuple) else (record,))), index)
+
+    dataset = dataset.map(read, num_parallel_calls=AUTOTUNE)
 
     skipped = None
     if skip_corrupt:
-        skipped = tf.Variable(0, dtype=tf.int64, trainable=False, name="skipped_corrupt")
-
-        def count_if_not(ok):
-            with tf.control_dependencies(
-                    [skipped.assign_add(tf.cast(tf.logical_not(ok), tf.int64))]):
-                return tf.identity(ok)
-
-        dataset = dataset.filter(lambda encoded, label, name:
-                                 count_if_not(looks_like_image(encoded)))
+        skipped = _SkippedFiles(len(src.skipped))
+        dataset = dataset.filter(lambda encoded, label, name, index: skipped.count_if_not(
+            looks_like_image(encoded), index))
 
     if cache:
         dataset = dataset.cache(cache if isinstance(cache, str) else "")
@@ -325,7 +435,7 @@ def make_dataset(
     if repeat:
         dataset = dataset.repeat()
 
-    def check(encoded, label, name):
+    def check(encoded, label, name, _):
         checks = [tf.debugging.Assert(
             tf.logical_and(label >= 0, label < k),
             [f"Label out of range [0, {k}) for", name, "label", label])]
@@ -335,21 +445,36 @@ def make_dataset(
         with tf.control_dependencies(checks):
             return tf.identity(encoded)
 
-    def to_image(encoded, element_seed):
+    def to_image(encoded, element_seed, name):
         """Encoded bytes -> `size` image (decode, crop or resize, flip), and
-        the seed left for RandAugment."""
+        the seed left for RandAugment. An image of more than `max_pixels`
+        (its header says) is never decoded: the pipeline stops naming it."""
         if preset.training:
             crop_seed, flip_seed, ra_seed = tf.unstack(augment.split_seed(element_seed, 3))
-            image = augment.decode_and_inception_crop(encoded, size, crop_seed,
-                                                      area_range=preset.crop_area)
-            if preset.flip:
-                image = augment.random_flip(image, flip_seed)
         else:
             ra_seed = element_seed
-            image = augment.decode_image(encoded)
-            image = (augment.resize_and_center_crop(image, size) if preset.center_crop
-                     else augment.resize(image, size))
-        return tf.ensure_shape(tf.cast(image, tf.float32), size + (3,)), ra_seed
+
+        def decode():
+            if preset.training:
+                image = augment.decode_and_inception_crop(encoded, size, crop_seed,
+                                                          area_range=preset.crop_area)
+                if preset.flip:
+                    image = augment.random_flip(image, flip_seed)
+            else:
+                image = augment.decode_image(encoded)
+                image = (augment.resize_and_center_crop(image, size) if preset.center_crop
+                         else augment.resize(image, size))
+            return tf.ensure_shape(tf.cast(image, tf.float32), size + (3,))
+
+        height, width = tf.unstack(header_shape(encoded))
+        small_enough = height * width <= max_pixels
+
+        def refuse():  # a branch, not a control dependency: map fusion drops those
+            with tf.control_dependencies([tf.debugging.Assert(small_enough, [
+                    _TOO_LARGE, name, "height", height, "width", width, "bound", max_pixels])]):
+                return tf.zeros(size + (3,))
+
+        return tf.cond(small_enough, decode, refuse), ra_seed
 
     def finish(image, label, ra_seed):
         if preset.randaugment is not None:
@@ -367,8 +492,8 @@ def make_dataset(
                           num_parallel_calls=AUTOTUNE)
     if not skip_corrupt:
         def preprocess(record, element_seed):
-            encoded, label, _ = record
-            image, ra_seed = to_image(encoded, element_seed if seeded else None)
+            encoded, label, name, _ = record
+            image, ra_seed = to_image(encoded, element_seed if seeded else None, name)
             return finish(image, label, ra_seed)
 
         dataset = dataset.map(preprocess, num_parallel_calls=AUTOTUNE)
@@ -377,24 +502,25 @@ def make_dataset(
         # decoded in a dataset of its own whose errors are ignored, and a
         # record that yields nothing yields the fallback (ok=False) instead.
         def decode_alone(record, element_seed):
-            encoded, label, _ = record
+            encoded, label, name, index = record
             if not seeded:
                 element_seed = None
 
             def decoded(encoded):
-                image, ra = to_image(encoded, element_seed)
+                image, ra = to_image(encoded, element_seed, name)
                 return image, ra if ra is not None else tf.zeros([2], tf.int64), True
 
             fallback = tf.data.Dataset.from_tensors(
                 (tf.zeros(size + (3,)), tf.zeros([2], tf.int64), False))
             one = tf.data.Dataset.from_tensors(encoded).map(decoded).ignore_errors()
             return one.concatenate(fallback).take(1).map(
-                lambda image, ra, ok: (image, label, ra, ok))
+                lambda image, ra, ok: (image, label, ra, ok, index))
 
         dataset = dataset.interleave(decode_alone, cycle_length=16, block_length=1,
                                      num_parallel_calls=AUTOTUNE, deterministic=True)
-        dataset = dataset.filter(lambda image, label, ra_seed, ok: count_if_not(ok))
-        dataset = dataset.map(lambda image, label, ra_seed, ok: finish(
+        dataset = dataset.filter(lambda image, label, ra_seed, ok, index:
+                                 skipped.count_if_not(ok, index))
+        dataset = dataset.map(lambda image, label, ra_seed, ok, index: finish(
             image, label, ra_seed if seeded else None), num_parallel_calls=AUTOTUNE)
     dataset = dataset.batch(local_batch, drop_remainder=drop_remainder,
                             num_parallel_calls=AUTOTUNE)

@@ -78,12 +78,14 @@ def stratified_order(labels, count=None, seed=0, exclude=None):
     return np.asarray(order, dtype="int64")
 
 
-def _open(source, split, data_dir, holdout):
+def _open(source, split, data_dir, holdout, skip_corrupt=False):
     from keras_vit.data.sources import open_source
 
     kwargs = {"data_dir": data_dir}
     if "holdout" in inspect.signature(open_source).parameters:
         kwargs["holdout"] = holdout
+    if "skip_corrupt" in inspect.signature(open_source).parameters:
+        kwargs["skip_corrupt"] = skip_corrupt
     return open_source(source, split, **kwargs)
 
 
@@ -141,8 +143,9 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
         exclude: record positions (`Sample.indices` of another sample of the
             same split) never to choose.
         skip_corrupt: a chosen file that does not decode is left out (the
-            sample is smaller; `Sample.skipped_corrupt` names them) instead
-            of a ValueError naming it.
+            sample is smaller; `Sample.skipped_corrupt` names them, and the
+            split's files that cannot be read at all, such as a dangling
+            symbolic link) instead of a ValueError naming it.
 
     Returns:
         `Sample`.
@@ -164,7 +167,7 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
                               or count < 1):
         raise ValueError(f"count={count!r}; give a positive int or None (the whole split).")
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    src = _open(source, split, data_dir, holdout)
+    src = _open(source, split, data_dir, holdout, skip_corrupt)
     labels = getattr(src, "labels", None)
     if labels is not None:
         labels = np.asarray(labels, dtype="int64")
@@ -196,7 +199,7 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
 
     dataset = (src.records.take(scanned).enumerate().filter(pick)
                .map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
-    found, skipped = {}, []
+    found, skipped = {}, list(getattr(src, "skipped", []))  # unreadable, left out at listing
     for position, encoded, label, name in dataset.as_numpy_iterator():
         name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
         try:

@@ -17,14 +17,17 @@ deterministic, stratified `holdout`: `"train"` and the held-out
 """
 
 import dataclasses
+import errno
 import hashlib
 import json
 import logging
 import os
+import stat
 
 import tensorflow as tf
 
 from keras_vit.data import schema
+from keras_vit.labels import label_line_problem
 
 SCHEMES = ("tfds", "tfrecord", "folder")
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
@@ -46,7 +49,10 @@ class Source:
     split comes from: `"folder"` (a `DIR/<split>/` subfolder), `"holdout"`
     (a folder of class subfolders, split by `holdout`), `"tfrecord"` or
     `"tfds"`. `description`: for people, e.g.
-    `"folder:/data/x (validation: 10% holdout)"`.
+    `"folder:/data/x (validation: 10% holdout)"`. `skipped`: the paths of
+    image files left out at listing because they cannot be read (a
+    dangling symbolic link, a directory named like an image...; only with
+    `skip_corrupt=True`, else listing stops naming the first).
     """
 
     records: tf.data.Dataset
@@ -56,6 +62,7 @@ class Source:
     description: str
     labels: list = None          # int per record, when known cheaply (folders)
     split_kind: str = None       # "folder" | "holdout" | "tfrecord" | "tfds"
+    skipped: list = dataclasses.field(default_factory=list)  # unreadable, left out
 
     @property
     def num_classes(self):
@@ -91,7 +98,8 @@ def parse_source(source):
     return scheme, rest
 
 
-def open_source(source, split="train", data_dir=None, label_offset=0, holdout=0.1):
+def open_source(source, split="train", data_dir=None, label_offset=0, holdout=0.1,
+                skip_corrupt=False):
     """Opens a source string for one split; returns a `Source`.
 
     Args:
@@ -108,6 +116,10 @@ def open_source(source, split="train", data_dir=None, label_offset=0, holdout=0.
             ImageNet shards).
         holdout: a folder of class subfolders only: the fraction of each
             class held out (a float in [0, 1)); ignored by other sources.
+        skip_corrupt: a folder only: an image file that cannot be read (a
+            dangling symbolic link or a loop, a directory named like an
+            image, no read permission) is left out and named in
+            `Source.skipped`; False (default): a ValueError naming it.
 
     Example:
 
@@ -117,7 +129,7 @@ def open_source(source, split="train", data_dir=None, label_offset=0, holdout=0.
     """
     scheme, rest = parse_source(source)
     if scheme == "folder":
-        return folder_source(rest, split, holdout)
+        return folder_source(rest, split, holdout, skip_corrupt)
     if scheme == "tfrecord":
         return tfrecord_source(rest, split, label_offset)
     return tfds_source(rest, split, data_dir)
@@ -146,7 +158,8 @@ def _split_folders(directory, subfolders):
 
 
 def _image_files(folder):
-    """Sorted image file names in `folder`, and how many other files it has."""
+    """Sorted image file names in `folder`, how many other files it has, and
+    `{name: why}` of the image names that cannot be read."""
     images, others = [], 0
     for filename in sorted(tf.io.gfile.listdir(folder)):
         if filename.endswith("/"):
@@ -155,7 +168,54 @@ def _image_files(folder):
             images.append(filename)
         elif not filename.startswith(".") and filename.lower() not in _IGNORED_FILES:
             others += 1
-    return images, others
+    if "://" in folder:  # object stores: no links, directories end in "/"
+        return images, others, {}
+    why = ((f, _unreadable(os.path.join(folder, f))) for f in images)
+    return images, others, {f: reason for f, reason in why if reason}
+
+
+def _unreadable(path):
+    """Why the local `path` cannot be read as a file (one stat and one
+    access check, no read), or None."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return "a symbolic link loop"
+        if error.errno == errno.ENOENT and os.path.islink(path):
+            return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
+        return error.strerror or str(error)
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if not stat.S_ISREG(mode):
+        return "not a regular file"
+    if not os.access(path, os.R_OK):
+        return "no permission to read it"
+    return None
+
+
+def _unreadable_error(unreadable, source, hint=True):
+    """The ValueError naming the first of `unreadable` (`{path: why}`)."""
+    path, reason = next(iter(unreadable.items()))
+    more = len(unreadable) - 1
+    return ValueError(
+        f"Cannot read image file {path!r} ({reason})"
+        + (f"; {more} more in {source} cannot be read either" if more else "")
+        + ("; pass skip_corrupt=True (keras-vit: --skip-corrupt) to skip and count such "
+           "files." if hint else "; remove or repair it."))
+
+
+def _check_class_names(paths):
+    """A ValueError for the first class folder (of `paths`) whose name cannot
+    be a line of labels.txt."""
+    for path in paths:
+        problem = label_line_problem(os.path.basename(path))
+        if problem:
+            raise ValueError(
+                f"Class folder {path!r} has a name holding {problem}; class names are "
+                "written one per line (labels.txt, the export label files), so rename "
+                "it: a class name may hold any printable characters and spaces, but no "
+                "line breaks, tabs or other control characters.")
 
 
 def _check_holdout(holdout):
@@ -204,16 +264,25 @@ def list_folder(directory, split="train", holdout=0.0):
 
     Classes are the sorted subfolder names; files the sorted image files in
     each (hidden and non-image files are left out; their count is logged).
+    A class folder whose name holds a line break or another control
+    character (it could not be one line of labels.txt), and an image file
+    that cannot be read (a dangling symbolic link or a loop, a directory
+    named like an image, no read permission), are a ValueError naming it.
 
     Unlike `open_source` and `make_dataset` (0.1), `holdout` defaults to 0
     here: `"train"` of a class layout is then every file (what
     `tf_records build` converts), and a held-out split a ValueError.
     """
-    return _list_folder(directory, split, holdout)[:3]
+    files, labels, classes, _, _, unreadable = _list_folder(directory, split, holdout)
+    if unreadable:
+        raise _unreadable_error(unreadable, f"folder:{directory}", hint=False)
+    return files, labels, classes
 
 
 def _list_folder(directory, split, holdout):
-    """`(files, labels, classes, kind, description)`."""
+    """`(files, labels, classes, kind, description, unreadable)`: `files`
+    leaves out the split's image files that cannot be read, `unreadable`
+    (`{path: why}`) holds them."""
     holdout = _check_holdout(holdout)
     if not isinstance(split, str) or not split:
         raise ValueError(f"split={split!r}; give a split name such as 'train'.")
@@ -235,24 +304,30 @@ def _list_folder(directory, split, holdout):
                 + (f" (Its other subfolders, {', '.join(repr(s) for s in others[:5])}"
                    f"{', ...' if len(others) > 5 else ''}, are not splits.)"
                    if others else ""))
-        classes = sorted({c for s in splits for c in _subfolders(os.path.join(directory, s))})
+        class_folders = {}  # class name -> its first folder, for the name check
+        for s in splits:
+            for c in _subfolders(os.path.join(directory, s)):
+                class_folders.setdefault(c, os.path.join(directory, s, c))
+        classes = sorted(class_folders)
+        _check_class_names(class_folders[c] for c in classes)
         root = os.path.join(directory, chosen)
-        files, labels, others = [], [], 0
+        files, labels, others, unreadable = [], [], 0, {}
         for label, name in enumerate(classes):
             folder = os.path.join(root, name)
             if not tf.io.gfile.isdir(folder):
                 continue
-            images, skipped = _image_files(folder)
+            images, skipped, bad = _image_files(folder)
             others += skipped
-            files += [os.path.join(folder, f) for f in images]
-            labels += [label] * len(images)
+            unreadable.update({os.path.join(folder, f): bad[f] for f in images if f in bad})
+            files += [os.path.join(folder, f) for f in images if f not in bad]
+            labels += [label] * (len(images) - len(bad))
         _log_others(root, others)
-        if not files:
+        if not files and not unreadable:
             raise ValueError(
                 f"No image files ({', '.join(IMAGE_EXTENSIONS)}) under {root!r}; expected "
                 f"{root}/<class_name>/<image files>.")
         name = split if chosen == split else f"{split}: subfolder {chosen!r}"
-        return files, labels, classes, "folder", f"{source} ({name})"
+        return files, labels, classes, "folder", f"{source} ({name})", unreadable
 
     # class layout
     if split != "train" and split not in HOLDOUT_SPLITS:
@@ -267,26 +342,33 @@ def _list_folder(directory, split, holdout):
             f"{directory}/<class_name>/<image files> (or "
             f"{directory}/train/<class_name>/<image files> and a test/ or validation/ "
             "beside it).")
-    per_class, others = [], 0
+    _check_class_names(os.path.join(directory, c) for c in classes)
+    per_class, others, bad_files = [], 0, {}
     for name in classes:
-        images, skipped = _image_files(os.path.join(directory, name))
+        images, skipped, bad = _image_files(os.path.join(directory, name))
         others += skipped
-        per_class.append(images)
+        per_class.append(images)  # the unreadable too: they keep the holdout stable
+        bad_files.update({os.path.join(directory, name, f): why for f, why in bad.items()})
     _log_others(directory, others)
     total = sum(len(images) for images in per_class)
     if not total:
         raise ValueError(f"No image files ({', '.join(IMAGE_EXTENSIONS)}) under "
                          f"{directory!r}.")
     held = 0
-    files, labels = [], []
+    files, labels, unreadable = [], [], {}
     for label, (name, images) in enumerate(zip(classes, per_class)):
         k = holdout_count(len(images), holdout)
         held += k
         held_out = set(stable_order([f"{name}/{f}" for f in images])[:k])
         want_held = split != "train"
         for f in images:  # sorted order within a class, as in the split layout
-            if (f"{name}/{f}" in held_out) == want_held:
-                files.append(os.path.join(directory, name, f))
+            path = os.path.join(directory, name, f)
+            if (f"{name}/{f}" in held_out) != want_held:
+                continue
+            if path in bad_files:
+                unreadable[path] = bad_files[path]
+            else:
+                files.append(path)
                 labels.append(label)
     if split == "train":
         description = (f"{source} (train: {_percent(holdout)} of each class held out)"
@@ -309,7 +391,7 @@ def _list_folder(directory, split, holdout):
             "%s has no train/validation/test subfolders: holding out %s of each class "
             "(%s of %s images, chosen by a stable hash of each file's path) as the "
             "validation split.", source, _percent(holdout), f"{held:,}", f"{total:,}")
-    return files, labels, classes, "holdout", description
+    return files, labels, classes, "holdout", description, unreadable
 
 
 def _log_others(root, count):
@@ -322,16 +404,30 @@ def _log_others(root, count):
 _logged_others = set()
 
 
-def folder_source(directory, split="train", holdout=0.1):
-    """The `Source` of one split of `folder:DIR` (see `list_folder`)."""
-    files, labels, classes, kind, description = _list_folder(directory, split, holdout)
+def folder_source(directory, split="train", holdout=0.1, skip_corrupt=False):
+    """The `Source` of one split of `folder:DIR` (see `list_folder`); with
+    `skip_corrupt`, the image files that cannot be read are left out and
+    named in `Source.skipped`, else the first is a ValueError."""
+    files, labels, classes, kind, description, unreadable = _list_folder(
+        directory, split, holdout)
+    if unreadable and not skip_corrupt:
+        raise _unreadable_error(unreadable, f"folder:{directory}")
+    if unreadable:
+        if not files:
+            path, reason = next(iter(unreadable.items()))
+            raise ValueError(f"None of the {len(unreadable)} image files of {description} "
+                             f"can be read (the first: {path!r}, {reason}).")
+        logger.warning("%s: skipping %d image file%s that cannot be read (%r: %s%s).",
+                       description, len(unreadable), "" if len(unreadable) == 1 else "s",
+                       *next(iter(unreadable.items())),
+                       ", ..." if len(unreadable) > 1 else "")
     paths = tf.data.Dataset.from_tensor_slices((files, labels))
 
     def read(path, label):
         return tf.io.read_file(path), tf.cast(label, tf.int64), path
 
     return Source(paths, read, len(files), classes, description, labels=list(labels),
-                  split_kind=kind)
+                  split_kind=kind, skipped=list(unreadable))
 
 
 # --- TFRecords ------------------------------------------------------------

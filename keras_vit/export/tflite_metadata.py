@@ -210,8 +210,9 @@ def classifier_labels(model, num_classes, labels=None):
         raise ValueError(f"metadata labels has {len(names)} names; the model has "
                          f"{num_classes} classes (one name per class, in label order).")
     for name in names:
-        if "\n" in name or "\r" in name:
-            raise ValueError(f"Class name {name!r} holds a line break; the label file "
+        problem = labels_lib.label_line_problem(name)
+        if problem:
+            raise ValueError(f"Class name {name!r} holds {problem}; the label file "
                              "has one name per line.")
     return names, source
 
