@@ -40,6 +40,13 @@ def quiet(verbose=False):
     """Silences the logging a command-line user cannot act on; call before
     TensorFlow is imported. With `verbose=True` it only records the choice."""
     _state["verbose"] = bool(verbose)
+    # The command owns the process: keras_vit's lines go through its own
+    # handler only. absl installs a root handler the first time TensorFlow
+    # logs (tf.saved_model.save does), and every line then came twice
+    # ("keras_vit: ..." and "WARNING:keras_vit:...").
+    own = logging.getLogger("keras_vit")
+    if own.handlers:
+        own.propagate = False
     if verbose:
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")

@@ -5,7 +5,7 @@
     keras-vit download NAME [--model ViTB16] [--print-url] [--json]
     keras-vit predict IMAGE_OR_DIR... --model ViTB16|auto|MODEL.keras [--weights NAME_OR_PATH]
                      [--top 5] [--image-size S] [--labels FILE] [--outputs auto|logits|probabilities]
-                     [--skip-corrupt] [--json]
+                     [--skip-corrupt] [--batch-size 32] [--json]
     keras-vit explain IMAGE... --model auto --weights CKPT.npz --out DIR [--json]
     keras-vit train --model ViTB16 --weights imagenet21k --data tfds:cifar10 ... [--json]
     keras-vit evaluate MODEL.keras --data SOURCE [--split S] [--skip-corrupt] [--json]
@@ -204,17 +204,20 @@ def cmd_download(args, out):
                   file=out)
         return 0
     _console.load_tensorflow()  # reading the .npz imports Keras: TensorFlow's logs quiet
-    from keras_vit.weights.download import fetch_checkpoint
+    from keras_vit.weights.download import fetch_checkpoint, provenance
 
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the result (progress: stderr)
         path, params = fetch_checkpoint(url, filename)
-    record.update(path=path, bytes=os.path.getsize(path), arrays=len(params))
+    origin = provenance(path)  # where the cached bytes came from (a mirror, ...)
+    record.update(path=path, bytes=os.path.getsize(path), arrays=len(params),
+                  downloaded_from=origin["url"] if origin else None)
     if args.json:
         print(_console.json_dumps(record), file=out)
     else:
         verb = "Already cached" if record["cached"] else "Downloaded"
         print(f"{verb}: {path} ({record['bytes'] / 2**20:.1f} MiB, {len(params)} arrays, "
-              f"from {url})", file=out)
+              f"from {origin['url'] if origin else 'an unknown origin: no download record'})",
+              file=out)
     return 0
 
 
@@ -247,26 +250,59 @@ def _image_files(inputs):
     return files
 
 
+def _decode_image(path, skip_corrupt=False):
+    """The uint8 image in `path`; None for a file that does not decode with
+    `skip_corrupt`, else a ValueError naming it."""
+    tf = _console.load_tensorflow()
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        return tf.io.decode_image(data, channels=3, expand_animations=False)
+    except (tf.errors.OpError, OSError) as error:
+        if skip_corrupt:
+            return None
+        reason = (_console._op_error_message(error) if isinstance(error, tf.errors.OpError)
+                  else (error.strerror or str(error)))
+        raise ValueError(f"Cannot decode {path!r} as an image ({reason}); pass "
+                         "--skip-corrupt to skip such files.") from error
+
+
 def _decode_images(paths, skip_corrupt=False):
     """(decoded uint8 arrays, kept paths, skipped paths)."""
-    tf = _console.load_tensorflow()
     images, kept, skipped = [], [], []
     for path in paths:
-        try:
-            with open(path, "rb") as f:
-                data = f.read()
-            image = tf.io.decode_image(data, channels=3, expand_animations=False)
-        except (tf.errors.OpError, OSError) as error:
-            if skip_corrupt:
-                skipped.append(path)
-                continue
-            reason = (_console._op_error_message(error) if isinstance(error, tf.errors.OpError)
-                      else (error.strerror or str(error)))
-            raise ValueError(f"Cannot decode {path!r} as an image ({reason}); pass "
-                             "--skip-corrupt to skip such files.") from error
+        image = _decode_image(path, skip_corrupt)
+        if image is None:
+            skipped.append(path)
+            continue
         images.append(image)
         kept.append(path)
     return images, kept, skipped
+
+
+def _resized_batches(paths, size, batch_size, skipped, skip_corrupt=False):
+    """Yields `(pixels, paths)` in the order of `paths`: float32 (n <=
+    batch_size, height, width, 3) images, each resized (bilinear) right
+    after it is decoded, so that one batch of resized images and one
+    full-size image are held at a time. Files that do not decode (with
+    `skip_corrupt`) are appended to `skipped`."""
+    import numpy as np
+    import tensorflow as tf
+
+    pixels, kept = [], []
+    for path in paths:
+        image = _decode_image(path, skip_corrupt)
+        if image is None:
+            skipped.append(path)
+            continue
+        pixels.append(tf.image.resize(image, size, method="bilinear").numpy())
+        kept.append(path)
+        del image  # before the next file is decoded
+        if len(pixels) == batch_size:
+            yield np.stack(pixels).astype("float32"), kept
+            pixels, kept = [], []
+    if pixels:
+        yield np.stack(pixels).astype("float32"), kept
 
 
 def _resize(images, size):
@@ -400,27 +436,44 @@ def _input_size(model, image_size):
                          "--image-size.") from None
 
 
-def cmd_predict(args, out):
+def _top_classes(paths, probs, labels, top):
+    """The `predictions` entries of `paths` from their probabilities."""
     import numpy as np
 
+    results = []
+    for path, row in zip(paths, probs):
+        order = np.argsort(-row, kind="stable")[:top]
+        results.append({"image": path, "top": [
+            {"label": labels[i], "index": int(i), "probability": float(row[i])}
+            for i in order]})
+    return results
+
+
+def _predictions(model, args, paths, size):
+    """`(predictions, skipped paths)`: the images streamed in batches of
+    `--batch-size` (decoded, resized, classified; only the top classes
+    kept), in the order of `paths`."""
+    from keras_vit.export._common import check_batch_size
+
+    batch_size = check_batch_size(args.batch_size, size, "--batch-size")
+    results, skipped, labels = [], [], None
+    for pixels, kept in _resized_batches(paths, size, batch_size, skipped,
+                                         args.skip_corrupt):
+        raw = model.predict(pixels, batch_size=batch_size, verbose=0)
+        probs, _ = _probabilities(model, raw, args.outputs)
+        labels = labels or _class_labels(model, args, probs.shape[1])
+        results += _top_classes(kept, probs, labels, min(args.top, probs.shape[1]))
+    return results, skipped
+
+
+def cmd_predict(args, out):
     if args.top <= 0:
         raise ValueError(f"--top must be a positive number, got {args.top}.")
     paths = _image_files(args.images)
     _check_model_args(args)
-    images, kept, skipped = _decode_images(paths, skip_corrupt=args.skip_corrupt)
     model = _model_from_args(args)
     size = _input_size(model, args.image_size)
-    results = []
-    if images:
-        raw = model.predict(_resize(images, size), batch_size=32, verbose=0)
-        probs, _ = _probabilities(model, raw, args.outputs)
-        labels = _class_labels(model, args, probs.shape[1])
-        top = min(args.top, probs.shape[1])
-        for path, row in zip(kept, probs):
-            order = np.argsort(-row, kind="stable")[:top]
-            results.append({"image": path, "top": [
-                {"label": labels[i], "index": int(i), "probability": float(row[i])}
-                for i in order]})
+    results, skipped = _predictions(model, args, paths, size)
     if args.json:
         print(_console.json_dumps({"model": args.model, "weights": args.weights,
                           "image_size": list(size), "predictions": results,
@@ -502,7 +555,7 @@ def cmd_train(args, out):
                 train_split=args.train_split,
                 preset=args.preset, data_dir=args.data_dir,
                 gradient_accumulation_steps=args.gradient_accumulation_steps,
-                verbose=_progress_verbosity(args), **extra)
+                overwrite=args.overwrite, verbose=_progress_verbosity(args), **extra)
     except TrainingDivergedError as error:  # the JSON line still comes, with nulls
         print(_console.json_dumps(error.results), file=out)
         _console.print_error(str(error))
@@ -542,7 +595,7 @@ def cmd_export(args, out):
                          f"{'|'.join(EXPORT_QUANTIZE[args.format])}.")
     if args.opset is not None and args.format != "onnx":
         raise ValueError(f"--opset applies to --format onnx; not to --format {args.format}.")
-    if args.format in ("onnx", "openvino") and args.batch_size != 1:
+    if args.format != "tflite" and args.batch_size != 1:
         raise ValueError(f"--batch-size applies to --format tflite (a static batch); the "
                          f"{args.format} export takes any batch size.")
     if args.format == "openvino" and args.calibration:
@@ -554,6 +607,11 @@ def cmd_export(args, out):
                          f"{args.format}.")
     model = _load_keras_model(args.model_path)
     from keras_vit import export
+
+    if args.format == "tflite":  # named as the flag, before any sampling
+        from keras_vit.export._common import check_batch_size, model_image_size
+
+        check_batch_size(args.batch_size, model_image_size(model), "--batch-size")
 
     common = dict(outputs=args.outputs, validation_data=args.validation,
                   check=not args.no_check, verbose=not args.json,
@@ -698,6 +756,9 @@ def build_parser():
                         "to logits)")
     p.add_argument("--skip-corrupt", action="store_true",
                    help="skip unreadable image files (listed at the end) instead of failing")
+    p.add_argument("--batch-size", type=POSITIVE_INT, default=32,
+                   help="images decoded, resized and classified at a time (default 32; at "
+                        "most 256 MiB of float32 pixels: 445 at 224 px)")
     p.add_argument("--json", action="store_true", help="one JSON document")
     p.set_defaults(func=cmd_predict)
 
@@ -754,7 +815,11 @@ def build_parser():
                    help="skip corrupt image files instead of failing")
     p.add_argument("--data-dir", help="TFDS data directory")
     p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
-    p.add_argument("--out", default="runs/keras_vit", help="run directory")
+    p.add_argument("--out", default="runs/keras_vit",
+                   help="run directory; a killed run resumes when the same command runs "
+                        "again; a folder holding another or a finished run is refused")
+    p.add_argument("--overwrite", action="store_true",
+                   help="remove the run files in --out and start afresh")
     p.add_argument("--quiet", action="store_true", help="one log line per epoch")
     p.add_argument("--json", action="store_true",
                    help="stdout: only the results' JSON line (progress goes to stderr)")

@@ -295,3 +295,17 @@ def test_fit_progress_is_a_line_per_epoch_unless_on_a_terminal():
             with pytest.MonkeyPatch.context() as patch:
                 patch.setattr(sys, stream, Stream(tty))
                 assert _progress_verbosity(SimpleNamespace(json=json_flag, quiet=quiet)) == expected
+
+
+def test_a_warning_is_printed_once_after_a_root_handler_appears():
+    """absl's `basicConfig` (the first TensorFlow log line, e.g. in
+    tf.saved_model.save) used to make every keras_vit line print twice."""
+    result = python("""
+        import logging
+        from keras_vit import _console
+        _console.quiet()
+        logging.basicConfig()  # what absl does
+        logging.getLogger("keras_vit").warning("once")
+    """)
+    lines = [line for line in result.stderr.splitlines() if "once" in line]
+    assert lines == ["keras_vit: once"], result.stderr

@@ -5,8 +5,10 @@ atomic writes (temporary name, verify, then rename)."""
 import dataclasses
 import logging
 import os
+import re
 import secrets
 import shutil
+import socket
 import statistics
 import sys
 import time
@@ -373,8 +375,50 @@ def validation_images(data, size, limit, split, calibration=None):
     return chosen.images, chosen.info["source"]
 
 
+# The float32 RGB pixels of one batch at most: the bound of a TFLite static
+# batch and of `keras-vit predict --batch-size` (445 images at 224 px).
+MAX_BATCH_BYTES = 256 * 2**20
+
+
+def max_batch_size(image_size):
+    """The largest batch of `image_size` (height, width) float32 RGB images
+    within `MAX_BATCH_BYTES` (at least 1).
+
+    Example:
+
+    >>> max_batch_size((224, 224)), max_batch_size((32, 32))
+    (445, 21845)
+    """
+    height, width = image_size
+    return max(1, MAX_BATCH_BYTES // (height * width * 3 * 4))
+
+
+def check_batch_size(batch_size, image_size, name="batch_size"):
+    """`batch_size` when it is an int in `1..max_batch_size(image_size)`;
+    else a ValueError naming the value and that range (`name` is the
+    argument, or a command-line flag such as `"--batch-size"`).
+
+    Example:
+
+    >>> check_batch_size(10**6, (224, 224))
+    Traceback (most recent call last):
+    ValueError: batch_size=1000000; allowed: 1..445 (a batch of 224x224 RGB images holds at most 256 MiB of float32 pixels).
+    """
+    limit = max_batch_size(image_size)
+    if (isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer))
+            or not 1 <= batch_size <= limit):
+        given = f"{name} {batch_size}" if name.startswith("--") else f"{name}={batch_size!r}"
+        raise ValueError(f"{given}; allowed: 1..{limit} (a batch of {image_size[0]}x"
+                         f"{image_size[1]} RGB images holds at most {MAX_BATCH_BYTES >> 20} "
+                         "MiB of float32 pixels).")
+    return int(batch_size)
+
+
 def batched(fn, images, batch=32):
-    """`fn` applied to `images` in chunks of `batch`, concatenated."""
+    """`fn` applied to `images` in chunks of `batch` (a positive int; one
+    chunk when it exceeds the images), concatenated."""
+    if isinstance(batch, bool) or not isinstance(batch, (int, np.integer)) or batch < 1:
+        raise ValueError(f"batch={batch!r}; allowed: a positive int (images per run).")
     return np.concatenate([np.asarray(fn(images[i:i + batch]))
                            for i in range(0, len(images), batch)])
 
@@ -628,11 +672,123 @@ def warn_kept(report):
         report.criteria, _measured(report))
 
 
+def _host():
+    """This machine's name as it appears in temporary names."""
+    return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())[:40] or "host"
+
+
+def _split_target(path):
+    return os.path.split(os.path.abspath(path.rstrip("/") or path))
+
+
+def _temporary_name(directory, name):
+    return os.path.join(directory,
+                        f".{name}.tmp-{_host()}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _writer_alive(host, pid):
+    """Whether the process that named a temporary may still be writing it:
+    one of another machine (or of this process) is taken as alive."""
+    if host != _host() or pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's process, or no such pid number
+        return True
+    return True
+
+
+def _size(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        return sum(os.lstat(os.path.join(root, f)).st_size
+                   for root, _, files in os.walk(path) for f in files)
+    return os.lstat(path).st_size
+
+
+_TEMPORARY = re.compile(r"(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]{8}(\.old|\.labels)?")
+_EARLIER_TEMPORARY = re.compile(r"[0-9a-f]{8}(\.old|\.labels)?")
+
+
+def _temporaries(directory, name):
+    """`(stale, earlier)`: the paths of `name`'s temporaries in `directory`
+    whose writer is gone, and those of earlier releases (writer unknown)."""
+    prefix = f".{name}.tmp-"
+    try:
+        entries = sorted(e for e in os.listdir(directory) if e.startswith(prefix))
+    except OSError:
+        return [], []
+    stale, earlier = [], []
+    for entry in entries:
+        found = _TEMPORARY.fullmatch(entry[len(prefix):])
+        if found is not None and not _writer_alive(found["host"], int(found["pid"])):
+            stale.append(os.path.join(directory, entry))
+        elif found is None and _EARLIER_TEMPORARY.fullmatch(entry[len(prefix):]):
+            earlier.append(os.path.join(directory, entry))
+    return stale, earlier
+
+
+def _plural(count, one, many):
+    return f"{count} {one if count == 1 else many}"
+
+
+def remove_stale_temporaries(path):
+    """Removes the temporaries of export target `path` that an export
+    killed before its cleanup left behind, and logs one line saying how
+    many and the bytes freed; returns that count.
+
+    A temporary is `.<name>.tmp-<host>-<pid>-<random>` (or that with
+    `.old` / `.labels`) beside `path`: it is stale when it was made on this
+    machine by a process that is gone. Those of running processes (a
+    concurrent export to the same target) and of other machines are kept;
+    those of earlier releases (`.<name>.tmp-<random>`, whose writer is not
+    known) are kept and named in a warning.
+
+    Example: after `kill -9` of an export to `vit.tflite`,
+
+    >>> remove_stale_temporaries("vit.tflite")  # doctest: +SKIP
+    Removed 1 stale temporary of /data/vit.tflite left by an export whose process is gone (83.1 MB freed).
+    1
+    """
+    directory, name = _split_target(path)
+    target = os.path.join(directory, name)
+    stale, earlier = _temporaries(directory, name)
+    removed, freed, failed = 0, 0, []
+    for temporary in stale:
+        try:
+            size = _size(temporary)
+            _remove(temporary)
+        except FileNotFoundError:  # removed meanwhile (another export's sweep)
+            continue
+        except OSError as error:
+            failed.append(f"{temporary} ({error.strerror or error})")
+            continue
+        removed, freed = removed + 1, freed + size
+    if removed:
+        logger.warning("Removed %s of %s left by an export whose process is gone (%.1f MB "
+                       "freed).", _plural(removed, "stale temporary", "stale temporaries"),
+                       target, freed / 1e6)
+    if failed:
+        logger.warning("Could not remove %s of %s: %s",
+                       _plural(len(failed), "stale temporary", "stale temporaries"), target,
+                       ", ".join(failed))
+    if earlier:
+        logger.warning("Kept %s of %s written by an earlier keras_vit release (which does not "
+                       "record its process); remove them by hand when no export to it is "
+                       "running: %s", _plural(len(earlier), "temporary", "temporaries"),
+                       target, ", ".join(earlier))
+    return removed
+
+
 def temporary_path(path):
-    """`.<name>.tmp-<random>` in the directory of `path` (created)."""
-    directory, name = os.path.split(os.path.abspath(path.rstrip("/") or path))
+    """`.<name>.tmp-<host>-<pid>-<random>` in the directory of `path`
+    (created), once the stale temporaries of `path` are removed
+    (`remove_stale_temporaries`)."""
+    directory, name = _split_target(path)
     os.makedirs(directory, exist_ok=True)
-    return os.path.join(directory, f".{name}.tmp-{secrets.token_hex(4)}")
+    remove_stale_temporaries(path)
+    return _temporary_name(directory, name)
 
 
 def publish(temporary, path):
@@ -641,7 +797,7 @@ def publish(temporary, path):
     path = path.rstrip("/") or path
     if os.path.isdir(path) and not os.path.islink(path) or (
             os.path.lexists(path) and os.path.isdir(temporary)):
-        old = temporary_path(path) + ".old"
+        old = _temporary_name(*_split_target(path)) + ".old"
         os.replace(path, old)
         os.replace(temporary, path)
         _remove(old)

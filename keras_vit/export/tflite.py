@@ -19,6 +19,7 @@ from keras_vit.export._common import (
     ExportReport,
     as_images,
     calibration_data,
+    check_batch_size,
     compare,
     evaluate,
     export_images,
@@ -157,9 +158,8 @@ def convert(model, *, quantization="none", representative_data=None, batch_size=
     if quantization not in QUANTIZATIONS:
         raise ValueError(f"quantization={quantization!r}; allowed: {QUANTIZATIONS} "
                          "(None means 'none').")
-    if not isinstance(batch_size, int) or batch_size < 1:
-        raise ValueError(f"batch_size={batch_size!r}; give a positive int (static batch).")
     size = model_image_size(model, image_size)
+    batch_size = check_batch_size(batch_size, size)
     call = logits_and_probabilities(model, outputs)
     calibration = None
     if quantization == "int8":
@@ -357,7 +357,10 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
             sample of `num_calibration` images of its `calibration_split`,
             see `keras_vit.data.sample.sample_images`), an array or a
             `tf.data.Dataset` (its first `num_calibration` images).
-        batch_size: the static batch of the graph.
+        batch_size: the static batch of the graph, 1..`max_batch_size(
+            image size)` (at most 256 MiB of float32 pixels per batch: 445
+            at 224 px); never changed to fit the validation images (a
+            partial last batch is padded when the file is run).
         float_ops: TFLite op names kept in float under `"int8"`;
             `"auto"` is `INT8_FLOAT_OPS`, `()` quantizes everything.
         validation_data: images to verify on (same kinds; a stratified
@@ -434,6 +437,7 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
         raise ValueError(f"quantization={quantization!r}; allowed: {QUANTIZATIONS} "
                          "(None means 'none').")
     size = model_image_size(model, image_size)
+    batch_size = check_batch_size(batch_size, size)
     output_kind(model, outputs)
     info = classifier_metadata(model, image_size=size, quantization=quantization,
                                metadata=metadata)  # its errors before the conversion
