@@ -10,17 +10,22 @@ from official_fixtures import FIXTURES, REPO_ROOT, require
 SCRIPT = REPO_ROOT / "examples" / "classify_photos.py"
 
 
-def run(env_extra):
+def run(env_extra, whole=False):
     env = dict(os.environ, **env_extra)
     result = subprocess.run([sys.executable, str(SCRIPT), "--json"], env=env,
                             capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])["results"]
+    document = json.loads(result.stdout.strip().splitlines()[-1])
+    return document if whole else document["results"]
 
 
 def test_demo_on_the_official_fixtures():
     require(FIXTURES / "official")
-    rows = run({"KERAS_VIT_FIXTURES": str(FIXTURES)})
+    document = run({"KERAS_VIT_FIXTURES": str(FIXTURES)}, whole=True)
+    assert document["parity_with_official"] and document["passed"]
+    assert document["outcome"] == ("All logits within rtol=1e-5, atol=2e-5 of the official "
+                                   "implementation's (5 checkpoints).")
+    rows = document["results"]
     assert {r["checkpoint"] for r in rows} == {
         "mixer_tiny", "r26_vit_tiny", "rstem_vit_tiny", "vit_tiny_gap", "vit_tiny_token"}
     for row in rows:
@@ -29,9 +34,16 @@ def test_demo_on_the_official_fixtures():
 
 
 def test_demo_without_fixtures_writes_its_own_checkpoint(tmp_path):
-    rows = run({"KERAS_VIT_FIXTURES": str(tmp_path)})
+    document = run({"KERAS_VIT_FIXTURES": str(tmp_path)}, whole=True)
+    rows = document["results"]
     assert rows[0]["max_abs_diff_vs_original"] == 0.0
     assert rows[0]["within_tolerance"]
+    # a round trip is no parity check, and says so (it said "All logits within
+    # rtol=1e-5, atol=2e-5 of the reference.")
+    assert not document["parity_with_official"]
+    assert document["outcome"] == (
+        f"No parity check with the official implementation was made (no fixtures in "
+        f"{tmp_path / 'official'}); the self-written checkpoint reads back bit for bit.")
 
 
 def test_training_examples_parse_their_arguments():
