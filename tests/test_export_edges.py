@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 
 import keras
 import numpy as np
@@ -73,20 +74,23 @@ def test_a_stale_temporary_is_removed_at_the_next_export_and_live_ones_kept(tmp_
         dead = with_pid(mine, dead_pid())
         elsewhere = with_pid(dead, dead_pid(), host="another_machine")  # pid unknowable
         earlier = str(tmp_path / ".m.tflite.tmp-0123abcd")  # an earlier release's name
+        abandoned = str(tmp_path / ".m.tflite.tmp-4567cdef")  # the same, 2 hours old
         other_target = with_pid(temporary_path(str(tmp_path / "n.tflite")), dead_pid())
-        for path in (mine, running, elsewhere, earlier, other_target):
+        for path in (mine, running, elsewhere, earlier, other_target, abandoned):
             with open(path, "wb") as f:
                 f.write(b"x" * 10)
+        two_hours_ago = time.time() - 7200
+        os.utime(abandoned, (two_hours_ago, two_hours_ago))
         with open(dead, "wb") as f:
             f.write(b"x" * 1_500_000)
         caplog.set_level(logging.WARNING, logger="keras_vit")
         export.to_tflite(tiny(), target, validation_data=pixels(2), latency_repeats=1,
                          verbose=False)
-        assert not os.path.exists(dead)
+        assert not os.path.exists(dead) and not os.path.exists(abandoned)
         for kept in (mine, running, elsewhere, earlier, other_target):
             assert os.path.exists(kept), kept
         assert stale_removed_lines(caplog) == [
-            f"Removed 1 stale temporary of {target} left by an export whose process is "
+            f"Removed 2 stale temporaries of {target} left by an export whose process is "
             "gone (1.5 MB freed)."]
         assert any(r.getMessage().startswith(
             f"Kept 1 temporary of {target} written by an earlier keras_vit release")

@@ -69,8 +69,8 @@ def test_a_run_resumes_only_its_own_state(folders, tmp_path, monkeypatch):
         _train(folders, "Y", out)
     assert str(error.value) == (
         f"{out} holds a different run (model tiny.keras, data folder:{folders / 'X'}, "
-        "3 classes china..stripes; its class_names is ['china', 'flower', 'stripes'], this "
-        "run's is ['a', 'b', 'c']); pass --out NEW or --overwrite (train(..., out=NEW) or "
+        f"3 classes china..stripes; its data is 'folder:{folders / 'X'}', this run's is "
+        f"'folder:{folders / 'Y'}'); pass --out NEW or --overwrite (train(..., out=NEW) or "
         "overwrite=True).")
     assert sorted(os.listdir(out)) == before
 

@@ -707,6 +707,10 @@ def _size(path):
     return os.lstat(path).st_size
 
 
+# An earlier release's temporary (no pid in its name) untouched for this
+# long (seconds) is stale: no export leaves its file unmodified that long
+# while it still runs; a younger one is kept and named.
+EARLIER_TEMPORARY_AGE = 3600
 _TEMPORARY = re.compile(r"(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]{8}(\.old|\.labels)?")
 _EARLIER_TEMPORARY = re.compile(r"[0-9a-f]{8}(\.old|\.labels)?")
 
@@ -725,7 +729,12 @@ def _temporaries(directory, name):
         if found is not None and not _writer_alive(found["host"], int(found["pid"])):
             stale.append(os.path.join(directory, entry))
         elif found is None and _EARLIER_TEMPORARY.fullmatch(entry[len(prefix):]):
-            earlier.append(os.path.join(directory, entry))
+            path = os.path.join(directory, entry)
+            try:
+                untouched = time.time() - os.lstat(path).st_mtime
+            except OSError:
+                continue
+            (stale if untouched > EARLIER_TEMPORARY_AGE else earlier).append(path)
     return stale, earlier
 
 
@@ -741,9 +750,10 @@ def remove_stale_temporaries(path):
     A temporary is `.<name>.tmp-<host>-<pid>-<random>` (or that with
     `.old` / `.labels`) beside `path`: it is stale when it was made on this
     machine by a process that is gone. Those of running processes (a
-    concurrent export to the same target) and of other machines are kept;
-    those of earlier releases (`.<name>.tmp-<random>`, whose writer is not
-    known) are kept and named in a warning.
+    concurrent export to the same target) and of other machines are kept.
+    Those of earlier releases (`.<name>.tmp-<random>`, whose writer is not
+    known) are stale once untouched for `EARLIER_TEMPORARY_AGE` (an hour);
+    younger ones are kept and named in a warning.
 
     Example: after `kill -9` of an export to `vit.tflite`,
 

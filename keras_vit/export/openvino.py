@@ -147,13 +147,20 @@ def bf16_support():
                    f"(OpenVINO CPU capabilities: {', '.join(capabilities)})")
 
 
+def _precision(compiled):
+    """The inference precision OpenVINO compiled `compiled` at: `"f32"`,
+    `"bf16"`... (the property is an `openvino.Type`, printed
+    `<Type: 'bfloat16'>`)."""
+    return compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()
+
+
 def _measure_bf16(path, images, reference, num_threads):
     available, reason = bf16_support()
     if not available:
         return {"available": False, "reason": reason}
     compiled = _compile(path, "bf16", num_threads)
-    precision = str(compiled.get_property("INFERENCE_PRECISION_HINT"))
-    if "bf16" not in precision.lower():
+    precision = _precision(compiled)
+    if precision != "bf16":
         return {"available": False,
                 "reason": f"OpenVINO compiled it at {precision} when asked for bf16"}
     port = compiled.output("logits")

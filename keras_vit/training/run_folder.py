@@ -81,8 +81,8 @@ def _first_difference(old, new):
 
 
 def _shorten(value, limit=80):
-    if isinstance(value, dict) and "sha256" in value:  # a .keras file
-        value = f"{value.get('file')} (SHA-256 {value['sha256'][:12]}...)"
+    if isinstance(value, dict) and "sha256" in value:  # a .keras file: whole
+        return repr(f"{value.get('file')} (SHA-256 {value['sha256'][:12]}...)")
     text = repr(value)
     return text if len(text) <= limit else text[:limit - 3] + "..."
 

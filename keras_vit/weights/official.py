@@ -749,7 +749,7 @@ def _read_npy_member(name, archive, info):
     """`(key, array)` of one `.npy` member, its header checked against the
     zip directory's size before the array is allocated; the data streamed
     in bounded chunks (zipfile checks the CRC at the end)."""
-    key = info.filename[:-len(".npy")]
+    key = info.filename.removesuffix(".npy")  # as numpy's NpzFile names it
     where = f"{name}: entry {key!r}"
     with archive.open(info) as fp:
         try:
