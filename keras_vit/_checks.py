@@ -4,6 +4,7 @@ types, so `--epochs 0` and `train(epochs=0)` say the same thing."""
 
 import math
 import numbers
+import os
 
 
 def _name(name):
@@ -57,3 +58,30 @@ def finite_or_none(obj):
     if isinstance(obj, (list, tuple)):
         return [finite_or_none(v) for v in obj]
     return obj
+
+
+def positive_env(name, default, unit, whole=True, example=None):
+    """The positive number in environment variable `name` (`default` when it
+    is unset or empty): an int with `whole`, else a float; anything else is
+    a ValueError naming the variable, the value and what is allowed (the
+    bounds of keras_vit: download size and time, checkpoint size, image
+    pixels).
+
+    >>> os.environ["KERAS_VIT_EXAMPLE"] = "2.5"
+    >>> positive_env("KERAS_VIT_EXAMPLE", 60.0, "seconds", whole=False)
+    2.5
+    >>> del os.environ["KERAS_VIT_EXAMPLE"]
+    """
+    raw = os.environ.get(name, "")
+    text = raw.strip()
+    if not text:
+        return default
+    try:
+        value = int(text) if whole else float(text)
+    except ValueError:
+        value = None
+    if value is None or not math.isfinite(value) or value <= 0:
+        example = example if example is not None else (default if whole else f"{default:g}")
+        raise ValueError(f"{name} must be a positive {'whole ' if whole else ''}number of "
+                         f"{unit} (e.g. {example}), got {raw!r}.")
+    return value

@@ -262,7 +262,7 @@ def test_max_image_pixels_bound(monkeypatch):
     for bad in ("0", "-5", "lots", "1e9"):
         monkeypatch.setenv("KERAS_VIT_MAX_IMAGE_PIXELS", bad)
         with pytest.raises(ValueError, match=rf"^KERAS_VIT_MAX_IMAGE_PIXELS must be a "
-                                             rf"positive integer number of pixels \(e.g. "
+                                             rf"positive whole number of pixels \(e.g. "
                                              rf"178956970\), got '{bad}'\.$"):
             data.make_dataset("folder:/does-not-matter", image_size=8)
 

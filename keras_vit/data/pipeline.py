@@ -3,11 +3,11 @@ one_hot_labels)` batches `model.fit` wants."""
 
 import dataclasses
 import logging
-import os
 import re
 
 import tensorflow as tf
 
+from keras_vit import _checks
 from keras_vit.data import augment
 from keras_vit.data.presets import get_preset
 from keras_vit.data.sources import open_source
@@ -99,6 +99,7 @@ def max_image_pixels():
     Pillow's decompression-bomb bound; about 13,000 x 13,000, 0.5 GB
     decoded). The size is read from the image's header before decoding.
 
+    >>> import os
     >>> os.environ["KERAS_VIT_MAX_IMAGE_PIXELS"] = "1_000_000"
     >>> max_image_pixels()
     1000000
@@ -108,18 +109,7 @@ def max_image_pixels():
         ValueError: the variable is set to something other than a positive
             integer.
     """
-    text = os.environ.get(MAX_PIXELS_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_IMAGE_PIXELS
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value <= 0:
-        raise ValueError(f"{MAX_PIXELS_ENV} must be a positive integer number of pixels "
-                         f"(e.g. {DEFAULT_MAX_IMAGE_PIXELS}), got "
-                         f"{os.environ[MAX_PIXELS_ENV]!r}.")
-    return value
+    return _checks.positive_env(MAX_PIXELS_ENV, DEFAULT_MAX_IMAGE_PIXELS, "pixels")
 
 
 def _numbers(head, start, width, big_endian):

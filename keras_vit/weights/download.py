@@ -58,7 +58,6 @@ import hashlib
 import http.client
 import json
 import logging
-import math
 import os
 import re
 import shutil
@@ -67,6 +66,7 @@ import time
 import urllib.error
 import urllib.request
 
+from keras_vit import _checks
 from keras_vit.weights import registry
 # The cache location is pure Python (registry), so `keras-vit download
 # --print-url` can say it without importing Keras.
@@ -186,33 +186,13 @@ def max_download_bytes():
         ValueError: the variable is set to something other than a positive
             whole number of bytes.
     """
-    text = os.environ.get(MAX_BYTES_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_BYTES
-    value = int(text) if text.isdigit() else 0
-    if value <= 0:
-        raise ValueError(
-            f"{MAX_BYTES_ENV} must be a positive whole number of bytes (e.g. "
-            f"{DEFAULT_MAX_BYTES}, 4 GiB), got {os.environ[MAX_BYTES_ENV]!r}."
-        )
-    return value
+    return _checks.positive_env(MAX_BYTES_ENV, DEFAULT_MAX_BYTES, "bytes",
+                                example=f"{DEFAULT_MAX_BYTES}, 4 GiB")
 
 
 def _seconds(name, default):
     """The positive number of seconds in `$name`, `default` when unset."""
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        value = None
-    if value is None or not math.isfinite(value) or value <= 0:
-        raise ValueError(
-            f"{name} must be a positive number of seconds (e.g. "
-            f"{default:g}), got {os.environ[name]!r}."
-        )
-    return value
+    return _checks.positive_env(name, default, "seconds", whole=False)
 
 
 # --- provenance records -------------------------------------------------------

@@ -42,6 +42,7 @@ import zlib
 
 import numpy as np
 
+from keras_vit import _checks
 from keras_vit.layers import (
     BottleneckUnit,
     MixerBlock,
@@ -318,16 +319,8 @@ def max_checkpoint_bytes():
         ValueError: the variable is set to something other than a positive
             whole number of bytes.
     """
-    text = os.environ.get(MAX_CHECKPOINT_BYTES_ENV, "").strip()
-    if not text:
-        return DEFAULT_MAX_CHECKPOINT_BYTES
-    value = int(text) if text.isdigit() else 0
-    if value <= 0:
-        raise ValueError(
-            f"{MAX_CHECKPOINT_BYTES_ENV} must be a positive whole number of "
-            f"bytes (e.g. {DEFAULT_MAX_CHECKPOINT_BYTES}), got "
-            f"{os.environ[MAX_CHECKPOINT_BYTES_ENV]!r}.")
-    return value
+    return _checks.positive_env(MAX_CHECKPOINT_BYTES_ENV, DEFAULT_MAX_CHECKPOINT_BYTES,
+                                "bytes")
 
 
 def _check_checkpoint_bytes(what, total):
