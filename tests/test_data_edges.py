@@ -4,6 +4,7 @@ entries that cannot be read, and images too large to decode. Folders of real
 digit scans and crafted files, made in the test."""
 
 import io
+import json
 import os
 import re
 import struct
@@ -348,3 +349,30 @@ def test_the_pixel_bound_is_checked_before_decoding_within_a_memory_limit(tmp_pa
         "178,956,970 (KERAS_VIT_MAX_IMAGE_PIXELS); pass skip_corrupt=True (keras-vit: "
         "--skip-corrupt) to skip and count such files, or raise the bound.",
         "6 1"]
+
+
+def test_cli_predict_names_or_skips_a_huge_image_without_decoding_it(tmp_path, capsys):
+    import keras_vit
+
+    huge = str(tmp_path / "huge.png")
+    with open(huge, "wb") as f:
+        f.write(zeros_png(30000, 30000))
+    small = str(tmp_path / "small.png")
+    with open(small, "wb") as f:
+        f.write(tf.io.encode_png(np.zeros((8, 8, 3), "uint8")).numpy())
+    model = str(tmp_path / "tiny.keras")
+    keras_vit.VisionTransformer(
+        patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
+        input_shape=(8, 8, 3), classes=3, classifier_activation=None,
+        classifier="gap").save(model)
+    code = cli.main(["predict", huge, small, "--model", model], out=io.StringIO())
+    assert code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        f"keras-vit: error: Image file {huge!r} is 30000x30000 = 900,000,000 pixels, more "
+        "than the bound of 178,956,970 (KERAS_VIT_MAX_IMAGE_PIXELS); pass --skip-corrupt to "
+        "skip such files, or raise the bound.")
+    out = io.StringIO()
+    assert cli.main(["predict", huge, small, "--model", model, "--skip-corrupt", "--json"],
+                    out=out) == 0
+    result = json.loads(out.getvalue().strip().splitlines()[-1])
+    assert [p["image"] for p in result["predictions"]] == [small]
