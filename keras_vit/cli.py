@@ -254,19 +254,18 @@ def _decode_image(path, skip_corrupt=False):
     """The uint8 image in `path`; None for a file that does not decode with
     `skip_corrupt`, else a ValueError naming it."""
     tf = _console.load_tensorflow()
-    from keras_vit.data.pipeline import MAX_PIXELS_ENV, header_shape, max_image_pixels
+    from keras_vit.data.pipeline import header_shape, max_image_pixels, too_large_error
 
     try:
         with open(path, "rb") as f:
             data = f.read()
         height, width = (int(n) for n in header_shape(tf.constant(data)))
-        if height * width > max_image_pixels():  # never decoded
+        bound = max_image_pixels()
+        if height * width > bound:  # never decoded
             if skip_corrupt:
                 return None
-            raise ValueError(
-                f"Image file {path!r} is {width}x{height} = {height * width:,} pixels, more "
-                f"than the bound of {max_image_pixels():,} ({MAX_PIXELS_ENV}); pass "
-                "--skip-corrupt to skip such files, or raise the bound.")
+            raise too_large_error(path, height, width, bound,
+                                  "pass --skip-corrupt to skip such files")
         return tf.io.decode_image(data, channels=3, expand_animations=False)
     except (tf.errors.OpError, OSError) as error:
         if skip_corrupt:

@@ -112,6 +112,14 @@ def max_image_pixels():
     return _checks.positive_env(MAX_PIXELS_ENV, DEFAULT_MAX_IMAGE_PIXELS, "pixels")
 
 
+def too_large_error(name, height, width, bound, hint):
+    """The ValueError for image file `name` of `height` x `width` pixels,
+    more than `bound` (`max_image_pixels()`); `hint` says how to skip it."""
+    return ValueError(
+        f"Image file {name!r} is {width}x{height} = {width * height:,} pixels, more than "
+        f"the bound of {bound:,} ({MAX_PIXELS_ENV}); {hint}, or raise the bound.")
+
+
 def _numbers(head, start, width, big_endian):
     """The two unsigned integers of `width` bytes each at `head[start:]`
     (int64)."""
@@ -236,10 +244,8 @@ def data_error(error):
         match = _TOO_LARGE_RE.search(message)
         if match:
             name, height, width, bound = match.groups()
-            return ValueError(
-                f"Image file {_unescape(name)!r} is {width}x{height} = "
-                f"{int(width) * int(height):,} pixels, more than the bound of "
-                f"{int(bound):,} ({MAX_PIXELS_ENV}); {_SKIP_HINT}, or raise the bound.")
+            return too_large_error(_unescape(name), int(height), int(width), int(bound),
+                                   _SKIP_HINT)
         match = _LABEL_RE.search(message)
         if match:
             k, name, label = match.groups()

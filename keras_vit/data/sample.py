@@ -10,7 +10,6 @@ verifying exports, or a quick look at a data set).
 """
 
 import dataclasses
-import inspect
 
 import numpy as np
 
@@ -81,12 +80,8 @@ def stratified_order(labels, count=None, seed=0, exclude=None):
 def _open(source, split, data_dir, holdout, skip_corrupt=False):
     from keras_vit.data.sources import open_source
 
-    kwargs = {"data_dir": data_dir}
-    if "holdout" in inspect.signature(open_source).parameters:
-        kwargs["holdout"] = holdout
-    if "skip_corrupt" in inspect.signature(open_source).parameters:
-        kwargs["skip_corrupt"] = skip_corrupt
-    return open_source(source, split, **kwargs)
+    return open_source(source, split, data_dir=data_dir, holdout=holdout,
+                       skip_corrupt=skip_corrupt)
 
 
 def _record_labels(src, limit):

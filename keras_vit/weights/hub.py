@@ -57,7 +57,7 @@ from keras_vit.weights.official import (
     CorruptCheckpointError,
     SAFETENSORS_MAX_HEADER,
     UnsupportedCheckpointError,
-    _check_checkpoint_bytes,
+    check_checkpoint_bytes,
     describe,
     load_official_weights,
     safetensors_header_length,
@@ -145,7 +145,7 @@ def read_safetensors(path):
     size = os.path.getsize(path)
     with open(path, "rb") as f:
         length, entries = _safetensors_header(name, f, size)
-        _check_checkpoint_bytes(repr(name), size - 8 - length)
+        check_checkpoint_bytes(repr(name), size - 8 - length)
         _check_tiling(name, entries, size - 8 - length)
         for key, (dtype, _, _, _) in entries.items():
             if dtype not in _DTYPES:
@@ -325,7 +325,7 @@ def _read_folder_weights(folder):
     for path in paths.values():
         if not os.path.isfile(path):
             raise CheckpointNotFoundError(path)
-    _check_checkpoint_bytes(repr(folder), sum(map(os.path.getsize, paths.values())))
+    check_checkpoint_bytes(repr(folder), sum(map(os.path.getsize, paths.values())))
     state = {}
     for shard, path in paths.items():
         arrays = read_safetensors(path)

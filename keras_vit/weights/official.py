@@ -323,7 +323,7 @@ def max_checkpoint_bytes():
                                 "bytes")
 
 
-def _check_checkpoint_bytes(what, total):
+def check_checkpoint_bytes(what, total):
     """Raises `CorruptCheckpointError` when `what` (a file, as messages name
     it) declares more than `max_checkpoint_bytes()` bytes of arrays."""
     limit = max_checkpoint_bytes()
@@ -724,7 +724,7 @@ def _npz_members(name, archive):
             raise CorruptCheckpointError(
                 f"{where} declares {info.file_size:,} bytes, but {holds}: the zip "
                 "directory is wrong.")
-    _check_checkpoint_bytes(name, sum(info.file_size for info in members))
+    check_checkpoint_bytes(name, sum(info.file_size for info in members))
     return members
 
 
