@@ -4,6 +4,8 @@ sentence, the schedule counts updates under gradient accumulation, a
 fixed-size `.keras` model trains at its size, and an absurd batch size is
 clipped to the data."""
 
+import collections
+
 import keras
 import numpy as np
 import pytest
@@ -108,3 +110,23 @@ def test_an_absurd_batch_size_is_clipped_to_the_split(folder, tmp_path, caplog):
     assert results["summary"]["steps_per_epoch"] == 1
     assert "batch_size=1000000000000 is larger than the 15 images of the training split " \
            "'train'; using batches of 15" in caplog.text
+
+
+def test_a_folder_without_room_for_the_run_is_refused_before_the_first_step(
+        folder, tmp_path, monkeypatch):
+    """A full disk mid-run ended in an h5py error and a segmentation fault
+    (found with `--out` on a 3 MB tmpfs)."""
+    free = collections.namedtuple("usage", "total used free")(10**9, 10**9 - 10**5, 10**5)
+    monkeypatch.setattr(trainer.shutil, "disk_usage", lambda path: free)
+    out = tmp_path / "full"
+    with pytest.raises(ValueError, match=(
+            rf"^{out} has 0\.1 MB free, but this run writes about [0-9.]+ MB there \(the "
+            r"backup with the optimizer's state, best\.keras and model\.keras of 5,651 "
+            r"parameters\); free some space or pass --out on another disk\.$")):
+        _train(folder, out, batch_size=4)
+    assert not (out / "model.keras").exists() and not (out / "backup").exists()
+
+
+def test_itemsize_of_variable_dtypes():
+    assert [trainer._itemsize(d) for d in ("float32", "bfloat16", "float16", "int64",
+                                            "bool")] == [4, 2, 2, 8, 1]

@@ -6,6 +6,7 @@ import dataclasses
 import logging
 import math
 import os
+import shutil
 import sys
 import time
 
@@ -500,6 +501,7 @@ def _fit_and_save(*, model, data, weights, recipe, out, image_size, batch_size, 
     else:
         strategy_row = _distribution_row(distribution)
     distribution_row = distribution_lib.describe(distribution, strategy)
+    _check_free_space(out, net, recipe)
     data_rows = {"train": _split_row(info), "validation": _split_row(val_info)}
     summary = {
         "model": model if isinstance(model, str) else net.name,
@@ -579,6 +581,32 @@ def _fit_and_save(*, model, data, weights, recipe, out, image_size, batch_size, 
                        info.skipped_corrupt, val_info.skipped_corrupt)
     folder.finish("completed", val_accuracy=results["val_accuracy"], best=best.best)
     return results
+
+
+# Copies of the weights a run writes to its folder: the backup (weights and
+# the optimizer's slots), best.keras and model.keras.
+_SLOTS = {"sgd": 1, "adamw": 2}
+
+
+def _check_free_space(out, model, recipe):
+    """A ValueError before the first step when `out` cannot hold what the
+    run writes there (a full disk mid-run ended in an h5py error and a
+    segmentation fault)."""
+    weights = sum(int(math.prod(v.shape)) * _itemsize(v.dtype) for v in model.weights)
+    needed = weights * (3 + _SLOTS.get(recipe.optimizer, 2)) + (1 << 20)  # + logs
+    free = shutil.disk_usage(out).free
+    if free < needed:
+        raise ValueError(
+            f"{out} has {free / 1e6:,.1f} MB free, but this run writes about "
+            f"{needed / 1e6:,.1f} MB there (the backup with the optimizer's state, best.keras "
+            f"and model.keras of {model.count_params():,} parameters); free some space or "
+            "pass --out on another disk.")
+
+
+def _itemsize(dtype):
+    """Bytes per element: "float32" 4, "bfloat16" 2, "bool" 1."""
+    bits = "".join(c for c in keras.backend.standardize_dtype(dtype) if c.isdigit())
+    return int(bits) // 8 if bits else 1
 
 
 class WeightsMoved(keras.callbacks.Callback):
