@@ -1,7 +1,7 @@
 """Demo: load official-format checkpoints and classify real photos.
 
 Runs offline. For every official-format checkpoint in the shared fixtures
-(`$KERAS_VIT_FIXTURES`, default `../shared/fixtures` beside the repository)
+(`$KERAS_VIT_FIXTURES`, default `tests/fixtures` in the repository)
 it builds the model the file describes (`keras_vit.model_from_checkpoint`),
 classifies the two scikit-learn sample photos (four crops) stored with it,
 and compares the logits with the official JAX implementation's, also after
@@ -28,7 +28,7 @@ import keras_vit
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 FIXTURES = pathlib.Path(
-    os.environ.get("KERAS_VIT_FIXTURES", ROOT.parent / "shared" / "fixtures")
+    os.environ.get("KERAS_VIT_FIXTURES", ROOT / "tests" / "fixtures")
 ) / "official"
 CROPS = ["china (centre)", "flower (centre)", "china (pagoda)", "flower (detail)"]
 
