@@ -21,7 +21,8 @@ round r, each framework in turn times `--iters` calls, a different framework
 starting each round, each after `--settle` idle seconds (OpenMP and XLA
 worker threads spin-wait for a while after a parallel region; without the
 pause the previous framework's spinning threads take CPU from the next). A
-row's time per call is the median over the rounds of the round's mean. Weights are random (seeded): speed does not depend on them.
+row's time per call is the median over the rounds of the round's mean.
+Weights are random (seeded): speed does not depend on them.
 Inputs: seeded random images in [0, 255] (NHWC for Keras, NCHW for PyTorch),
 random labels.
 
@@ -413,7 +414,7 @@ def import_torchvision():
             import torchvision
 
             return torchvision.__version__
-        except Exception as error:  # a missing or mismatched wheel
+        except Exception as error:  # noqa: BLE001  a missing or mismatched wheel
             progress(f"timm-torch: torchvision not importable ({error}); using a stand-in")
     install_torchvision_stub()
     return "stub"
@@ -481,7 +482,7 @@ def serve(make_worker, threads):
     except ModuleNotFoundError as error:
         reply({"ok": False, "missing": error.name, "error": str(error)})
         return
-    except Exception as error:
+    except Exception as error:  # noqa: BLE001  reported to the driver, which goes on
         reply({"ok": False, "error": f"{type(error).__name__}: {error}"})
         return
     worker.info["threads"].update(settings)
@@ -495,7 +496,7 @@ def serve(make_worker, threads):
             reply({"ok": True, **getattr(worker, op)(**request)})
         except NotAvailable as reason:
             reply({"ok": False, "na": str(reason)})
-        except Exception as error:
+        except Exception as error:  # noqa: BLE001  reported to the driver
             import traceback
 
             traceback.print_exc()
@@ -509,8 +510,8 @@ def die_with_parent():
     """Linux: the kernel kills the worker when the driver dies."""
     import ctypes
 
-    PR_SET_PDEATHSIG = 1
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    pr_set_pdeathsig = 1  # <linux/prctl.h> PR_SET_PDEATHSIG
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
 
 
 class WorkerProcess:
@@ -644,7 +645,7 @@ def run_config(config, workers, args, label):
         progress(f"{label}: round {r + 1}/{args.rounds}: " + ", ".join(
             f"{name} {config['batch'] / rows[name]['round_s'][-1]:.1f} img/s"
             for name in live if rows[name]["status"] == "ok"))
-    for name, worker in workers.items():
+    for worker in workers.values():
         worker.request("release")
     return list(rows.values())
 

@@ -266,7 +266,7 @@ class TFWorker(Worker):
             if engine in engines:
                 for batch in (1, 8):
                     timed(f"{engine} batch {batch}", paths[f"{engine}-b{batch}"],
-                          lambda p: export.to_tflite(
+                          lambda p, mode=mode, batch=batch: export.to_tflite(
                               model_(), p, quantization=None if mode == "none" else mode,
                               batch_size=batch, metadata=False, **common))
         if "onnx-fp32" in engines:

@@ -30,7 +30,7 @@ import numpy as np  # noqa: E402
 
 import keras_vit  # noqa: E402
 from keras_vit import export  # noqa: E402
-from keras_vit.export._common import keras_latency_ms, median_ms  # noqa: E402
+from keras_vit.export._measure import keras_latency_ms, median_ms  # noqa: E402
 from keras_vit.export.tflite import _interpreter  # noqa: E402
 
 
@@ -86,7 +86,7 @@ def main():
         for _ in range(args.rounds):
             for mode in modes:
                 results[mode]["latency_ms"].append(
-                    median_ms(lambda: runners[mode](images=image), args.repeats))
+                    median_ms(lambda mode=mode: runners[mode](images=image), args.repeats))
             keras_times.append(keras_latency_ms(model, image, args.repeats))
 
     keras_ms = statistics.median(keras_times)

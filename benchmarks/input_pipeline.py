@@ -11,8 +11,8 @@ Pipelines, all in one run, interleaved round by round (median of rounds):
 
 The TFRecord holds JPEG crops of scikit-learn's two sample photos (real
 photographs), 320x426 like a typical ImageNet image, written with
-`keras_vit.data.schema`, read from disk each epoch (no cache). tf.data uses every core (AUTOTUNE); the
-machine's core count is printed.
+`keras_vit.data.schema`, read from disk each epoch (no cache). tf.data uses
+every core (AUTOTUNE); the machine's core count is printed.
 
     python benchmarks/input_pipeline.py [--images 512] [--rounds 3] [--json]
 """

@@ -1,14 +1,17 @@
-"""Regenerates every measured number in the README from the commands the
-README shows next to them, with the date, the CPU model and its flags.
+"""Regenerates every measured number in the README and the docs/ pages
+from the commands they show next to them, with the date, the CPU model and
+its flags.
 
     python benchmarks/readme_numbers.py            # run, write docs/readme_numbers.json,
-                                                   # rewrite the README's marked blocks
-    python benchmarks/readme_numbers.py --render   # only rewrite the README from the JSON
+                                                   # rewrite the pages' marked blocks
+    python benchmarks/readme_numbers.py --render   # only rewrite the pages from the JSON
 
-The README's generated blocks sit between `<!-- readme_numbers:NAME -->` and
-`<!-- /readme_numbers:NAME -->`; `tests/test_readme.py` checks that they are
-what this script renders from `docs/readme_numbers.json`. Takes about 6
-minutes on 2 cores (the quickstart, nine exports, the parity demo).
+The generated blocks sit between `<!-- readme_numbers:NAME -->` and
+`<!-- /readme_numbers:NAME -->`, each in one of `PAGES` (README.md: the
+quickstart and parity blocks; docs/deploy.md: the export tables);
+`tests/test_readme.py` checks that they are what this script renders from
+`docs/readme_numbers.json`. Takes about 6 minutes on 2 cores (the
+quickstart, nine exports, the parity demo).
 """
 
 import argparse
@@ -24,6 +27,8 @@ import sys
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 JSON_PATH = ROOT / "docs" / "readme_numbers.json"
 README = ROOT / "README.md"
+# The pages that hold the generated blocks.
+PAGES = (README, ROOT / "docs" / "deploy.md")
 RUN = "runs/readme"
 QUICKSTART = f"keras-vit quickstart --out {RUN}/quickstart"
 EXPORT = (f"keras-vit export {RUN}/quickstart/model.keras --format tflite --quantize {{mode}} "
@@ -123,7 +128,7 @@ def _where(n):
 
 
 def render(n):
-    """README block name -> markdown."""
+    """Block name -> markdown."""
     q = n["quickstart"]
     blocks = {"quickstart": (
         f"Measured by `python benchmarks/readme_numbers.py` ({_where(n)}): "
@@ -151,7 +156,8 @@ def render(n):
         "quickstart's digits ViT with, for each mode,\n`" + EXPORT.format(mode="MODE")
         + "`:\n\n" + "\n".join(rows))
     rows = ["| `--format` | `--quantize` | size | max \\|logit diff\\| | top-1 agreement "
-            "with Keras | calibration | verified with |", "| --- | --- | --- | --- | --- | --- | --- |"]
+            "with Keras | calibration | verified with |",
+            "| --- | --- | --- | --- | --- | --- | --- |"]
     for r in n.get("server_digits", []):
         cal = r["calibration"]
         cal_text = (f"{cal['images']} `{cal['split']}` images" if cal else "-")
@@ -180,20 +186,33 @@ def render(n):
     return blocks
 
 
-def rewrite_readme(blocks, text):
+def rewrite_pages(blocks, texts):
+    """`texts` ({page name: markdown}) with each block of `blocks` rewritten
+    in the one page that holds its markers; a block in no page, or in
+    several, stops with one sentence.
+
+    >>> rewrite_pages({"x": "new"}, {"a.md": "<!-- readme_numbers:x -->\\nold\\n"
+    ...                                      "<!-- /readme_numbers:x -->", "b.md": ""})["a.md"]
+    '<!-- readme_numbers:x -->\\nnew\\n<!-- /readme_numbers:x -->'
+    """
+    texts = dict(texts)
     for name, body in blocks.items():
         pattern = re.compile(rf"(<!-- readme_numbers:{name} -->\n).*?(\n<!-- /readme_numbers:"
                              rf"{name} -->)", re.S)
-        if not pattern.search(text):
-            raise SystemExit(f"README.md has no <!-- readme_numbers:{name} --> block.")
-        text = pattern.sub(lambda m: m.group(1) + body + m.group(2), text)
-    return text
+        holders = [page for page, text in texts.items() if pattern.search(text)]
+        if len(holders) != 1:
+            raise SystemExit(f"<!-- readme_numbers:{name} --> must be in exactly one of "
+                             f"{', '.join(texts)}; it is in {len(holders)}.")
+        page = holders[0]
+        texts[page] = pattern.sub(lambda m, body=body: m.group(1) + body + m.group(2),
+                                  texts[page])
+    return texts
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--render", action="store_true",
-                        help="only rewrite the README from docs/readme_numbers.json")
+                        help="only rewrite the pages from docs/readme_numbers.json")
     args = parser.parse_args(argv)
     if args.render:
         numbers = json.loads(JSON_PATH.read_text())
@@ -201,7 +220,9 @@ def main(argv=None):
         numbers = measure()
         JSON_PATH.write_text(json.dumps(numbers, indent=1) + "\n")
         print(f"wrote {JSON_PATH.relative_to(ROOT)}", file=sys.stderr)
-    README.write_text(rewrite_readme(render(numbers), README.read_text()))
+    texts = {str(page.relative_to(ROOT)): page.read_text() for page in PAGES}
+    for name, text in rewrite_pages(render(numbers), texts).items():
+        (ROOT / name).write_text(text)
     print(json.dumps(numbers))
     return 0
 

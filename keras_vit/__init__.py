@@ -13,9 +13,9 @@ with the official checkpoints.
 #   class imports Keras, hence TensorFlow (~5 s and its native log lines).
 # - `keras-vit --help` (and `keras-vit models`) must not pay for that.
 #
-# So every public name is resolved on first use (PEP 562 `__getattr__`,
-# below; `keras_vit.models` and `keras_vit.weights` do the same), and this
-# module then calls `_load_all()` eagerly, which imports and registers
+# So every public name is resolved on first use (PEP 562 `__getattr__`, made
+# by `_lazy.attach` as for `keras_vit.models`, `.weights` and `.training`),
+# and this module then calls `_load_all()` eagerly, which imports and registers
 # everything: user code sees the package exactly as before. The single
 # exception is the `keras-vit` command: its console script is the top-level
 # module `keras_vit_cli`, which runs before this file and sets `LAZY = True`
@@ -27,22 +27,22 @@ import importlib as _importlib
 import logging as _logging
 import sys as _sys
 
+from keras_vit._lazy import attach as _attach
+from keras_vit.variants import ALL_VARIANTS as _VARIANTS
+
 __version__ = "0.1.0"
 
-# Public name -> module that defines it.
+# Public name -> submodule that defines it: the named models of the variants
+# table, the builders, preprocessing and the official-weights helpers.
 _EXPORTS = {
-    **dict.fromkeys(
-        ["MLPMixer", "MixerB16", "MixerB32", "MixerL16", "MixerS8", "MixerS16", "MixerS32",
-         "R26ViTB32", "R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB16", "ViTB32", "ViTB8",
-         "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16", "VisionTransformer",
-         "model_from_checkpoint"],
-        "keras_vit.models"),
-    "decode_predictions": "keras_vit.preprocessing",
-    "preprocess_input": "keras_vit.preprocessing",
+    **dict.fromkeys([*_VARIANTS, "MLPMixer", "VisionTransformer", "model_from_checkpoint"],
+                    "models"),
+    "decode_predictions": "preprocessing",
+    "preprocess_input": "preprocessing",
     **dict.fromkeys(
         ["load_official_weights", "official_manifest", "resize_position_embedding",
          "save_official_weights"],
-        "keras_vit.weights"),
+        "weights"),
 }
 _SUBMODULES = ("cli", "data", "export", "inspect", "labels", "layers", "models",
                "preprocessing", "training", "weights")
@@ -50,28 +50,8 @@ _SUBMODULES = ("cli", "data", "export", "inspect", "labels", "layers", "models",
 _REGISTERING = ("keras_vit.layers", "keras_vit.models.vit", "keras_vit.models.mixer",
                 "keras_vit.models.auto", "keras_vit.training.schedules")
 
-__all__ = [
-    "MLPMixer", "MixerB16", "MixerB32", "MixerL16", "MixerS8", "MixerS16", "MixerS32",
-    "R26ViTB32", "R26ViTS32", "R50ViTB16", "R50ViTL32", "RViTTi16", "ViTB16", "ViTB32",
-    "ViTB8", "ViTH14", "ViTL16", "ViTL32", "ViTS16", "ViTS32", "ViTTi16",
-    "VisionTransformer", "decode_predictions", "layers",
-    "load_official_weights", "model_from_checkpoint", "official_manifest", "preprocess_input",
-    "resize_position_embedding", "save_official_weights", "weights",
-]
-
-
-def __getattr__(name):
-    if name in _EXPORTS:
-        value = getattr(_importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    if name in _SUBMODULES:
-        return _importlib.import_module(f"{__name__}.{name}")
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
-
-def __dir__():
-    return sorted(set(globals()) | set(__all__))
+__getattr__, __dir__, __all__ = _attach(__name__, _EXPORTS, extra=["layers", "weights"],
+                                        submodules=_SUBMODULES)
 
 
 def _load_all():
@@ -85,7 +65,7 @@ def _load_all():
         __getattr__(name)
 
 
-def _lazy():
+def _imported_by_the_command():
     """True when this import is the `keras-vit` command's: its launcher
     `keras_vit_cli` is loading (console script, `python -m keras_vit_cli`),
     or the interpreter was started as `python -m keras_vit.cli` /
@@ -123,5 +103,5 @@ if not _logging.getLogger().handlers and not _logger.handlers:
     _logger.addHandler(_handler)
     _logger.setLevel(_logging.INFO)
 
-if not _lazy():
+if not _imported_by_the_command():
     _load_all()

@@ -1,44 +1,93 @@
-"""Checks of numeric arguments: one ValueError naming the argument, the
-value and what is allowed. `keras_vit.cli` uses the same checks as argparse
-types, so `--epochs 0` and `train(epochs=0)` say the same thing."""
+"""Argument checks, one wording for the whole package: a wrong type is a
+TypeError, a bad value a ValueError, each naming the argument, the value
+and what is allowed ("`epochs` must be a positive integer, got 0.").
+`keras_vit.cli` uses the same checks as argparse types, so `--epochs 0` and
+`train(epochs=0)` say the same thing (argparse names the flag itself).
+
+>>> positive_int(3, "epochs")
+3
+>>> fraction(0.1, "holdout")
+0.1
+>>> positive_int_pair(16, "patch_size")
+(16, 16)
+"""
 
 import math
 import numbers
 import os
 
 
-def _name(name):
-    return f"{name} " if name else ""
+def _fail(error, value, name, allowed, hint):
+    """Raises `error` (TypeError or ValueError) in the one wording."""
+    named = f"`{name}` " if name else ""
+    raise error(f"{named}must be {allowed}{f' ({hint})' if hint else ''}, got {value!r}.")
 
 
-def positive_int(value, name=None):
-    """`value` if it is an int > 0 (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0:
-        raise ValueError(f"{_name(name)}must be a positive integer, got {value!r}.")
+def _is_int(value):
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def _is_real(value):
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def positive_int(value, name=None, hint=None, *, or_none=False):
+    """`value` (an int > 0, not a bool) as an int; None as it is with
+    `or_none`. `hint` says what the argument is, in the message.
+
+    >>> positive_int(0, "batch_size")
+    Traceback (most recent call last):
+    ValueError: `batch_size` must be a positive integer, got 0.
+    """
+    allowed = "a positive integer" + (" or None" if or_none else "")
+    if value is None and or_none:
+        return None
+    if not _is_int(value):
+        _fail(TypeError, value, name, allowed, hint)
+    if value <= 0:
+        _fail(ValueError, value, name, allowed, hint)
     return int(value)
 
 
-def non_negative_int(value, name=None):
-    """`value` if it is an int >= 0 (not a bool)."""
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < 0:
-        raise ValueError(f"{_name(name)}must be an integer >= 0, got {value!r}.")
+def non_negative_int(value, name=None, hint=None):
+    """`value` (an int >= 0, not a bool) as an int."""
+    if not _is_int(value):
+        _fail(TypeError, value, name, "an integer >= 0", hint)
+    if value < 0:
+        _fail(ValueError, value, name, "an integer >= 0", hint)
     return int(value)
 
 
-def positive_float(value, name=None):
-    """`value` if it is a finite number > 0."""
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-            or not math.isfinite(value) or value <= 0):
-        raise ValueError(f"{_name(name)}must be a finite number > 0, got {value!r}.")
+def positive_float(value, name=None, hint=None):
+    """`value` (a finite number > 0, not a bool) as a float."""
+    if not _is_real(value):
+        _fail(TypeError, value, name, "a finite number > 0", hint)
+    if not math.isfinite(value) or value <= 0:
+        _fail(ValueError, value, name, "a finite number > 0", hint)
     return float(value)
 
 
-def fraction(value, name=None):
-    """`value` if it is a number in [0, 1)."""
-    if (isinstance(value, bool) or not isinstance(value, numbers.Real)
-            or not math.isfinite(value) or not 0 <= value < 1):
-        raise ValueError(f"{_name(name)}must be a number in [0, 1), got {value!r}.")
+def fraction(value, name=None, hint=None):
+    """`value` (a number in [0, 1), not a bool) as a float: a dropout
+    rate, a holdout fraction."""
+    if not _is_real(value):
+        _fail(TypeError, value, name, "a number in [0, 1)", hint)
+    if not 0 <= value < 1:  # (NaN fails this too)
+        _fail(ValueError, value, name, "a number in [0, 1)", hint)
     return float(value)
+
+
+def positive_int_pair(value, name=None, hint=None):
+    """`value` (a positive int, or a pair of them) as a tuple of two ints:
+    `16` -> `(16, 16)`, `[224, 160]` -> `(224, 160)`."""
+    allowed = "a positive integer or a pair of positive integers"
+    pair = (value, value) if _is_int(value) else value
+    if (not isinstance(pair, (tuple, list)) or len(pair) != 2
+            or not all(_is_int(v) for v in pair)):
+        _fail(TypeError, value, name, allowed, hint)
+    if min(pair) <= 0:
+        _fail(ValueError, value, name, allowed, hint)
+    return tuple(int(v) for v in pair)
 
 
 def optional(check, **values):

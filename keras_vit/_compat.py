@@ -10,5 +10,435 @@ Checked on: Keras 3.13-3.15, TensorFlow 2.20-2.21, ai-edge-litert 2.x.
 """
 
 # --- saving, training and layers ---------------------------------------------
+# Keras and TensorFlow are imported inside each hook, as in the export section
+# below (whose `_stale` sentence and `_*_release` helpers these hooks share).
+
+import contextlib
+
+_ABSENT = object()
+
+
+@contextlib.contextmanager
+def swapped_variable_values(pairs):
+    """Within this context each `keras.Variable` of `pairs`
+    (`[(variable, value), ...]`) reads as `value` (a backend array of the
+    same shape and dtype), without `assign`: on JAX `assign` lays a value
+    back out over the variable's devices, and the point is to hold the
+    gathered whole. The original values are back on exit.
+
+    Sets `Variable._value` (private: the backend value that `.value`,
+    `numpy()` and saving read). Checked on Keras 3.15.1 (TensorFlow 2.21.0,
+    JAX backend).
+
+    >>> with swapped_variable_values([(dense.kernel, whole_kernel)]):  # doctest: +SKIP
+    ...     model.save_weights("backup.weights.h5")
+    """
+    pairs = list(pairs)
+    for variable, _ in pairs:
+        if getattr(variable, "_value", _ABSENT) is _ABSENT:
+            raise _stale("Variable._value (the backend value a Keras variable reads)",
+                         _keras_release(), "Keras 3.15.1")
+    originals = [(variable, variable._value) for variable, _ in pairs]
+    try:
+        for variable, value in pairs:
+            variable._value = value
+        yield
+    finally:
+        for variable, original in originals:
+            variable._value = original
+
+
+def in_multi_worker_mode(strategy):
+    """True when a `tf.distribute` strategy spans several worker processes
+    (a `MultiWorkerMirroredStrategy` over a `TF_CONFIG` cluster of two or
+    more workers); False for every one-process strategy.
+
+    Calls `strategy.extended._in_multi_worker_mode()` (private: TensorFlow
+    asks nothing else publicly). Checked on TensorFlow 2.21.0.
+
+    >>> in_multi_worker_mode(tf.distribute.get_strategy())  # doctest: +SKIP
+    False
+    """
+    method = getattr(strategy.extended, "_in_multi_worker_mode", None)
+    if not callable(method):
+        raise _stale("StrategyExtended._in_multi_worker_mode() (does a tf.distribute "
+                     "strategy span several workers)", _tensorflow_release(),
+                     "TensorFlow 2.21.0")
+    return method()
+
+
+def build_from_first_replica(model, strategy):
+    """Makes `model.fit`/`evaluate` build `model` from the first local
+    replica's part of the first batch (only shapes and dtypes are read)
+    instead of Keras' all-reduce of the whole batch structure, which fails
+    under a multi-worker `tf.distribute` strategy (a tuple of `PerReplica`
+    cannot be converted to a tensor; keras-team/keras#20585). Only this
+    model instance changes. Returns `model`.
+
+    Replaces the model's `_maybe_symbolic_build(iterator=None,
+    data_batch=None)` (private: Keras' TensorFlow trainer calls it at the
+    start of `fit`, `evaluate` and `predict`; its `iterator` yields
+    `(_, _, iterator)` triples) with one that calls `_symbolic_build(
+    data_batch=...)` (private) in the strategy's scope. Checked on Keras
+    3.15.1 (TensorFlow 2.21.0).
+
+    >>> strategy = tf.distribute.MultiWorkerMirroredStrategy()  # doctest: +SKIP
+    >>> build_from_first_replica(model, strategy)  # doctest: +SKIP
+    """
+    for name in ("_maybe_symbolic_build", "_symbolic_build"):
+        if not callable(getattr(model, name, None)):
+            raise _stale(f"Model.{name} (how Keras' TensorFlow trainer builds a model from "
+                         "its first batch)", _keras_release(), "Keras 3.15.1")
+    import tensorflow as tf  # heavy
+
+    def maybe_symbolic_build(iterator=None, data_batch=None):
+        if iterator is not None:
+            for _, _, it in iterator:
+                data_batch = tf.nest.map_structure(
+                    lambda v: strategy.experimental_local_results(v)[0], next(it))
+                break
+        with strategy.scope():
+            model._symbolic_build(data_batch=data_batch)
+
+    model._maybe_symbolic_build = maybe_symbolic_build
+    return model
+
+
+def compute_loss(model, x, y, y_pred, sample_weight, training=True):
+    """`model`'s loss as Keras' own `train_step` computes it: through
+    `compute_loss`, passing `training` only to an override that takes it.
+
+    Calls `Trainer._compute_loss` (private: the wrapper Keras' train steps
+    use). Checked on Keras 3.15.1 (TensorFlow 2.21.0).
+
+    >>> loss = compute_loss(model, x, y, model(x, training=True), None)  # doctest: +SKIP
+    """
+    method = getattr(model, "_compute_loss", None)
+    if not callable(method):
+        raise _stale("Trainer._compute_loss (the loss Keras' train steps compute)",
+                     _keras_release(), "Keras 3.15.1")
+    return method(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=training)
+
+
+def _unscale_loss_for_distribution():
+    try:
+        from keras.src.losses import loss as loss_module  # private
+    except ImportError:
+        loss_module = None
+    unscale = getattr(loss_module, "unscale_loss_for_distribution", None)
+    if not callable(unscale):
+        raise _stale("keras.src.losses.loss.unscale_loss_for_distribution",
+                     _keras_release(), "Keras 3.15.1")
+    return unscale
+
+
+def update_loss_tracker(model, loss, batch_size):
+    """Adds `loss` (this replica's loss of one batch of `batch_size`
+    samples) to the "loss" that `fit` logs for a compiled `model`, as
+    Keras' TensorFlow `train_step` does: unscaled from the replica's share
+    under a `tf.distribute` strategy, weighted by the batch size. Before
+    `compile` there is nothing to add to.
+
+    Reads `Trainer._loss_tracker` (private: the `Mean` metric behind the
+    logged "loss") and calls `keras.src.losses.loss.
+    unscale_loss_for_distribution` (a private module). Checked on Keras
+    3.15.1 (TensorFlow 2.21.0).
+
+    >>> update_loss_tracker(model, loss, tf.shape(x)[0])  # doctest: +SKIP
+    """
+    tracker = getattr(model, "_loss_tracker", _ABSENT)
+    if tracker is _ABSENT:
+        raise _stale("Trainer._loss_tracker (the metric behind the loss fit logs)",
+                     _keras_release(), "Keras 3.15.1")
+    if tracker is not None:
+        tracker.update_state(_unscale_loss_for_distribution()(loss), sample_weight=batch_size)
+
+
+def update_metrics_variables(model, metrics_variables, unscaled_loss, x, y, y_pred,
+                             sample_weight):
+    """JAX: `(logs, metrics_variables)` after one batch, the loss tracker
+    and the compiled metrics updated statelessly as Keras' own JAX
+    `train_step` does.
+
+    Calls `JAXTrainer._update_metrics_variables` (private). Checked on
+    Keras 3.15.1 (JAX backend).
+
+    >>> logs, metrics_variables = update_metrics_variables(  # doctest: +SKIP
+    ...     model, metrics_variables, loss, x, y, y_pred, None)
+    """
+    method = getattr(model, "_update_metrics_variables", None)
+    if not callable(method):
+        raise _stale("JAXTrainer._update_metrics_variables (the metric update of a JAX "
+                     "train step)", _keras_release(), "Keras 3.15.1")
+    return method(metrics_variables, unscaled_loss, x, y, y_pred, sample_weight)
+
+
+def optimizer_learning_rate(optimizer):
+    """What a Keras optimizer was given as its learning rate: the
+    `LearningRateSchedule` itself (`optimizer.learning_rate` is only its
+    current value), or the variable holding a constant rate.
+
+    Reads `Optimizer._learning_rate` (private). Checked on Keras 3.15.1.
+
+    >>> optimizer_learning_rate(keras.optimizers.SGD(schedule)) is schedule  # doctest: +SKIP
+    True
+    """
+    rate = getattr(optimizer, "_learning_rate", _ABSENT)
+    if rate is _ABSENT:
+        raise _stale("Optimizer._learning_rate (the schedule an optimizer was given)",
+                     _keras_release(), "Keras 3.15.1")
+    return rate
+
+
+class AroundBackupSave:
+    """Mixin for a `keras.callbacks.BackupAndRestore` subclass (listed
+    first among the bases): each backup is written inside the context
+    manager `self.saving_context()` returns (override it; the default does
+    nothing).
+
+    Wraps `BackupAndRestore._save_model()` (private: the method whose call
+    writes one backup, from `on_epoch_end` or `on_train_batch_end`).
+    Checked on Keras 3.15.1; the class refuses to construct when its base
+    has no `_save_model`.
+
+    >>> class Backup(AroundBackupSave, keras.callbacks.BackupAndRestore):  # doctest: +SKIP
+    ...     def saving_context(self):
+    ...         return gathered(self.model)
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        if not callable(getattr(super(), "_save_model", None)):
+            raise _stale("BackupAndRestore._save_model() (what writes one backup)",
+                         _keras_release(), "Keras 3.15.1")
+
+    def saving_context(self):
+        return contextlib.nullcontext()
+
+    def _save_model(self):
+        with self.saving_context():
+            super()._save_model()
+
+
+def in_xla_context():
+    """True while TensorFlow traces the current graph (or a graph it is
+    nested in) for XLA: `tf.function(jit_compile=True)`, TPUs.
+
+    Calls `tensorflow.python.ops.control_flow_util.
+    GraphOrParentsInXlaContext` on `tf.compat.v1.get_default_graph()` (a
+    private module: TensorFlow has no public question for it). Checked on
+    TensorFlow 2.21.0.
+
+    >>> tf.function(lambda: in_xla_context(), jit_compile=True)()  # doctest: +SKIP
+    True
+    """
+    import tensorflow as tf  # heavy
+
+    try:
+        from tensorflow.python.ops import control_flow_util  # private
+    except ImportError:
+        control_flow_util = None
+    check = getattr(control_flow_util, "GraphOrParentsInXlaContext", None)
+    if not callable(check):
+        raise _stale("tensorflow.python.ops.control_flow_util.GraphOrParentsInXlaContext",
+                     _tensorflow_release(), "TensorFlow 2.21.0")
+    return check(tf.compat.v1.get_default_graph())
+
 
 # --- export --------------------------------------------------------------------
+# Keras, TensorFlow and LiteRT are imported inside each hook: this module sits
+# at the bottom of the package, under modules that `keras-vit --help` loads.
+
+
+def _stale(what, framework, checked_on):
+    """The one sentence a hook raises when its assumption no longer holds."""
+    return RuntimeError(f"keras_vit relies on {what}, which {framework} does not provide as "
+                        f"it did on {checked_on}: keras_vit/_compat.py needs updating for this "
+                        "release.")
+
+
+def _keras_release():
+    import keras  # heavy: imports the backend
+
+    return f"Keras {keras.__version__}"
+
+
+def _tensorflow_release():
+    import tensorflow as tf  # heavy
+
+    return f"TensorFlow {tf.__version__}"
+
+
+def _litert_release():
+    import ai_edge_litert  # optional: the [export] extra
+
+    return f"ai-edge-litert {getattr(ai_edge_litert, '__version__', '(version unknown)')}"
+
+
+def build_shapes(layer):
+    """The shapes a Keras layer was built with, `{build argument: shape}`
+    (e.g. `{"input_shape": (None, 224, 224, 3)}`), or None when it is not
+    built from shapes yet. For a subclassed model this is the only record
+    of its input shape (it has no `inputs`).
+
+    Reads `Layer._build_shapes_dict` (private: set by the wrapper Keras puts
+    around every `build`). Checked on Keras 3.15.1 (TensorFlow 2.21.0).
+
+    >>> model = keras.Sequential([keras.layers.Dense(2)])  # doctest: +SKIP
+    >>> model.build((None, 5)); build_shapes(model)  # doctest: +SKIP
+    {'input_shape': (None, 5)}
+    """
+    try:
+        shapes = layer._build_shapes_dict
+    except AttributeError:
+        raise _stale("Layer._build_shapes_dict (the shapes a layer was built with)",
+                     _keras_release(), "Keras 3.15.1") from None
+    if shapes is not None and not isinstance(shapes, dict):
+        raise _stale("Layer._build_shapes_dict being a dict of shapes",
+                     _keras_release(), "Keras 3.15.1")
+    return shapes
+
+
+def attach_to_export_archive(archive, name, trackable):
+    """Makes `trackable` (e.g. a `tf.saved_model.Asset`) an attribute
+    `name` of the object a `keras.export.ExportArchive` saves, so that
+    `tf.saved_model.load(path).<name>` restores it.
+
+    Sets it on `ExportArchive._tf_trackable` (private: the root object
+    `write_out` passes to `tf.saved_model.save`). Checked on Keras 3.15.1
+    (TensorFlow 2.21.0).
+
+    >>> attach_to_export_archive(archive, "labels", asset)  # doctest: +SKIP
+    >>> archive.write_out("served/1")  # doctest: +SKIP
+    >>> tf.saved_model.load("served/1").labels.asset_path  # doctest: +SKIP
+    """
+    root = getattr(archive, "_tf_trackable", None)
+    if root is None:
+        raise _stale("ExportArchive._tf_trackable (the object a SavedModel export saves)",
+                     _keras_release(), "Keras 3.15.1")
+    setattr(root, name, trackable)
+
+
+def tflite_op_names(interpreter):
+    """The op name of each node of a LiteRT `Interpreter`'s graph, in node
+    order (the graph as written: built-in ops by name, e.g.
+    `"FULLY_CONNECTED"`, Flex ops as `"Flex<Op>"`, custom ones `"CUSTOM"`).
+
+    Reads `Interpreter._get_ops_details()` (private: LiteRT has no public
+    list of a model's ops). Checked on ai-edge-litert 2.3.0 (`python -c
+    "import ai_edge_litert; print(ai_edge_litert.__version__)"`).
+
+    >>> tflite_op_names(Interpreter(model_path="vit.tflite"))[:2]  # doctest: +SKIP
+    ['CONV_2D', 'RESHAPE']
+    """
+    details = getattr(interpreter, "_get_ops_details", None)
+    if details is None:
+        raise _stale("Interpreter._get_ops_details() (the list of a TFLite model's ops)",
+                     _litert_release(), "ai-edge-litert 2.3.0")
+    names = [op.get("op_name") if isinstance(op, dict) else None for op in details()]
+    if not all(isinstance(name, str) for name in names):
+        raise _stale("Interpreter._get_ops_details() giving each op as a dict with its "
+                     "'op_name'", _litert_release(), "ai-edge-litert 2.3.0")
+    return names
+
+
+def freeze_concrete_function(function):
+    """`function` (a `tf.function`'s `ConcreteFunction`) with its captured
+    variables turned into constants, control flow kept as functional ops
+    and nested calls inlined: a graph of constants that converters (tf2onnx)
+    take as a `GraphDef`.
+
+    Calls `tensorflow.python.framework.convert_to_constants.
+    convert_variables_to_constants_v2(lower_control_flow=False,
+    aggressive_inlining=True)` (a private module: TensorFlow has no public
+    way to freeze a TF2 function). Checked on TensorFlow 2.21.0.
+
+    >>> function = tf.function(f).get_concrete_function(spec)  # doctest: +SKIP
+    >>> freeze_concrete_function(function).graph.as_graph_def()  # doctest: +SKIP
+    """
+    try:
+        from tensorflow.python.framework.convert_to_constants import (  # heavy, private
+            convert_variables_to_constants_v2,
+        )
+    except ImportError:
+        raise _stale("tensorflow.python.framework.convert_to_constants."
+                     "convert_variables_to_constants_v2", _tensorflow_release(),
+                     "TensorFlow 2.21.0") from None
+    return convert_variables_to_constants_v2(function, lower_control_flow=False,
+                                             aggressive_inlining=True)
+
+
+def silenced_tensorflow_deprecations():
+    """A context manager inside which TensorFlow logs no deprecation
+    warnings (tf2onnx calls deprecated TensorFlow functions on every
+    conversion).
+
+    Returns `tensorflow.python.util.deprecation.silence()` (a private
+    module). Checked on TensorFlow 2.21.0.
+
+    >>> with silenced_tensorflow_deprecations():  # doctest: +SKIP
+    ...     tf2onnx.convert.from_graph_def(graph_def, ...)
+    """
+    try:
+        from tensorflow.python.util import deprecation  # heavy, private
+    except ImportError:
+        deprecation = None
+    if not callable(getattr(deprecation, "silence", None)):
+        raise _stale("tensorflow.python.util.deprecation.silence()", _tensorflow_release(),
+                     "TensorFlow 2.21.0")
+    return deprecation.silence()
+
+
+def tflite_converter_error():
+    """The exception class `tf.lite.TFLiteConverter.convert` raises when a
+    model does not convert (its message names the ops without a built-in
+    kernel). TensorFlow does not export it under `tf.lite`.
+
+    Returns `tensorflow.lite.python.convert_phase.ConverterError` (a private
+    module). Checked on TensorFlow 2.21.0.
+
+    >>> try:  # doctest: +SKIP
+    ...     converter.convert()
+    ... except tflite_converter_error() as error:
+    ...     print(error)
+    """
+    try:
+        from tensorflow.lite.python import convert_phase  # heavy, private
+    except ImportError:
+        convert_phase = None
+    error = getattr(convert_phase, "ConverterError", None)
+    if not (isinstance(error, type) and issubclass(error, Exception)):
+        raise _stale("tensorflow.lite.python.convert_phase.ConverterError (what the TFLite "
+                     "converter raises)", _tensorflow_release(), "TensorFlow 2.21.0")
+    return error
+
+
+TFLITE_SCHEMA_MISSING = ("Writing TFLite metadata needs the TFLite schema module of "
+                         "TensorFlow or of ai-edge-litert (pip install ai-edge-litert).")
+
+
+def tflite_schema():
+    """The TFLite model schema as generated flatbuffers Python (`Model`,
+    the object API's `ModelT`, `BufferT`...): ai-edge-litert's
+    `ai_edge_litert.schema_py_generated` when it is installed, else
+    TensorFlow's copy of the same generated file,
+    `tensorflow.lite.python.schema_py_generated` (a private module).
+    Checked on ai-edge-litert 2.3.0 and TensorFlow 2.21.0.
+
+    >>> schema = tflite_schema()  # doctest: +SKIP
+    >>> schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))  # doctest: +SKIP
+    """
+    try:
+        from ai_edge_litert import schema_py_generated as schema  # optional: [export]
+        name, release, checked_on = "ai_edge_litert", _litert_release, "ai-edge-litert 2.3.0"
+    except ImportError:
+        try:
+            from tensorflow.lite.python import schema_py_generated as schema  # heavy, private
+            name, release, checked_on = "tensorflow.lite.python", _tensorflow_release, \
+                "TensorFlow 2.21.0"
+        except ImportError:
+            raise ImportError(TFLITE_SCHEMA_MISSING) from None
+    if not all(hasattr(schema, attr) for attr in ("Model", "ModelT", "BufferT")):
+        raise _stale(f"{name}.schema_py_generated (the TFLite flatbuffer schema with its "
+                     "object API)", release(), checked_on)
+    return schema

@@ -11,12 +11,15 @@ Nothing here imports TensorFlow at module load.
 """
 
 import contextlib
+import json
 import logging
 import os
 import re
 import sys
 import threading
 import warnings
+
+from keras_vit._checks import finite_or_none
 
 PROG = "keras-vit"
 _state = {"verbose": False}
@@ -145,8 +148,6 @@ _BACKEND_PACKAGES = {"torch": "torch (its CPU build: pip install torch --index-u
 def _missing_backend(error):
     """KERAS_BACKEND names a backend whose package is not installed: one
     sentence (`ValueError`) instead of Keras' "No module named ..."."""
-    import os
-
     backend = os.environ.get("KERAS_BACKEND", "")
     if backend in _BACKEND_PACKAGES and (error.name or "").split(".")[0] == backend:
         raise ValueError(
@@ -158,10 +159,6 @@ def _missing_backend(error):
 def json_dumps(obj):
     """Strict JSON (NaN and infinities written as null): what every
     `--json` line prints, so strict parsers can read a diverged run's."""
-    import json
-
-    from keras_vit._checks import finite_or_none
-
     return json.dumps(finite_or_none(obj), allow_nan=False)
 
 
@@ -223,12 +220,12 @@ def _is_op_error(error):
 
 def _converted_data_error(error):
     """`keras_vit.data.data_error(error)` where it exists (it turns a
-    pipeline error about a corrupt file into a ValueError), else None."""
-    if "keras_vit.data" not in sys.modules:
-        return None
-    try:
-        from keras_vit.data import data_error
-    except ImportError:
+    pipeline error about a corrupt file into a ValueError), else None.
+    Looked up among the loaded modules, not imported: a command that never
+    loaded the data pipeline has no pipeline error to convert (and this
+    module sits below `keras_vit.data`)."""
+    data_error = getattr(sys.modules.get("keras_vit.data"), "data_error", None)
+    if data_error is None:
         return None
     try:
         return data_error(error)

@@ -6,9 +6,13 @@ the user's own); and writing them so that a kill never leaves a partial
 file, from every process of a multi-process JAX job."""
 
 import contextlib
+import json
 import os
 import re
 import zipfile
+
+import keras_vit
+from keras_vit import _compat
 
 _UNREGISTERED = re.compile(r"Could not locate (?:class|function) '([^']+)'")
 _REGISTERED_AS = re.compile(r"'registered_name': '([^']+)'")
@@ -47,8 +51,6 @@ def keras_input_shape(path):
     """The input shape `(None, H, W, C)` a `.keras` file's model declares
     (read from the archive's `config.json`, nothing loaded or built); None
     when it cannot tell (several inputs, a subclassed model)."""
-    import json
-
     path = check_keras_path(path, "MODEL")
     try:
         with zipfile.ZipFile(path) as archive:
@@ -70,9 +72,7 @@ def load_keras_model(path, what="MODEL"):
     """`keras.saving.load_model(path)` after `check_keras_path`; a failure
     is one ValueError naming the file (and, for a class Keras cannot find,
     what to import)."""
-    import keras
-
-    import keras_vit
+    import keras  # Keras (TensorFlow): `keras-vit --help` imports this module
 
     path = check_keras_path(path, what)
     keras_vit._load_all()  # registers every keras_vit class
@@ -130,12 +130,12 @@ def host_values(model):
     cannot do it: saving creates variables, which a stateless scope
     forbids). Elsewhere this does nothing.
     """
-    import keras
+    import keras  # Keras (TensorFlow): `keras-vit --help` imports this module
 
     if keras.backend.backend() != "jax":
         yield
         return
-    import jax
+    import jax  # the JAX backend only
 
     if jax.process_count() == 1:
         yield
@@ -152,11 +152,5 @@ def host_values(model):
         seen.add(id(variable))
         if not (value.is_fully_addressable or value.is_fully_replicated):
             mapping.append((variable, multihost_utils.process_allgather(value, tiled=True)))
-    originals = [(variable, variable._value) for variable, _ in mapping]
-    try:
-        for variable, whole in mapping:
-            variable._value = whole
+    with _compat.swapped_variable_values(mapping):
         yield
-    finally:
-        for variable, original in originals:
-            variable._value = original

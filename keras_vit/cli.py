@@ -3,8 +3,9 @@
     keras-vit [--verbose] [--debug] COMMAND ...
     keras-vit models [--json]
     keras-vit download NAME [--model ViTB16] [--print-url] [--json]
-    keras-vit predict IMAGE_OR_DIR... --model ViTB16|auto|MODEL.keras [--weights NAME_OR_PATH]
-                     [--top 5] [--image-size S] [--labels FILE] [--outputs auto|logits|probabilities]
+    keras-vit predict IMAGE_OR_DIR... --model ViTB16|auto|MODEL.keras
+                     [--weights NAME_OR_PATH] [--top 5] [--image-size S] [--labels FILE]
+                     [--outputs auto|logits|probabilities]
                      [--skip-corrupt] [--batch-size 32] [--json]
     keras-vit explain IMAGE... --model auto --weights CKPT.npz --out DIR [--json]
     keras-vit train --model ViTB16 --weights imagenet21k --data tfds:cifar10 ... [--json]
@@ -24,24 +25,30 @@ TensorFlow is imported only by the commands that need it, after
 import argparse
 import contextlib
 import os
+import pathlib
 import sys
 
+import keras_vit  # light here: `keras_vit_cli` makes it load its names on first use
 from keras_vit import _checks, _console
+from keras_vit._image_files import image_paths
 from keras_vit._saving import check_keras_path as _check_model_file
-from keras_vit.models.variants import ALL_VARIANTS
+from keras_vit._saving import load_keras_model
+from keras_vit.training import quickstart
+from keras_vit.variants import ALL_VARIANTS
 from keras_vit.weights import registry
 
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
+# NumPy, TensorFlow, Keras and the keras_vit modules that load them are
+# imported inside the commands that use them ("heavy"): `keras-vit --help`
+# and `keras-vit models` load none of them (tested, and checked in
+# tests/test_import_graph.py).
 
 
 def _keras():
     """Imports TensorFlow and Keras quietly and registers keras_vit's
     serializable classes (the command runs with a lazy `keras_vit`)."""
     _console.load_tensorflow()
-    import keras_vit
-
     keras_vit._load_all()
-    import keras
+    import keras  # heavy (see the top)
 
     return keras
 
@@ -174,7 +181,8 @@ def _download_target(name, model):
     else:
         having = [f for f, v in ALL_VARIANTS.items() if name in registry.available_weights(v)]
         if not having:
-            names = sorted({n for v in ALL_VARIANTS.values() for n in registry.available_weights(v)})
+            names = sorted({n for v in ALL_VARIANTS.values()
+                            for n in registry.available_weights(v)})
             raise ValueError(
                 f"Unknown weights {name!r}; registered names: {', '.join(names)}, "
                 "or an http(s) URL."
@@ -204,7 +212,7 @@ def cmd_download(args, out):
                   file=out)
         return 0
     _console.load_tensorflow()  # reading the .npz imports Keras: TensorFlow's logs quiet
-    from keras_vit.weights.download import fetch_checkpoint, provenance
+    from keras_vit.weights.download import fetch_checkpoint, provenance  # heavy (see the top)
 
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the result (progress: stderr)
         path, params = fetch_checkpoint(url, filename)
@@ -224,37 +232,18 @@ def cmd_download(args, out):
 
 def _load_keras_model(path, what="MODEL"):
     _keras()
-    from keras_vit._saving import load_keras_model
-
     return load_keras_model(path, what)
-
-
-def _image_files(inputs):
-    """The image files of IMAGE arguments: files as given, directories as
-    their image files (recursively, sorted)."""
-    files = []
-    for item in inputs:
-        if os.path.isdir(item):
-            found = sorted(
-                os.path.join(root, name)
-                for root, dirs, names in os.walk(item)
-                for name in names if name.lower().endswith(IMAGE_EXTENSIONS))
-            if not found:
-                raise ValueError(f"No image files ({', '.join(IMAGE_EXTENSIONS)}) under "
-                                 f"{item!r}.")
-            files.extend(found)
-        elif os.path.exists(item):
-            files.append(item)
-        else:
-            raise ValueError(f"Image not found: {item!r}.")
-    return files
 
 
 def _decode_image(path, skip_corrupt=False):
     """The uint8 image in `path`; None for a file that does not decode with
     `skip_corrupt`, else a ValueError naming it."""
     tf = _console.load_tensorflow()
-    from keras_vit.data.pipeline import header_shape, max_image_pixels, too_large_error
+    from keras_vit.data.pipeline import (  # heavy (see the top)
+        header_shape,
+        max_image_pixels,
+        too_large_error,
+    )
 
     try:
         with open(path, "rb") as f:
@@ -295,8 +284,8 @@ def _resized_batches(paths, size, batch_size, skipped, skip_corrupt=False):
     after it is decoded, so that one batch of resized images and one
     full-size image are held at a time. Files that do not decode (with
     `skip_corrupt`) are appended to `skipped`."""
-    import numpy as np
-    import tensorflow as tf
+    import numpy as np  # heavy (see the top)
+    import tensorflow as tf  # heavy (see the top)
 
     pixels, kept = [], []
     for path in paths:
@@ -315,15 +304,15 @@ def _resized_batches(paths, size, batch_size, skipped, skip_corrupt=False):
 
 
 def _resize(images, size):
-    import numpy as np
-    import tensorflow as tf
+    import numpy as np  # heavy (see the top)
+    import tensorflow as tf  # heavy (see the top)
 
     return np.stack([tf.image.resize(image, size, method="bilinear").numpy()
                      for image in images]).astype("float32")
 
 
 def _load_images(paths, size):
-    images, _, _ = _decode_images(_image_files(paths))
+    images, _, _ = _decode_images(image_paths(paths))
     return _resize(images, size)
 
 
@@ -370,8 +359,6 @@ def _model_from_args(args):
     if args.model.endswith(".keras"):
         return _load_keras_model(args.model, "--model")
     _keras()
-    import keras_vit
-
     shape = (args.image_size, args.image_size, 3) if args.image_size else None
     if args.model == "auto":
         return keras_vit.model_from_checkpoint(args.weights, input_shape=shape)
@@ -391,25 +378,20 @@ def _read_labels(path, num_classes):
 
 
 def _class_labels(model, args, num_classes):
-    """--labels, else the names stored in the model's head, else the
-    ImageNet label files (1000 / 21843 classes), else class_<i>."""
-    import keras_vit
+    """--labels, else `keras_vit.labels.class_labels`: the names stored in
+    the model's head, the ImageNet label files (1000 / 21843 classes), or
+    class_<i>."""
+    from keras_vit.labels import class_labels  # heavy (see the top)
 
-    if args.labels:
-        return _read_labels(args.labels, num_classes)
-    names = keras_vit.labels.class_names(model)
-    if names and len(names) == num_classes:
-        return list(names)
-    if num_classes in keras_vit.preprocessing.LABEL_FILES:
-        return list(keras_vit.preprocessing.class_names(num_classes))
-    return [f"class_{i}" for i in range(num_classes)]
+    given = _read_labels(args.labels, num_classes) if args.labels else None
+    return class_labels(model, num_classes, given, what="--labels")[0]
 
 
 def _probabilities(model, raw, outputs):
     """Softmax of logits; probabilities as they are."""
-    import numpy as np
+    import numpy as np  # heavy (see the top)
 
-    from keras_vit.export._common import output_kind
+    from keras_vit.export._model import output_kind  # heavy (see the top)
 
     try:
         kind = output_kind(model, outputs)
@@ -436,7 +418,7 @@ def _input_size(model, image_size):
         return shape
     if image_size:
         return (image_size, image_size)
-    from keras_vit.inspect.analysis import stored_image_size
+    from keras_vit.inspect.analysis import stored_image_size  # heavy (see the top)
 
     try:
         return stored_image_size(model)
@@ -447,7 +429,7 @@ def _input_size(model, image_size):
 
 def _top_classes(paths, probs, labels, top):
     """The `predictions` entries of `paths` from their probabilities."""
-    import numpy as np
+    import numpy as np  # heavy (see the top)
 
     results = []
     for path, row in zip(paths, probs):
@@ -462,7 +444,7 @@ def _predictions(model, args, paths, size):
     """`(predictions, skipped paths)`: the images streamed in batches of
     `--batch-size` (decoded, resized, classified; only the top classes
     kept), in the order of `paths`."""
-    from keras_vit.export._common import check_batch_size
+    from keras_vit.export._batches import check_batch_size  # heavy (see the top)
 
     batch_size = check_batch_size(args.batch_size, size, "--batch-size")
     results, skipped, labels = [], [], None
@@ -476,9 +458,8 @@ def _predictions(model, args, paths, size):
 
 
 def cmd_predict(args, out):
-    if args.top <= 0:
-        raise ValueError(f"--top must be a positive number, got {args.top}.")
-    paths = _image_files(args.images)
+    _checks.positive_int(args.top, "--top")  # (argparse checked it; a Namespace of a caller)
+    paths = image_paths(args.images)
     _check_model_args(args)
     model = _model_from_args(args)
     size = _input_size(model, args.image_size)
@@ -502,14 +483,12 @@ def cmd_predict(args, out):
 
 
 def cmd_explain(args, out):
-    import pathlib
-
-    paths = _image_files(args.images)
+    paths = image_paths(args.images)
     _check_model_args(args)
     images, _, _ = _decode_images(paths)
     model = _model_from_args(args)
-    from keras_vit.inspect.analysis import stored_image_size
-    from keras_vit.inspect.plots import explain
+    from keras_vit.inspect.analysis import stored_image_size  # heavy (see the top)
+    from keras_vit.inspect.plots import explain  # heavy (see the top)
 
     _input_size(model, args.image_size)
     size = stored_image_size(model)  # a model taking any size: its stored grid
@@ -544,7 +523,7 @@ def cmd_train(args, out):
     if args.model.endswith((".keras", ".npz")) or os.path.splitext(args.model)[1]:
         _check_model_file(args.model, "--model")
     _keras()
-    from keras_vit.training import TrainingDivergedError, train
+    from keras_vit.training import TrainingDivergedError, train  # heavy (see the top)
 
     extra = _optional(args, holdout="holdout", val_split="val_split",
                       coordinator="coordinator", num_processes="num_processes",
@@ -576,7 +555,7 @@ def cmd_train(args, out):
 def cmd_evaluate(args, out):
     _check_model_file(args.model_path)
     _keras()
-    from keras_vit.training import evaluate
+    from keras_vit.training import evaluate  # heavy (see the top)
 
     extra = _optional(args, holdout="holdout")
     if args.skip_corrupt:
@@ -615,10 +594,11 @@ def cmd_export(args, out):
         raise ValueError(f"--no-metadata applies to --format tflite; not to --format "
                          f"{args.format}.")
     model = _load_keras_model(args.model_path)
-    from keras_vit import export
+    from keras_vit import export  # heavy (see the top)
 
     if args.format == "tflite":  # named as the flag, before any sampling
-        from keras_vit.export._common import check_batch_size, model_image_size
+        from keras_vit.export._batches import check_batch_size  # heavy (see the top)
+        from keras_vit.export._model import model_image_size  # heavy (see the top)
 
         check_batch_size(args.batch_size, model_image_size(model), "--batch-size")
 
@@ -651,8 +631,6 @@ def cmd_export(args, out):
 
 def cmd_quickstart(args, out):
     _keras()
-    from keras_vit.training import quickstart
-
     log = sys.stderr if args.json else out
     print("keras-vit quickstart: a ViT (4 blocks, width 64) from scratch on "
           "scikit-learn's digits (1,797 real scans), 32x32, fixed 80/20 split.", file=log)
@@ -663,7 +641,7 @@ def cmd_quickstart(args, out):
     print(f"test accuracy {results['test_accuracy']:.2%} in {results['seconds']:.0f} s; "
           f"model saved to {results['model']}", file=log)
     if "tflite_report" in results:
-        from keras_vit.export import ExportReport
+        from keras_vit.export import ExportReport  # heavy (see the top)
 
         print("\nTFLite export (dynamic-range int8), verified against Keras:", file=log)
         fields = {k: v for k, v in results["tflite_report"].items() if k != "size_mb"}
@@ -692,7 +670,7 @@ def _checked(check, parse):
             value = text
         try:
             return check(value)
-        except ValueError as error:
+        except (TypeError, ValueError) as error:
             raise argparse.ArgumentTypeError(str(error).rstrip(".")) from None
     convert.__name__ = check.__name__  # argparse names the type in some errors
     return convert
@@ -712,6 +690,8 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser():
+    """The `keras-vit` parser: the global flags (before or after the
+    command) and one subparser per command."""
     parser = _Parser(
         prog="keras-vit", parents=[_global_flags(True)],
         description="Vision Transformers / MLP-Mixers with the official checkpoints.",
@@ -722,10 +702,21 @@ def build_parser():
     def add(name, **kw):
         return sub.add_parser(name, parents=[flags], **kw)
 
+    for add_command in (_models_parser, _download_parser, _predict_parser, _explain_parser,
+                        _train_parser, _evaluate_parser, _export_parser, _quickstart_parser):
+        add_command(add)
+    return parser
+
+
+def _models_parser(add):
+    """The `keras-vit models` subcommand and its flags."""
     p = add("models", help="list model variants and checkpoint families")
     p.add_argument("--json", action="store_true", help="one JSON document")
     p.set_defaults(func=cmd_models)
 
+
+def _download_parser(add):
+    """The `keras-vit download` subcommand and its flags."""
     p = add("download", help="fill the weights cache ahead of time (or, with --print-url, "
                              "say where to copy a file downloaded elsewhere)",
             description="Downloads a registered checkpoint into the Keras cache "
@@ -743,6 +734,9 @@ def build_parser():
     p.add_argument("--json", action="store_true", help="one JSON object")
     p.set_defaults(func=cmd_download)
 
+
+def _predict_parser(add):
+    """The `keras-vit predict` subcommand and its flags."""
     p = add("predict", help="top-k classes of images (files or directories)")
     p.add_argument("images", nargs="+", metavar="IMAGE",
                    help="image files, or directories (their image files, recursively)")
@@ -771,6 +765,9 @@ def build_parser():
     p.add_argument("--json", action="store_true", help="one JSON document")
     p.set_defaults(func=cmd_predict)
 
+
+def _explain_parser(add):
+    """The `keras-vit explain` subcommand and its flags."""
     p = add("explain", help="attention rollout, attention distance, position "
                             "embeddings and filters as PNG pictures")
     p.add_argument("images", nargs="+", metavar="IMAGE")
@@ -784,6 +781,9 @@ def build_parser():
     p.add_argument("--json", action="store_true", help="one JSON line listing the files")
     p.set_defaults(func=cmd_explain)
 
+
+def _train_parser(add):
+    """The `keras-vit train` subcommand and its flags."""
     p = add("train", help="train or fine-tune with a recipe; ends with a JSON line")
     p.add_argument("--model", default="ViTB16", help="named model or a .keras file")
     p.add_argument("--weights", help="registered name, augreg:<file>, path, "
@@ -834,6 +834,9 @@ def build_parser():
                    help="stdout: only the results' JSON line (progress goes to stderr)")
     p.set_defaults(func=cmd_train)
 
+
+def _evaluate_parser(add):
+    """The `keras-vit evaluate` subcommand and its flags."""
     p = add("evaluate", help="accuracy of a saved model; one JSON line")
     p.add_argument("model_path", metavar="MODEL.keras")
     p.add_argument("--data", required=True)
@@ -850,6 +853,9 @@ def build_parser():
                    help="one JSON line (the output is always JSON)")
     p.set_defaults(func=cmd_evaluate)
 
+
+def _export_parser(add):
+    """The `keras-vit export` subcommand and its flags."""
     p = add("export", help="SavedModel, TFLite, ONNX or OpenVINO, verified against Keras")
     p.add_argument("model_path", metavar="MODEL.keras")
     p.add_argument("--format", required=True,
@@ -893,6 +899,9 @@ def build_parser():
     p.add_argument("--json", action="store_true", help="the report as one JSON line")
     p.set_defaults(func=cmd_export)
 
+
+def _quickstart_parser(add):
+    """The `keras-vit quickstart` subcommand and its flags."""
     p = add("quickstart", help="train a small ViT on the digits (offline)")
     p.add_argument("--out", default="runs/quickstart")
     p.add_argument("--epochs", type=POSITIVE_INT, default=40)
@@ -900,8 +909,6 @@ def build_parser():
     p.add_argument("--json", action="store_true",
                    help="stdout: only the results' JSON line (progress goes to stderr)")
     p.set_defaults(func=cmd_quickstart)
-    return parser
-
 
 def main(argv=None, out=None):
     """Runs the command; returns its exit status (0; 2 for an error; 1 for a

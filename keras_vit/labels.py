@@ -6,6 +6,13 @@ whether it outputs logits or probabilities.
 ['cat', 'dog']
 """
 
+import unicodedata
+
+import keras
+
+from keras_vit import preprocessing
+from keras_vit.layers.head import ClassifierHead
+
 
 def label_line_problem(name):
     """Why `name` cannot be one line of a label file (one class name per
@@ -19,8 +26,6 @@ def label_line_problem(name):
     >>> label_line_problem("tabby cat") is None
     True
     """
-    import unicodedata
-
     for char in str(name):
         kind = unicodedata.category(char)
         if len(f"a{char}b".splitlines()) > 1:
@@ -34,8 +39,6 @@ def label_line_problem(name):
 
 def _output_layer(model):
     """The layer producing the model's output, looking inside nested models."""
-    import keras
-
     layer = model
     while isinstance(layer, keras.Model) and layer.layers:
         layer = layer.layers[-1]
@@ -44,8 +47,6 @@ def _output_layer(model):
 
 def head_layer(model):
     """The model's `ClassifierHead`, or None (a head of another kind)."""
-    from keras_vit.layers.head import ClassifierHead
-
     layer = _output_layer(model)
     return layer if isinstance(layer, ClassifierHead) else None
 
@@ -72,3 +73,69 @@ def set_class_names(model, names):
         return False
     head.class_names = names
     return True
+
+
+def class_labels(model, num_classes, labels=None, *, what="labels", label_file=False,
+                 unavailable=None):
+    """`(names, source)`: the names of the `num_classes` outputs of `model`,
+    in label order, and where they come from: `labels` when given
+    (`"given"`), else the names stored in the model's head (`"model"`),
+    else the ImageNet-1k / ImageNet-21k names of a 1000 / 21843-class head
+    (`"ImageNet-1k"`, `"ImageNet-21k"`; downloaded once, see
+    `keras_vit.preprocessing.class_names`), else `class_<i>` (`"class_<i>"`).
+    What `keras-vit predict` prints and the export label files hold.
+
+    Args:
+        labels: a list of str, or None.
+        what: how the messages name `labels` (`"metadata labels"`).
+        label_file: the names are written one per line: a name holding a
+            line break or a control character is a ValueError.
+        unavailable: None: an ImageNet label file that cannot be loaded
+            (offline, a mirror without it) raises its own error; else
+            `(purpose, advice)`: it is the ValueError "The ImageNet-1k label
+            file for PURPOSE of this 1000-class head could not be loaded
+            (ERROR). ADVICE".
+
+    Raises:
+        TypeError: `labels` is not a list of strings.
+        ValueError: as many names as classes are not found, or (with
+            `label_file`) a name does not fit on one line.
+
+    >>> class_labels(None, 2, ["cat", "dog"])
+    (['cat', 'dog'], 'given')
+    >>> class_labels(None, 3)
+    (['class_0', 'class_1', 'class_2'], 'class_<i>')
+    """
+    if labels is not None:
+        if isinstance(labels, str) or not all(isinstance(n, str) for n in labels):
+            raise TypeError(f"{what} must be a list of strings; got {labels!r:.80}.")
+        names, source = list(labels), "given"
+    elif class_names(model):
+        names, source = list(class_names(model)), "model"
+    elif num_classes in preprocessing.LABEL_FILES:
+        source = "ImageNet-1k" if num_classes == 1000 else "ImageNet-21k"
+        names = _imagenet_names(num_classes, source, unavailable)
+    else:
+        names, source = [f"class_{i}" for i in range(num_classes)], "class_<i>"
+    if len(names) != num_classes:
+        raise ValueError(f"{what} has {len(names)} names; the model has {num_classes} "
+                         "classes (one name per class, in label order).")
+    for name in names if label_file else ():
+        problem = label_line_problem(name)
+        if problem:
+            raise ValueError(f"Class name {name!r} holds {problem}; the label file "
+                             "has one name per line.")
+    return names, source
+
+
+def _imagenet_names(num_classes, source, unavailable):
+    """The ImageNet names of a `num_classes` head (see `class_labels`)."""
+    if unavailable is None:
+        return list(preprocessing.class_names(num_classes))
+    purpose, advice = unavailable
+    try:
+        return list(preprocessing.class_names(num_classes))
+    except Exception as error:  # offline, a mirror without the file: said, not lost
+        raise ValueError(
+            f"The {source} label file for {purpose} of this {num_classes}-class head "
+            f"could not be loaded ({error}). {advice}") from error

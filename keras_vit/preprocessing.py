@@ -8,11 +8,20 @@ Keras cache on first use like the weights (`KERAS_VIT_MIRROR` applies):
   and `bit_models/imagenet21k_wordnet_ids.txt` (WordNet ids).
 """
 
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 from keras import ops
 
+from keras_vit import _checks
 from keras_vit.weights import registry
 from keras_vit.weights.download import fetch
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 LABEL_FILES = {
     1000: "bit_models/ilsvrc2012_wordnet_lemmas.txt",
@@ -21,7 +30,8 @@ LABEL_FILES = {
 _cache = {}
 
 
-def preprocess_input(x, mean=None, std=None):
+def preprocess_input(x: ArrayLike, mean: float | Sequence[float] | None = None,
+                     std: float | Sequence[float] | None = None) -> Any:
     """Maps raw RGB pixels in [0, 255] to [-1, 1]: `(x - 127.5) / 127.5`.
 
     The official eval preprocessing. Models built with
@@ -60,7 +70,7 @@ def preprocess_input(x, mean=None, std=None):
     return (x - 127.5) / 127.5
 
 
-def class_names(num_classes):
+def class_names(num_classes: int) -> list[str]:
     """The label list of a 1000- or 21843-class official head."""
     if num_classes not in LABEL_FILES:
         raise ValueError(
@@ -84,7 +94,8 @@ def class_names(num_classes):
     return _cache[num_classes]
 
 
-def decode_predictions(preds, top=5, labels=None):
+def decode_predictions(preds: ArrayLike, top: int = 5, labels: Sequence[str] | None = None
+                       ) -> list[list[tuple[int, str, float]]]:
     """Decodes a batch of class scores into `(index, name, score)` tuples.
 
     Args:
@@ -107,8 +118,7 @@ def decode_predictions(preds, top=5, labels=None):
         raise ValueError(
             f"`preds` must be a 2-D (batch, classes) array, got shape {preds.shape}."
         )
-    if isinstance(top, bool) or not isinstance(top, int) or top <= 0:
-        raise ValueError(f"`top` must be a positive int, got {top!r}.")
+    top = _checks.positive_int(top, "top")
     if labels is None:
         labels = class_names(preds.shape[1])
     elif len(labels) != preds.shape[1]:

@@ -1,5 +1,39 @@
+"""Fixtures and helpers shared by the test files.
+
+Helpers (plain functions; import them: `from conftest import tiny_vit, run_cli`):
+
+- `tiny_vit(**overrides)`, `tiny_mixer(**overrides)`: the tiny models the
+  tests build (a few thousand parameters; 32x32 images, 3 classes unless
+  overridden), and `tiny_keras_file(path, **overrides)`: one saved as `.keras`.
+- `predict(model, x)`: a model's outputs as NumPy.
+- `run_cli(*argv)`: `keras-vit ARGV` in this process: `CliResult(code, out, err)`.
+- `run_cli_process(*argv)`: `keras-vit ARGV` in a fresh process, for the tests
+  where the process itself is what is tested (lazy imports, signals, several
+  workers, another backend).
+
+Fixture: `digits_folder`, the quickstart's digits written once per session
+(per xdist worker). Read only: a test that changes files makes its own
+folder (`data_helpers.write_digit_folder`, `make_folder`) in `tmp_path`.
+"""
+
+import contextlib
+import io
+import os
+import pathlib
+import subprocess
+import sys
+from typing import NamedTuple
+
 import keras
 import pytest
+
+REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+# The tiny ViT: 16 patches of 8x8 pixels, one block of width 16.
+TINY_VIT = dict(patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+                input_shape=(32, 32, 3), classes=3)
+TINY_MIXER = dict(patch_size=8, hidden_size=16, num_blocks=1, tokens_mlp_dim=8,
+                  channels_mlp_dim=32, input_shape=(32, 32, 3), classes=3)
 
 
 @pytest.fixture(autouse=True)
@@ -14,3 +48,94 @@ def _fresh_keras_state(monkeypatch, tmp_path_factory):
 
 def predict(model, x):
     return keras.ops.convert_to_numpy(model(x, training=False))
+
+
+# --- tiny models --------------------------------------------------------------------
+
+def tiny_vit(**overrides):
+    """A `keras_vit.VisionTransformer` of `TINY_VIT` with `overrides`, e.g.
+    `tiny_vit(classifier="gap", classifier_activation=None)`."""
+    import keras_vit
+
+    return keras_vit.VisionTransformer(**{**TINY_VIT, **overrides})
+
+
+def tiny_mixer(**overrides):
+    """A `keras_vit.MLPMixer` of `TINY_MIXER` with `overrides`."""
+    import keras_vit
+
+    return keras_vit.MLPMixer(**{**TINY_MIXER, **overrides})
+
+
+def tiny_keras_file(path, **overrides):
+    """`tiny_vit(**overrides)` saved at `path` (a `.keras` file); its path as a str."""
+    tiny_vit(**overrides).save(path)
+    return str(path)
+
+
+# --- the keras-vit command ----------------------------------------------------------
+
+class CliResult(NamedTuple):
+    """What `keras-vit` gave back: exit status, stdout and stderr text."""
+
+    code: int
+    out: str
+    err: str
+
+    @property
+    def err_lines(self):
+        """The non-empty lines of stderr."""
+        return [line for line in self.err.splitlines() if line]
+
+
+def run_cli(*argv):
+    """`keras-vit ARGV` in this process (`keras_vit.cli.main`): its exit status
+    (argparse's too), what the command wrote to its output stream, and
+    everything written to stderr. (What goes to sys.stdout itself, Keras'
+    progress lines and argparse's --help, is left to pytest's capture.)"""
+    from keras_vit import cli
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(err):
+        try:
+            code = cli.main([str(a) for a in argv], out=out)
+        except SystemExit as exit_:  # argparse: usage errors and --help
+            code = exit_.code
+    return CliResult(code, out.getvalue(), err.getvalue())
+
+
+def run_cli_process(*argv, launcher="keras_vit.cli", env=None, cwd=None, timeout=600):
+    """`python -m LAUNCHER ARGV` in a fresh process, the repository on its
+    PYTHONPATH; `env` adds variables to this process' (None removes one).
+    Returns the `subprocess.CompletedProcess` (text)."""
+    return subprocess.run([sys.executable, "-m", launcher, *map(str, argv)],
+                          capture_output=True, text=True, env=process_env(env),
+                          cwd=cwd or REPO_ROOT, timeout=timeout)
+
+
+def process_env(changes=None):
+    """This process' environment with the repository on PYTHONPATH and
+    `changes` applied (a value of None removes the variable)."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
+                                                      env.get("PYTHONPATH")]))
+    for name, value in (changes or {}).items():
+        if value is None:
+            env.pop(name, None)
+        else:
+            env[name] = str(value)
+    return env
+
+
+# --- data ---------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def digits_folder(tmp_path_factory):
+    """The quickstart's digits folder (`train/<digit>/*.png`, 1,437 images;
+    `test/<digit>/*.png`, 360; 32x32), written once per session (per xdist
+    worker). Read only."""
+    from keras_vit.training.quickstart import write_digits
+
+    root = tmp_path_factory.mktemp("digits") / "digits"
+    write_digits(str(root))
+    return root

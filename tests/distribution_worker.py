@@ -4,13 +4,17 @@ run by tests/test_distribution.py in subprocesses (the device count is an
 XLA flag that must be set before JAX starts).
 
     XLA_FLAGS=--xla_force_host_platform_device_count=4 KERAS_BACKEND=jax \\
-    python tests/distribution_worker.py SPEC OUT.npz [--steps 3] [--sam-rho R]
+    python tests/distribution_worker.py SPEC OUT.npz [--then SPEC OUT.npz ...]
+        [--steps 3] [--sam-rho R]
         [--coordinator HOST:PORT --num-processes N --process-id I]
 
 SPEC is a `get_distribution` spec, or `hand-sam`: SAM steps written out
 by hand with `jax.grad` on one device (no SAMModel, no optimizer, no fit),
 the reference for `--sam-rho`. With `--sam-rho` the optimizer is plain SGD
-at `SAM_LR`, which the hand reference applies.
+at `SAM_LR`, which the hand reference applies. `--then` runs more specs in
+the same process, one after the other (each from the same initial weights;
+without a distribution, on one device of the process), to save a process
+start; each run prints one `DISTRIBUTION ...` line.
 
 The data are scikit-learn's digits (8x8 scaled to 16x16, RGB), the first
 `steps x 16` in order; the initial weights come from a seeded NumPy
@@ -37,13 +41,14 @@ def main(argv=None):
     parser.add_argument("--coordinator")
     parser.add_argument("--num-processes", type=int)
     parser.add_argument("--process-id", type=int)
+    parser.add_argument("--then", nargs=2, action="append", default=[],
+                        metavar=("SPEC", "OUT"), help="another run after this one")
     args = parser.parse_args(argv)
 
     import keras_vit.training as training
 
     processes = training.initialize_processes(args.coordinator, args.num_processes,
                                               args.process_id)
-    import jax
     import keras
     import tensorflow as tf
     from sklearn.datasets import load_digits
@@ -54,8 +59,19 @@ def main(argv=None):
                        3, axis=-1).astype("float32")
     labels = keras.utils.to_categorical(digits.target[:count], 10).astype("float32")
     dataset = tf.data.Dataset.from_tensor_slices((images, labels)).batch(BATCH)
+    for spec, out in [(args.spec, args.out), *args.then]:
+        run(spec, out, args, dataset, processes)
+    return 0
 
-    distribution = None if args.spec == "hand-sam" else training.get_distribution(args.spec)
+
+def run(spec, out, args, dataset, processes):
+    """Trains under `spec` and writes the weights to `out` (process 0)."""
+    import jax
+    import keras
+
+    import keras_vit.training as training
+
+    distribution = None if spec == "hand-sam" else training.get_distribution(spec)
     scope = distribution.scope() if distribution is not None else _nothing()
     with scope:
         import keras_vit
@@ -66,7 +82,7 @@ def main(argv=None):
         initial = [rng.normal(0, 0.1, v.shape).astype("float32") for v in model.weights]
         model.set_weights(initial)
         loss = keras.losses.CategoricalCrossentropy(from_logits=True)
-        if args.spec == "hand-sam":
+        if spec == "hand-sam":
             sgd = hand_sam(model, dataset, loss, 0.0)  # plain SGD, to compare
             model.set_weights(initial)
             hand_sam(model, dataset, loss, args.sam_rho)
@@ -78,20 +94,19 @@ def main(argv=None):
             trainable.fit(dataset, epochs=1, steps_per_epoch=args.steps, shuffle=False,
                           verbose=0)
         qkv = model.get_layer("encoderblock_0").weights
-        spec = {v.path: str(v.value.sharding.spec) for v in qkv
-                if hasattr(v.value.sharding, "spec")}
+        sharding = {v.path: str(v.value.sharding.spec) for v in qkv
+                    if hasattr(v.value.sharding, "spec")}
         weights = {v.path.replace("/", "."): global_value(v.value) for v in model.weights}
         weights.update({"initial." + v.path.replace("/", "."): w
                         for v, w in zip(model.weights, initial)})
-        if args.spec == "hand-sam":
+        if spec == "hand-sam":
             weights.update({"sgd." + v.path.replace("/", "."): np.asarray(w)
                             for v, w in zip(model.trainable_variables, sgd)})
     info = training.distribution.describe(distribution)
-    print("DISTRIBUTION", info, "SHARDING", spec, "PROCESSES", processes,
+    print("DISTRIBUTION", info, "SHARDING", sharding, "PROCESSES", processes,
           "LOCAL_DEVICES", jax.local_device_count(), flush=True)
     if jax.process_index() == 0:
-        np.savez(args.out, **weights)
-    return 0
+        np.savez(out, **weights)
 
 
 SAM_LR = 2.0
@@ -129,7 +144,7 @@ def global_value(array):
     return np.asarray(multihost_utils.process_allgather(array, tiled=True))
 
 
-class _nothing:
+class _nothing:  # noqa: N801  used like contextlib.nullcontext
     def __enter__(self):
         return self
 

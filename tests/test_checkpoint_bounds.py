@@ -1,4 +1,4 @@
-"""Checkpoint files that lie (issue 25, items 4 and 9).
+"""Checkpoint files that lie: the bounds of the checkpoint readers.
 
 Safetensors headers that break the format's rules, sharded indexes that
 point outside their folder, and `.npz` files whose declared shapes, zip
@@ -286,7 +286,7 @@ def npy_bytes(shape, body, descr="<f4"):
 
 
 def test_a_lying_npy_header_is_refused_before_allocating(tmp_path):
-    """The issue's 231-byte file: a 3.64 TiB array declared over 4 bytes."""
+    """A 231-byte file: a 3.64 TiB array declared over 4 bytes."""
     header, member = npy_bytes((10**12,), bytes(4))
     for compression in (zipfile.ZIP_STORED, zipfile.ZIP_DEFLATED):
         path = tmp_path / f"liar{compression}.npz"

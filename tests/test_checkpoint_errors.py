@@ -13,6 +13,7 @@ import keras
 import numpy as np
 import pytest
 
+import conftest
 import keras_vit
 from conftest import predict
 from keras_vit.weights import official
@@ -28,10 +29,10 @@ ACCEPTED = ("keras_vit reads official .npz checkpoints (google-research/"
 
 
 def tiny_vit(**kwargs):
-    config = dict(patch_size=4, hidden_size=16, num_layers=1, num_heads=2,
-                  mlp_dim=32, input_shape=(16, 16, 3), classes=5)
-    config.update(kwargs)
-    return keras_vit.VisionTransformer(**config)
+    """The tiny ViT of conftest.py for 16x16 images in 4x4 patches, 5 classes
+    (the sizes the messages below name)."""
+    return conftest.tiny_vit(**{"patch_size": 4, "input_shape": (16, 16, 3), "classes": 5,
+                                **kwargs})
 
 
 def entry_points():
@@ -316,13 +317,13 @@ def test_mismatch_message_summary_hint_and_capped_lists(tmp_path):
         "width 32, 2 heads, MLP 64, patch 4) with a 5-class head.")
     assert f"keras_vit.model_from_checkpoint({path!r})" in lines[1]
     assert f"keras-vit predict --model auto --weights {path}" in lines[1]
-    unexpected = next(l for l in lines if l.startswith("  unexpected keys (48): "))
-    misshaped = next(l for l in lines if l.startswith("  mis-shaped keys (23): "))
+    unexpected = next(line for line in lines if line.startswith("  unexpected keys (48): "))
+    misshaped = next(line for line in lines if line.startswith("  mis-shaped keys (23): "))
     assert unexpected.endswith(", ... and 28 more")
     assert misshaped.endswith(", ... and 3 more")
     assert unexpected.count("Transformer/") == 20
     assert misshaped.count(" vs model ") == 20
-    assert not any(l.startswith("  missing keys") for l in lines)
+    assert not any(line.startswith("  missing keys") for line in lines)
     # the full lists stay on the exception
     assert (len(error.missing), len(error.unexpected), len(error.misshaped)) == (0, 48, 23)
     assert error.source == path and error.model_name == "vision_transformer"

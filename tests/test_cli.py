@@ -1,29 +1,21 @@
-"""The `keras-vit` command: `models` and `predict`, text and --json."""
+"""The `keras-vit` command in this process (`keras_vit.cli.main`): `models`
+and `predict`, text and --json; numeric flags; the one-line errors. (In a
+fresh process, as the console script runs: test_console.py.)"""
 
-import io
 import json
-import subprocess
 import sys
 
+import keras
 import numpy as np
 import pytest
 import tensorflow as tf
 
-import keras_vit
-from keras_vit import cli
-from keras_vit.models.auto import architecture_from_checkpoint
-from keras_vit.weights.official import read_checkpoint
-from official_fixtures import NAMES, Fixture
-
-
-def run(argv):
-    out = io.StringIO()
-    code = cli.main(argv, out=out)
-    return code, out.getvalue()
+from conftest import run_cli, tiny_keras_file
+from official_fixtures import Fixture
 
 
 def test_models_json_lists_variants_and_families():
-    code, text = run(["models", "--json"])
+    code, text, _ = run_cli("models", "--json")
     assert code == 0
     data = json.loads(text)
     functions = {row["function"] for row in data["models"]}
@@ -35,24 +27,9 @@ def test_models_json_lists_variants_and_families():
 
 
 def test_models_text_table():
-    code, text = run(["models"])
+    code, text, _ = run_cli("models")
     assert code == 0
     assert "ViTB16     B/16" in text and "augreg:<filename>" in text
-
-
-def test_console_script_is_installed():
-    result = subprocess.run([sys.executable, "-m", "keras_vit.cli", "models", "--json"],
-                            capture_output=True, text=True, check=True)
-    assert json.loads(result.stdout)["models"]
-
-
-@pytest.mark.parametrize("name", NAMES)
-def test_architecture_is_read_from_the_checkpoint(name):
-    fixture = Fixture(name)
-    builder, expected = fixture.architecture()
-    family, config = architecture_from_checkpoint(read_checkpoint(fixture.checkpoint))
-    assert family == ("mixer" if fixture.is_mixer else "vit")
-    assert config == expected
 
 
 def write_pngs(images, tmp_path):
@@ -67,14 +44,15 @@ def write_pngs(images, tmp_path):
 def test_predict_json_matches_the_official_logits(tmp_path):
     fixture = Fixture("vit_tiny_token")
     paths = write_pngs(fixture.io["images_uint8"], tmp_path)
-    code, text = run(["predict", *paths, "--weights", fixture.checkpoint, "--top", "3", "--json"])
+    code, text, _ = run_cli("predict", *paths, "--weights", fixture.checkpoint, "--top", "3",
+                            "--json")
     assert code == 0
     result = json.loads(text)
     assert result["image_size"] == [32, 32]
     logits = fixture.io["logits"]
     probs = np.exp(logits - logits.max(1, keepdims=True))
     probs /= probs.sum(1, keepdims=True)
-    for row, p in zip(result["predictions"], probs):
+    for row, p in zip(result["predictions"], probs, strict=True):
         assert [t["index"] for t in row["top"]] == list(np.argsort(-p)[:3])
         assert row["top"][0]["label"] == f"class_{np.argmax(p)}"
         assert row["top"][0]["probability"] == pytest.approx(p.max(), abs=1e-5)
@@ -86,44 +64,126 @@ def test_predict_text_with_labels_and_resize(tmp_path):
     paths = write_pngs(big[:1], tmp_path)
     labels = tmp_path / "labels.txt"
     labels.write_text("\n".join(f"thing{i}" for i in range(10)))
-    code, text = run(["predict", *paths, "--weights", fixture.checkpoint,
-                      "--labels", str(labels), "--top", "2"])
+    code, text, _ = run_cli("predict", *paths, "--weights", fixture.checkpoint,
+                            "--labels", str(labels), "--top", "2")
     assert code == 0
     assert text.startswith(f"{paths[0]}:\n  1. thing")
     assert text.count("(class ") == 2
 
 
-def test_predict_errors_exit_2(tmp_path, capsys):
+def test_predict_errors_exit_2(tmp_path):
     fixture = Fixture("vit_tiny_token")
-    code, _ = run(["predict", str(tmp_path / "none.png"), "--weights", fixture.checkpoint])
+    code, _, err = run_cli("predict", tmp_path / "none.png", "--weights", fixture.checkpoint)
     assert code == 2
-    assert capsys.readouterr().err == (
-        f"keras-vit: error: Image not found: '{tmp_path / 'none.png'}'.\n")
+    assert err == f"keras-vit: error: Image not found: '{tmp_path / 'none.png'}'.\n"
     (tmp_path / "x.png").write_bytes(b"not an image")
-    code, _ = run(["predict", str(tmp_path / "x.png"), "--weights", fixture.checkpoint])
+    code, _, err = run_cli("predict", tmp_path / "x.png", "--weights", fixture.checkpoint)
     assert code == 2
-    err = capsys.readouterr().err
     assert err.startswith("keras-vit: error: Cannot decode") and err.count("\n") == 1
     (tmp_path / "ok.png").write_bytes(tf.io.encode_png(fixture.io["images_uint8"][0]).numpy())
-    code, _ = run(["predict", str(tmp_path / "ok.png"), "--weights", "imagenet21k"])
+    code, _, err = run_cli("predict", tmp_path / "ok.png", "--weights", "imagenet21k")
     assert code == 2
-    assert "--model auto reads the architecture from a local official .npz, a " in capsys.readouterr().err
+    assert "--model auto reads the architecture from a local official .npz, a " in err
     # `predict model.keras image.png` (evaluate's order): found here by hand.
     keras_file = tmp_path / "model.keras"
     keras_file.write_bytes(b"any")
-    code, _ = run(["predict", str(keras_file), str(tmp_path / "ok.png")])
+    code, _, err = run_cli("predict", keras_file, tmp_path / "ok.png")
     assert code == 2
-    assert capsys.readouterr().err == (
+    assert err == (
         f"keras-vit: error: '{keras_file}' is a Keras model file, not an image: give it "
         f"as --model {keras_file}.\n")
-    code, _ = run(["predict", str(tmp_path / "ok.png"), "--model", "ViTQ",
-                   "--weights", "imagenet21k"])
+    code, _, err = run_cli("predict", tmp_path / "ok.png", "--model", "ViTQ",
+                           "--weights", "imagenet21k")
     assert code == 2
-    assert "Unknown --model 'ViTQ'" in capsys.readouterr().err
+    assert "Unknown --model 'ViTQ'" in err
 
 
-def test_model_from_checkpoint_matches_the_explicit_builder():
-    fixture = Fixture("r26_vit_tiny")
-    model = keras_vit.model_from_checkpoint(fixture.checkpoint, classifier_activation=None)
-    np.testing.assert_allclose(model.predict(fixture.io["images_uint8"], verbose=0),
-                               fixture.io["logits"], rtol=1e-5, atol=2e-5)
+def test_fit_progress_is_a_line_per_epoch_unless_on_a_terminal():
+    """A log file or pipe gets `verbose=2` (no carriage returns and colour
+    codes); a terminal the live bar; --quiet always one line per epoch."""
+    from types import SimpleNamespace
+
+    from keras_vit.cli import _progress_verbosity
+
+    class Stream:
+        def __init__(self, tty):
+            self.tty = tty
+
+        def isatty(self):
+            return self.tty
+
+    for json_flag in (False, True):
+        for tty, quiet, expected in ((True, False, 1), (False, False, 2), (True, True, 2)):
+            stream = "stderr" if json_flag else "stdout"
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(sys, stream, Stream(tty))
+                assert _progress_verbosity(SimpleNamespace(json=json_flag, quiet=quiet)) == expected
+
+
+# ------------------------------------------------------------ numeric arguments
+
+@pytest.mark.parametrize("args, message", [
+    (["train", "--data", "folder:x", "--epochs", "0"],
+     "argument --epochs: must be a positive integer, got 0"),
+    (["train", "--data", "folder:x", "--steps", "0"],
+     "argument --steps: must be a positive integer, got 0"),
+    (["train", "--data", "folder:x", "--batch-size", "0"],
+     "argument --batch-size: must be a positive integer, got 0"),
+    (["train", "--data", "folder:x", "--gradient-accumulation-steps", "0"],
+     "argument --gradient-accumulation-steps: must be a positive integer, got 0"),
+    (["train", "--data", "folder:x", "--learning-rate", "-1"],
+     "argument --learning-rate: must be a finite number > 0, got -1.0"),
+    (["train", "--data", "folder:x", "--learning-rate", "nan"],
+     "argument --learning-rate: must be a finite number > 0, got nan"),
+    (["train", "--data", "folder:x", "--sam-rho", "inf"],
+     "argument --sam-rho: must be a finite number > 0, got inf"),
+    (["train", "--data", "folder:x", "--holdout", "1"],
+     "argument --holdout: must be a number in [0, 1), got 1.0"),
+    (["train", "--data", "folder:x", "--epochs", "two"],
+     "argument --epochs: must be a positive integer, got 'two'"),
+    (["train", "--data", "folder:x", "--process-id", "-1"],
+     "argument --process-id: must be an integer >= 0, got -1"),
+    (["predict", "a.png", "--top", "0"], "argument --top: must be a positive integer, got 0"),
+    (["evaluate", "m.keras", "--data", "folder:x", "--batch-size", "-3"],
+     "argument --batch-size: must be a positive integer, got -3"),
+    (["export", "m.keras", "--format", "tflite", "--out", "m.tflite",
+      "--calibration-samples", "0"],
+     "argument --calibration-samples: must be a positive integer, got 0"),
+    (["quickstart", "--epochs", "0"], "argument --epochs: must be a positive integer, got 0"),
+])
+def test_numeric_flags_are_checked_in_one_line(args, message):
+    result = run_cli(*args)
+    command = args[0]
+    assert result.code == 2
+    assert result.err_lines == [
+        f"keras-vit {command}: error: {message} (see keras-vit {command} --help)"]
+
+
+# ------------------------------------------------------------ .keras files
+
+@pytest.mark.parametrize("content", ["text", "truncated", "empty"])
+def test_an_unreadable_keras_file_is_called_unreadable_not_missing(tmp_path, content):
+    path = tmp_path / "model.keras"
+    if content == "text":
+        path.write_text("not a model\n")
+    elif content == "truncated":
+        tiny_keras_file(tmp_path / "whole.keras")
+        data = (tmp_path / "whole.keras").read_bytes()
+        path.write_bytes(data[: len(data) // 2])
+    else:
+        path.write_bytes(b"")
+    size = path.stat().st_size
+    expected = (f"MODEL {str(path)!r} exists but is not a readable .keras file (a .keras "
+                f"file is a zip archive; this one, {size:,} bytes, is not: truncated by an "
+                "interrupted copy or download, or another kind of file renamed).")
+    for args in (("evaluate", str(path), "--data", "folder:x"),
+                 ("export", str(path), "--format", "tflite", "--out", str(tmp_path / "m.tflite"))):
+        result = run_cli(*args)
+        assert (result.code, result.err_lines) == (2, [f"keras-vit: error: {expected}"])
+    image = tmp_path / "a.png"
+    keras.utils.save_img(image, np.zeros((8, 8, 3), "uint8"))
+    result = run_cli("predict", str(image), "--model", str(path))
+    assert result.err_lines == [f"keras-vit: error: {expected.replace('MODEL', '--model', 1)}"]
+    result = run_cli("evaluate", str(tmp_path / "absent.keras"), "--data", "folder:x")
+    assert result.err_lines == [
+        f"keras-vit: error: Model not found: {str(tmp_path / 'absent.keras')!r}."]

@@ -37,7 +37,7 @@ def test_folder_eval_pipeline_gives_the_source_pixels_and_labels(folder):
     assert info.class_names == list(CLASSES) and info.num_examples == 18
     assert images.dtype == np.float32 and images.shape == (18, 64, 64, 3)
     assert labels.shape == (18, 3) and (labels.sum(1) == 1).all()
-    got = sorted((int(l.argmax()), digest(x)) for x, l in zip(images, labels))
+    got = sorted((int(y.argmax()), digest(x)) for x, y in zip(images, labels))
     expected = sorted((label, digest(pixels)) for label, pixels in truth.values())
     assert got == expected
 
@@ -210,7 +210,7 @@ def test_bad_arguments():
         data.make_dataset("folder:/nowhere", preset="heavy")
     with pytest.raises(ValueError, match=r"RandAugment magnitude must be in \[0, 30\]"):
         data.make_dataset("folder:/nowhere", preset=data.Preset("x", True, randaugment=(2, 31)))
-    with pytest.raises(ValueError, match=r"`batch_size` must be a positive int, got 0\."):
+    with pytest.raises(ValueError, match=r"`batch_size` must be a positive integer, got 0\."):
         data.make_dataset("folder:/nowhere", batch_size=0)
     with pytest.raises(ValueError, match=r"Image folder not found: '/nowhere'\."):
         data.make_dataset("folder:/nowhere")

@@ -1,9 +1,8 @@
-"""The data layer at its edges (issue 25, items 3, 6 and 13): class names that
-cannot be a line of labels.txt, `skipped_corrupt` counting distinct files,
-entries that cannot be read, and images too large to decode. Folders of real
-digit scans and crafted files, made in the test."""
+"""The data layer at its edges: class names that cannot be a line of
+labels.txt, `skipped_corrupt` counting distinct files, entries that cannot
+be read, and images too large to decode. Folders of real digit scans and
+crafted files, made in the test."""
 
-import io
 import json
 import os
 import re
@@ -17,10 +16,15 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from keras_vit import cli, data, labels
+from conftest import run_cli, tiny_keras_file, tiny_vit
+from data_helpers import corrupt_png, iterate, undecodable_png, write_digit_folder
+from keras_vit import data, labels
 from keras_vit.data import sample, sources
 from official_fixtures import REPO_ROOT
-from test_data_splits import corrupt_png, iterate, undecodable_png, write_digits
+
+# The tiny ViT (conftest.py) for the 8x8 digit scans, with a logits head.
+TINY_8PX = dict(patch_size=4, input_shape=(8, 8, 3), classifier_activation=None,
+                classifier="gap")
 
 
 def _chunk(kind, payload):
@@ -48,10 +52,10 @@ def zeros_png(width, height, rows=1000):
 
 def folder(tmp_path, per_class=4):
     root = str(tmp_path / "d")
-    return root, write_digits(root, per_class=per_class)
+    return root, write_digit_folder(root, per_class=per_class)
 
 
-# --- item 3: class names that cannot be a line of labels.txt -----------------
+# --- class names that cannot be a line of labels.txt -----------------
 
 def test_the_label_line_rule_known_answers():
     assert labels.label_line_problem("a\nb") == "a line break ('\\n')"
@@ -82,8 +86,8 @@ def test_a_class_folder_with_a_line_break_is_refused_at_listing(tmp_path):
 
 def test_a_split_layout_class_folder_with_a_tab_is_refused(tmp_path):
     root = str(tmp_path / "d")
-    write_digits(os.path.join(root, "train"), per_class=2)
-    write_digits(os.path.join(root, "test"), per_class=2, classes=(0,))
+    write_digit_folder(os.path.join(root, "train"), per_class=2)
+    write_digit_folder(os.path.join(root, "test"), per_class=2, digits=(0,))
     os.mkdir(os.path.join(root, "test", "x\ty"))  # only in the other split: still a class
     with pytest.raises(ValueError, match=r"^Class folder '.*/test/x\\ty' has a name holding "
                                          r"a control character \('\\t'\); class names"):
@@ -98,7 +102,7 @@ def test_export_label_files_use_the_same_rule():
         tflite_metadata.classifier_labels(None, 2, labels=["a", "b\tc"])
 
 
-# --- item 6: skipped_corrupt counts distinct files --------------------------
+# --- skipped_corrupt counts distinct files --------------------------
 
 @pytest.mark.parametrize("damage", [corrupt_png, undecodable_png])
 def test_one_corrupt_file_counts_once_over_one_and_many_epochs(tmp_path, damage):
@@ -132,23 +136,20 @@ def test_a_partial_epoch_counts_the_files_read_so_far_once(tmp_path):
 
 
 def test_train_reports_distinct_skipped_files(tmp_path):
-    import keras_vit
     from keras_vit import training
 
     root = str(tmp_path / "d")
-    written = write_digits(os.path.join(root, "train"), per_class=4)
-    write_digits(os.path.join(root, "test"), per_class=2, offset=4)
+    written = write_digit_folder(os.path.join(root, "train"), per_class=4)
+    write_digit_folder(os.path.join(root, "test"), per_class=2, offset=4)
     corrupt_png(written[1])
-    model = keras_vit.VisionTransformer(
-        patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
-        input_shape=(8, 8, 3), classes=3, classifier_activation=None, classifier="gap")
+    model = tiny_vit(**TINY_8PX)
     results = training.train(model, f"folder:{root}", recipe="scratch", image_size=8,
                              batch_size=4, epochs=4, steps_per_epoch=3, skip_corrupt=True,
                              out=str(tmp_path / "run"), verbose=0)
     assert results["skipped_corrupt"] == {"train": 1, "validation": 0}
 
 
-# --- item 13: entries that cannot be read -----------------------------------
+# --- entries that cannot be read -----------------------------------
 
 def unreadable_entries(root):
     """A dangling symbolic link, a symbolic link loop, a directory and a FIFO,
@@ -218,21 +219,20 @@ def test_export_samples_name_or_count_unreadable_entries(tmp_path):
     assert picked.skipped_corrupt == [dangling] and len(picked.images) == 6
 
 
-def test_cli_train_names_a_dangling_link_in_one_line(tmp_path, capsys):
+def test_cli_train_names_a_dangling_link_in_one_line(tmp_path):
     root, _ = folder(tmp_path)
     dangling = os.path.join(root, "0", "x.png")
     os.symlink("missing.png", dangling)
-    code = cli.main(["train", "--model", "ViTTi16", "--data", f"folder:{root}", "--steps",
-                     "1", "--image-size", "8", "--out", str(tmp_path / "run")],
-                    out=io.StringIO())
-    err = capsys.readouterr().err.strip().splitlines()
+    code, _, err = run_cli("train", "--model", "ViTTi16", "--data", f"folder:{root}",
+                           "--steps", "1", "--image-size", "8", "--out", tmp_path / "run")
+    err = err.strip().splitlines()
     assert code == 2
     assert err[-1] == (f"keras-vit: error: Cannot read image file {dangling!r} (a symbolic "
                        "link to 'missing.png', which does not exist); pass skip_corrupt=True "
                        "(keras-vit: --skip-corrupt) to skip and count such files.")
 
 
-# --- item 13: images too large to decode ------------------------------------
+# --- images too large to decode ------------------------------------
 
 def test_header_shape_known_answers(tmp_path):
     from PIL import Image
@@ -289,22 +289,16 @@ def test_a_30000_px_png_is_named_or_skipped_and_counted(tmp_path):
         assert iterate(dataset) == 12 and info.skipped_corrupt == 1
 
 
-def test_cli_train_names_a_huge_image_in_one_line(tmp_path, capsys):
-    import keras_vit
-
+def test_cli_train_names_a_huge_image_in_one_line(tmp_path):
     root, _ = folder(tmp_path)
     huge = os.path.join(root, "0", "huge.png")
     with open(huge, "wb") as f:
         f.write(zeros_png(30000, 30000))
-    model = str(tmp_path / "tiny.keras")
-    keras_vit.VisionTransformer(
-        patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
-        input_shape=(8, 8, 3), classes=3, classifier_activation=None,
-        classifier="gap").save(model)
-    code = cli.main(["train", "--model", model, "--data", f"folder:{root}", "--recipe",
-                     "scratch", "--batch-size", "4", "--epochs", "1", "--holdout", "0.25",
-                     "--quiet", "--out", str(tmp_path / "run")], out=io.StringIO())
-    err = capsys.readouterr().err.strip().splitlines()
+    model = tiny_keras_file(tmp_path / "tiny.keras", **TINY_8PX)
+    code, _, err = run_cli("train", "--model", model, "--data", f"folder:{root}", "--recipe",
+                           "scratch", "--batch-size", "4", "--epochs", "1", "--holdout",
+                           "0.25", "--quiet", "--out", tmp_path / "run")
+    err = err.strip().splitlines()
     assert code == 2
     assert err[-1] == (
         f"keras-vit: error: Image file {huge!r} is 30000x30000 = 900,000,000 pixels, more "
@@ -317,7 +311,7 @@ def test_the_pixel_bound_is_checked_before_decoding_within_a_memory_limit(tmp_pa
     under RLIMIT_AS = the warmed-up process + 1 GiB (where decoding it runs
     out of memory), the pipeline names it, or skips and counts it."""
     warm_up = str(tmp_path / "warm")
-    write_digits(warm_up, per_class=1)
+    write_digit_folder(warm_up, per_class=1)
     root, _ = folder(tmp_path, per_class=2)
     huge = os.path.join(root, "0", "huge.png")
     with open(huge, "wb") as f:
@@ -351,28 +345,21 @@ def test_the_pixel_bound_is_checked_before_decoding_within_a_memory_limit(tmp_pa
         "6 1"]
 
 
-def test_cli_predict_names_or_skips_a_huge_image_without_decoding_it(tmp_path, capsys):
-    import keras_vit
-
+def test_cli_predict_names_or_skips_a_huge_image_without_decoding_it(tmp_path):
     huge = str(tmp_path / "huge.png")
     with open(huge, "wb") as f:
         f.write(zeros_png(30000, 30000))
     small = str(tmp_path / "small.png")
     with open(small, "wb") as f:
         f.write(tf.io.encode_png(np.zeros((8, 8, 3), "uint8")).numpy())
-    model = str(tmp_path / "tiny.keras")
-    keras_vit.VisionTransformer(
-        patch_size=4, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=16,
-        input_shape=(8, 8, 3), classes=3, classifier_activation=None,
-        classifier="gap").save(model)
-    code = cli.main(["predict", huge, small, "--model", model], out=io.StringIO())
+    model = tiny_keras_file(tmp_path / "tiny.keras", **TINY_8PX)
+    code, _, err = run_cli("predict", huge, small, "--model", model)
     assert code == 2
-    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+    assert err.strip().splitlines()[-1] == (
         f"keras-vit: error: Image file {huge!r} is 30000x30000 = 900,000,000 pixels, more "
         "than the bound of 178,956,970 (KERAS_VIT_MAX_IMAGE_PIXELS); pass --skip-corrupt to "
         "skip such files, or raise the bound.")
-    out = io.StringIO()
-    assert cli.main(["predict", huge, small, "--model", model, "--skip-corrupt", "--json"],
-                    out=out) == 0
-    result = json.loads(out.getvalue().strip().splitlines()[-1])
+    code, out, _ = run_cli("predict", huge, small, "--model", model, "--skip-corrupt", "--json")
+    assert code == 0
+    result = json.loads(out.strip().splitlines()[-1])
     assert [p["image"] for p in result["predictions"]] == [small]

@@ -9,29 +9,12 @@ import re
 import numpy as np
 import pytest
 import tensorflow as tf
-from sklearn.datasets import load_digits
+from data_helpers import corrupt_png, iterate, undecodable_png, write_digit_folder
 
 from keras_vit import data
 from keras_vit.data import sources
 
 PER_CLASS = 20
-
-
-def write_digits(root, classes=(0, 1, 2), per_class=PER_CLASS, offset=0):
-    """`root/<digit>/<i>.png`, real 8x8 scans; returns the paths written."""
-    digits = load_digits()
-    written = []
-    for digit in classes:
-        images = digits.images[digits.target == digit][offset:offset + per_class]
-        folder = os.path.join(root, str(digit))
-        os.makedirs(folder, exist_ok=True)
-        for i, image in enumerate(images):
-            pixels = (image * (255.0 / 16.0)).astype("uint8")[..., None].repeat(3, -1)
-            path = os.path.join(folder, f"{i:04d}.png")
-            with open(path, "wb") as f:
-                f.write(tf.io.encode_png(pixels).numpy())
-            written.append(path)
-    return written
 
 
 def files(source, split, **kwargs):
@@ -46,7 +29,7 @@ def relative(paths, root):
 @pytest.fixture
 def class_folder(tmp_path):
     root = tmp_path / "digits"
-    write_digits(str(root))
+    write_digit_folder(str(root))
     return str(root)
 
 
@@ -72,7 +55,7 @@ def test_holdout_is_deterministic_and_stable_when_a_class_is_added(class_folder)
     first, _ = files(f"folder:{class_folder}", "validation", holdout=0.25)
     again, _ = files(f"folder:{class_folder}", "validation", holdout=0.25)
     assert first == again
-    write_digits(class_folder, classes=(7,))
+    write_digit_folder(class_folder, digits=(7,))
     after, src = files(f"folder:{class_folder}", "validation", holdout=0.25)
     assert src.class_names == ["0", "1", "2", "7"]
     assert relative(first, class_folder) < relative(after, class_folder)
@@ -123,8 +106,8 @@ def test_make_dataset_on_the_holdout(class_folder):
 
 def test_single_image_class_stays_in_train(tmp_path):
     root = str(tmp_path / "d")
-    write_digits(root, classes=(0, 1), per_class=10)
-    write_digits(root, classes=(5,), per_class=1)
+    write_digit_folder(root, digits=(0, 1), per_class=10)
+    write_digit_folder(root, digits=(5,), per_class=1)
     train, train_src = files(f"folder:{root}", "train", holdout=0.5)
     val, val_src = files(f"folder:{root}", "validation", holdout=0.5)
     assert len(val) == 10 and val_src.classes_present == 2
@@ -137,8 +120,11 @@ def test_single_image_class_stays_in_train(tmp_path):
 
 def test_holdout_bad_values(class_folder):
     source = f"folder:{class_folder}"
-    for bad in (-0.1, 1, 1.5, "0.1", True, None):
-        with pytest.raises(ValueError, match=re.escape(f"holdout={bad!r}; give a float in [0, 1)")):
+    for error, bad in ((ValueError, -0.1), (ValueError, 1), (ValueError, 1.5),
+                       (TypeError, "0.1"), (TypeError, True), (TypeError, None)):
+        with pytest.raises(error, match=re.escape(
+                f"`holdout` must be a number in [0, 1) (the fraction of each class held out "
+                f"for validation, e.g. 0.1), got {bad!r}.")):
             data.open_source(source, "train", holdout=bad)
     with pytest.raises(ValueError, match=re.escape(
             f"{source} has no split subfolders and holdout=0, so there is no held-out set "
@@ -165,8 +151,8 @@ def test_holdout_is_ignored_by_other_sources():
 @pytest.fixture
 def split_folder(tmp_path):
     root = tmp_path / "digits"
-    write_digits(str(root / "train"), per_class=6)
-    write_digits(str(root / "test"), classes=(0, 2), per_class=3, offset=6)
+    write_digit_folder(str(root / "train"), per_class=6)
+    write_digit_folder(str(root / "test"), digits=(0, 2), per_class=3, offset=6)
     return str(root)
 
 
@@ -193,8 +179,8 @@ def test_split_layout_missing_split_names_the_split_and_those_there_are(split_fo
 
 def test_split_layout_validation_aliases(tmp_path):
     root = str(tmp_path / "d")
-    write_digits(os.path.join(root, "train"), per_class=4)
-    write_digits(os.path.join(root, "val"), per_class=2, offset=4)
+    write_digit_folder(os.path.join(root, "train"), per_class=4)
+    write_digit_folder(os.path.join(root, "val"), per_class=2, offset=4)
     os.makedirs(os.path.join(root, "notes"))
     val, src = files(f"folder:{root}", "validation")
     assert len(val) == 6 and src.description == f"folder:{root} (validation: subfolder 'val')"
@@ -207,7 +193,7 @@ def test_split_layout_validation_aliases(tmp_path):
 def test_a_class_named_test_with_images_is_a_class(tmp_path):
     """`test` holding images (not subfolders) is no split folder."""
     root = str(tmp_path / "d")
-    write_digits(root, classes=(0, 1), per_class=4)
+    write_digit_folder(root, digits=(0, 1), per_class=4)
     os.rename(os.path.join(root, "1"), os.path.join(root, "test"))
     _, src = files(f"folder:{root}", "train")
     assert src.split_kind == "holdout" and src.class_names == ["0", "test"]
@@ -228,27 +214,9 @@ def test_quickstart_layout(tmp_path):
 
 # --- corrupt files ---------------------------------------------------------------
 
-def corrupt_png(path):
-    """Truncated: fails the structural check (no IEND)."""
-    raw = open(path, "rb").read()
-    with open(path, "wb") as f:
-        f.write(raw[: len(raw) // 2])
-
-
-def undecodable_png(path):
-    """PNG signature and IEND, garbage between: passes the structural check."""
-    raw = open(path, "rb").read()
-    with open(path, "wb") as f:
-        f.write(raw[:8] + b"garbage!" * 8 + raw[-12:])
-
-
-def iterate(dataset):
-    return sum(int(x.shape[0]) for x, _ in dataset)
-
-
 def test_corrupt_file_without_skip_is_one_line_naming_it(tmp_path):
     root = str(tmp_path / "d")
-    victim = write_digits(root, per_class=4)[5]
+    victim = write_digit_folder(root, per_class=4)[5]
     corrupt_png(victim)
     dataset = data.make_dataset(f"folder:{root}", image_size=8, batch_size=4, holdout=0)
     with pytest.raises(tf.errors.InvalidArgumentError) as info:
@@ -268,7 +236,7 @@ def test_corrupt_file_during_fit(tmp_path):
     import keras
 
     root = str(tmp_path / ("d w[eird] 'name' caf\u00e9 \"q\" back\\slash ] [x" + "y" * 200))
-    victim = write_digits(root, per_class=4)[2]
+    victim = write_digit_folder(root, per_class=4)[2]
     corrupt_png(victim)
     dataset = data.make_dataset(f"folder:{root}", image_size=8, batch_size=4, holdout=0)
     model = keras.Sequential([keras.Input((8, 8, 3)), keras.layers.Flatten(),
@@ -283,7 +251,7 @@ def test_corrupt_file_during_fit(tmp_path):
 
 def test_undecodable_file_passing_the_structural_check(tmp_path):
     root = str(tmp_path / "d")
-    victim = write_digits(root, per_class=4)[7]
+    victim = write_digit_folder(root, per_class=4)[7]
     undecodable_png(victim)
     assert bool(data.looks_like_image(tf.constant(open(victim, "rb").read())))
     dataset = data.make_dataset(f"folder:{root}", image_size=8, batch_size=4, holdout=0)
@@ -302,7 +270,7 @@ def test_undecodable_file_passing_the_structural_check(tmp_path):
 
 def test_skip_corrupt_keeps_the_pixels_and_the_order(tmp_path):
     root = str(tmp_path / "d")
-    write_digits(root, per_class=4)
+    write_digit_folder(root, per_class=4)
     plain = data.make_dataset(f"folder:{root}", image_size=8, batch_size=5, holdout=0)
     skipping = data.make_dataset(f"folder:{root}", image_size=8, batch_size=5, holdout=0,
                                  skip_corrupt=True)
@@ -336,7 +304,7 @@ def test_data_error_label_out_of_range_and_other_errors():
 def test_non_image_files_are_logged(tmp_path, caplog):
     caplog.set_level(logging.INFO, logger="keras_vit")
     root = str(tmp_path / "d")
-    write_digits(root, per_class=3)
+    write_digit_folder(root, per_class=3)
     open(os.path.join(root, "0", "readme.txt"), "w").close()
     open(os.path.join(root, "0", ".DS_Store"), "w").close()
     _, src = files(f"folder:{root}", "train", holdout=0)

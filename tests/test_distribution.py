@@ -13,9 +13,10 @@ import sys
 import keras
 import numpy as np
 import pytest
-from test_training import tiny_keras_file
+from data_helpers import write_digit_folder
 
 import keras_vit
+from conftest import run_cli, tiny_keras_file, tiny_mixer, tiny_vit
 from keras_vit.training import distribution as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -35,18 +36,34 @@ def jax_env(devices):
     return env
 
 
-def train_worker(tmp_path, spec, devices, name, *flags, timeout=300):
-    out = tmp_path / f"{name}.npz"
-    result = subprocess.run([sys.executable, WORKER, spec, str(out), *flags],
-                            env=jax_env(devices), capture_output=True, text=True,
+def train_workers(tmp_path, devices, *specs, flags=(), timeout=300):
+    """Trains under each of `specs`, one after the other, in one worker process
+    with `devices` CPU devices (one process start for all); returns
+    {spec: (final weights, the run's DISTRIBUTION line)}."""
+    outs = {spec: tmp_path / f"{spec.replace(':', '_')}.npz" for spec in specs}
+    command = [sys.executable, WORKER, specs[0], str(outs[specs[0]]), *flags]
+    for spec in specs[1:]:
+        command += ["--then", spec, str(outs[spec])]
+    result = subprocess.run(command, env=jax_env(devices), capture_output=True, text=True,
                             timeout=timeout)
     assert result.returncode == 0, result.stderr[-3000:]
-    return dict(np.load(out)), result.stdout
+    lines = [line for line in result.stdout.splitlines() if line.startswith("DISTRIBUTION")]
+    assert len(lines) == len(specs), result.stdout
+    return {spec: (dict(np.load(outs[spec])), line) for spec, line in zip(specs, lines,
+                                                                          strict=True)}
 
 
 @pytest.fixture(scope="module")
-def one_device(tmp_path_factory):
-    return train_worker(tmp_path_factory.mktemp("one"), "none", 1, "one")[0]
+def four_devices(tmp_path_factory):
+    """One process with 4 CPU devices runs `none` (no distribution: the model
+    lives on one device), then `data`, then `model:2`."""
+    return train_workers(tmp_path_factory.mktemp("runs"), 4, "none", "data", "model:2")
+
+
+@pytest.fixture(scope="module")
+def one_device(four_devices):
+    """The weights of the run on one device: the reference."""
+    return four_devices["none"][0]
 
 
 def assert_same_weights(got, expected):
@@ -59,15 +76,16 @@ def assert_same_weights(got, expected):
         np.testing.assert_allclose(got[key], expected[key], atol=1e-5, rtol=0, err_msg=key)
 
 
-def test_data_parallel_over_4_devices_ends_with_the_one_device_weights(tmp_path, one_device):
-    weights, stdout = train_worker(tmp_path, "data", 4, "data")
+def test_data_parallel_over_4_devices_ends_with_the_one_device_weights(four_devices,
+                                                                        one_device):
+    weights, stdout = four_devices["data"]
     assert "'kind': 'data', 'devices': 4, 'processes': 1" in stdout
     assert_same_weights(weights, one_device)
 
 
 def test_model_parallel_2x2_splits_the_kernels_and_ends_with_the_same_weights(
-        tmp_path, one_device):
-    weights, stdout = train_worker(tmp_path, "model:2", 4, "model")
+        four_devices, one_device):
+    weights, stdout = four_devices["model:2"]
     assert "'kind': 'model:2', 'devices': 4, 'processes': 1" in stdout
     assert "'mesh': {'batch': 2, 'model': 2}" in stdout
     sharding = stdout.split("SHARDING", 1)[1]
@@ -124,10 +142,12 @@ def test_sam_under_data_parallel_matches_a_hand_reference(tmp_path):
     """SAMModel's JAX train step over 4 devices (`DataParallel`) ends with
     the weights of SAM written out by hand with `jax.grad` on one device
     (3 SGD steps, rho 0.05): on JAX the ascent uses the global batch's
-    gradient, whatever the device count."""
-    expected, _ = train_worker(tmp_path, "hand-sam", 1, "hand", "--sam-rho", "0.05")
+    gradient, whatever the device count. (One process: the hand reference
+    first, without a distribution, then SAMModel.)"""
+    runs = train_workers(tmp_path, 4, "hand-sam", "data", flags=("--sam-rho", "0.05"))
+    expected, _ = runs["hand-sam"]
     sgd = {k[len("sgd."):]: expected.pop(k) for k in list(expected) if k.startswith("sgd.")}
-    weights, stdout = train_worker(tmp_path, "data", 4, "sam", "--sam-rho", "0.05")
+    weights, stdout = runs["data"]
     assert "'kind': 'data', 'devices': 4" in stdout
     assert_same_weights(weights, expected)
     # The perturbation mattered: plain SGD steps end elsewhere.
@@ -149,11 +169,8 @@ def test_specs_parse_and_bad_ones_say_what_is_allowed():
 
 
 def test_the_layout_map_names_every_large_kernel():
-    vit = keras_vit.VisionTransformer(**{k: v for k, v in dict(
-        patch_size=4, hidden_size=24, num_layers=2, num_heads=2, mlp_dim=48).items()},
-        input_shape=(16, 16, 3), classes=5)
-    mixer = keras_vit.MLPMixer(patch_size=4, hidden_size=24, num_blocks=2, tokens_mlp_dim=12,
-                               channels_mlp_dim=48, input_shape=(16, 16, 3), classes=5)
+    vit = tiny_vit(num_layers=2)
+    mixer = tiny_mixer(num_blocks=2)
     split = {}
     for model in (vit, mixer):
         for variable in model.weights:
@@ -231,10 +248,10 @@ def test_cli_train_on_jax_over_4_devices_reports_its_distribution(tmp_path):
     """`keras-vit train --distribution data --sam-rho 0.05` on JAX: the final JSON line says
     backend, kind, devices and processes. (Bad specs on JAX:
     test_jax_refuses_a_split_the_devices_cannot_make_and_tf_strategies.)"""
-    digits_folder(tmp_path / "digits")
+    small_digits(tmp_path / "digits")
     command = [sys.executable, "-m", "keras_vit.cli", "train", "--data",
                f"folder:{tmp_path / 'digits'}", "--model",
-               tiny_keras_file(tmp_path / "tiny.keras"), "--recipe", "scratch",
+               digits_model(tmp_path / "tiny.keras"), "--recipe", "scratch",
                "--image-size", "32", "--batch-size", "8", "--steps", "2", "--json", "--quiet",
                "--out", str(tmp_path / "run")]
     result = subprocess.run(command + ["--distribution", "data", "--sam-rho", "0.05"],
@@ -246,38 +263,39 @@ def test_cli_train_on_jax_over_4_devices_reports_its_distribution(tmp_path):
                                     "processes": 1, "mesh": {"batch": 4}}
     assert "keras.distribution DataParallel (data), 4 replica(s)" in result.stderr
     assert line["data"]["validation"]["images"] == 30
-    # The saved model, reloaded in a fresh TensorFlow process, scores the same
+    # The saved model, reloaded in TensorFlow, scores the same
     # accuracy on the same 30 images: the padding counted for nothing.
     scores = evaluate_in_tensorflow(line["model"], f"folder:{tmp_path / 'digits'}")
     assert scores["images"] == 30
     assert abs(scores["accuracy"] - line["val_accuracy"]) < 1e-6
 
 
-def digits_folder(root):
+def small_digits(root):
     """4 training and 3 test scans of every digit as PNG files: 30 test
     images in batches of 8 end with a batch of 6, which 4 devices cannot
     split unless it is padded."""
-    from PIL import Image
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    for label in range(10):
-        for n, i in enumerate(np.flatnonzero(digits.target == label)[:7]):
-            folder = root / ("train" if n < 4 else "test") / str(label)
-            folder.mkdir(parents=True, exist_ok=True)
-            Image.fromarray((digits.images[i] * 16).astype("uint8")).convert("RGB").save(
-                folder / f"{i}.png")
+    write_digit_folder(str(root), digits=range(10), splits={"train": 4, "test": 3})
     return root
 
 
+def digits_model(path):
+    """The tiny ViT (conftest.py) with a 10-class logits head, saved at `path`."""
+    return tiny_keras_file(path, classifier="gap", classes=10, classifier_activation=None)
+
+
 def evaluate_in_tensorflow(model_path, data):
-    """`keras-vit evaluate` in a fresh TensorFlow process; its JSON."""
-    result = subprocess.run(
-        [sys.executable, "-m", "keras_vit.cli", "evaluate", str(model_path), "--data", data],
-        env=dict(jax_env(1), KERAS_BACKEND="tensorflow"), capture_output=True, text=True,
-        timeout=400)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    """`keras-vit evaluate` on TensorFlow (in this process when it runs
+    TensorFlow, else in a fresh one); its JSON."""
+    if keras.backend.backend() == "tensorflow":
+        code, stdout, stderr = run_cli("evaluate", model_path, "--data", data)
+    else:
+        result = subprocess.run(
+            [sys.executable, "-m", "keras_vit.cli", "evaluate", str(model_path), "--data",
+             data], env=dict(jax_env(1), KERAS_BACKEND="tensorflow"), capture_output=True,
+            text=True, timeout=400)
+        code, stdout, stderr = result.returncode, result.stdout, result.stderr
+    assert code == 0, stderr[-3000:]
+    return json.loads(stdout.strip().splitlines()[-1])
 
 
 def test_cli_train_in_two_processes_writes_one_run(tmp_path):
@@ -287,13 +305,13 @@ def test_cli_train_in_two_processes_writes_one_run(tmp_path):
     best.keras, model.keras: `_saving.host_values` gathers the pieces),
     both end with the same weights and scores, process 0 writes OUT and
     process 1 OUT/workers/1, and the saved model scores the reported
-    validation accuracy in a fresh TensorFlow process. (That the gathered
+    validation accuracy in TensorFlow. (That the gathered
     pieces are the right ones: the `model:4` worker test above.)"""
-    data = f"folder:{digits_folder(tmp_path / 'digits')}"
+    data = f"folder:{small_digits(tmp_path / 'digits')}"
     out = tmp_path / "run"
     results = run_two_processes(
         [sys.executable, "-m", "keras_vit.cli", "train", "--data", data, "--model",
-         tiny_keras_file(tmp_path / "tiny.keras"), "--recipe", "scratch", "--image-size", "32",
+         digits_model(tmp_path / "tiny.keras"), "--recipe", "scratch", "--image-size", "32",
          "--batch-size", "8", "--epochs", "2", "--steps-per-epoch", "2", "--json", "--quiet",
          "--out", str(out), "--distribution", "model:4"], 2)
     lines = []
@@ -337,9 +355,7 @@ def test_padded_validation_scores_exactly_what_the_unpadded_one_does():
     shapes = [tuple(b[0].shape) for b in padded]
     assert shapes == [(4, 16, 16, 3)] * 4
     assert [float(b[2].numpy().sum()) for b in padded][-1] == pytest.approx(16 / 13)
-    model = keras_vit.VisionTransformer(patch_size=4, hidden_size=24, num_layers=1,
-                                        num_heads=2, mlp_dim=48, input_shape=(16, 16, 3),
-                                        classes=5, classifier_activation=None)
+    model = tiny_vit(input_shape=(16, 16, 3), classes=5, classifier_activation=None)
     model.set_weights([rng.normal(0, 0.3, w.shape).astype("float32")
                        for w in model.get_weights()])
     loss = keras.losses.CategoricalCrossentropy(from_logits=True, label_smoothing=0.1)

@@ -229,7 +229,7 @@ def test_corrupt_cached_file_is_replaced(server, caplog):
 def test_cached_file_of_another_format_under_an_npz_name_is_replaced(server, caplog,
                                                                      content):
     """A .npy array or an HTML page cached under the checkpoint's .npz name
-    counts as corrupt: deleted and downloaded again (issue 17)."""
+    counts as corrupt: deleted and downloaded again."""
     fixture = Fixture("vit_tiny_token")
     url = server.put("files/good.npz", fixture.checkpoint)
     cache_dir().mkdir(parents=True, exist_ok=True)
@@ -316,7 +316,7 @@ def test_preprocess_input_is_the_official_formula():
                                   (x.astype("float32") - 127.5) / 127.5)
 
 
-# --- issue 16: cache keys, process-safe and resumable downloads --------------
+# --- cache keys, process-safe and resumable downloads -----------------------
 
 SMALL = "mixer_tiny"  # the smallest official-format fixture (122 KB): cheap to read
 
@@ -519,7 +519,7 @@ def test_an_md5_mismatch_with_x_goog_hash_is_refused(server):
 
 
 def test_augreg_file_names_cannot_leave_the_cache():
-    from keras_vit.models.variants import VIT_VARIANTS
+    from keras_vit.variants import VIT_VARIANTS
 
     with pytest.raises(ValueError) as info:
         registry.resolve("augreg:B_16-x/../../evil", VIT_VARIANTS["B/16"], "ViT-B_16")

@@ -1,14 +1,13 @@
-"""Issue 25, items 5 and 10: where a cached file came from (provenance
-records), the official sizes, and the bounds of a download (size, free
-space, deadline, retries of a busy server). Every server is a loopback one
-on 127.0.0.1 whose loops end by themselves."""
+"""keras_vit.weights.download, its records and bounds: where a cached file
+came from (provenance records), the official sizes, and the bounds of a
+download (size, free space, deadline, retries of a busy server). Every
+server is a loopback one on 127.0.0.1 whose loops end by themselves."""
 
 import collections
 import datetime
 import email.utils
 import hashlib
 import http.server
-import io
 import json
 import logging
 import os
@@ -20,8 +19,8 @@ import time
 import pytest
 
 import keras_vit
-from keras_vit import cli
-from keras_vit.models.variants import ALL_VARIANTS, VIT_VARIANTS
+from conftest import run_cli
+from keras_vit.variants import ALL_VARIANTS, VIT_VARIANTS
 from keras_vit.weights import CheckpointMismatchError, WeightsDownloadError, download, registry
 from keras_vit.weights.resolve import resolve_weights
 from test_download import Server, cache_dir, cache_files, closed_port, entry, small_checkpoint
@@ -191,7 +190,7 @@ def hint(url):
     return HINT.format(path=cache_dir() / name_of(url))
 
 
-# --- item 5: provenance and official sizes -----------------------------------
+# --- provenance and official sizes --------------------------------------------
 
 SAM_B16 = registry.EXPECTED_SIZES["vit_models/sam/ViT-B_16.npz"]
 SAM_B16_SIZE = ("330.3 MiB (346,339,410 to 346,349,895 bytes) per the official vit_jax.ipynb "
@@ -226,10 +225,10 @@ def test_a_mirror_download_records_where_its_bytes_came_from(monkeypatch, tmp_pa
         official = "https://storage.googleapis.com/vit_models/gsam/ViT-S_32.npz"
         assert resolve_weights(official, None, "m").source == (
             f"{official} (downloaded from {mirrored})")
-        out = io.StringIO()
-        assert cli.main(["download", "gsam", "--model", "ViTS32"], out=out) == 0
-        assert out.getvalue().startswith(f"Already cached: {path} (")
-        assert out.getvalue().endswith(f" arrays, from {mirrored})\n")
+        code, out, _ = run_cli("download", "gsam", "--model", "ViTS32")
+        assert code == 0
+        assert out.startswith(f"Already cached: {path} (")
+        assert out.endswith(f" arrays, from {mirrored})\n")
         assert server.requests == ["/vit_models/gsam/ViT-S_32.npz"]
     finally:
         server.close()
@@ -356,7 +355,7 @@ def test_which_registered_files_have_an_official_size():
         "https://storage.googleapis.com/vit_models/sam/ViT-B_16.npz?x=1") is None
 
 
-# --- item 10: size, free space, deadline, retries -----------------------------
+# --- size, free space, deadline, retries --------------------------------------
 
 def test_an_endless_body_without_content_length_stops_at_the_cap(scripted, monkeypatch):
     stop = threading.Event()

@@ -3,6 +3,7 @@ verified against Keras; quantization modes; errors; the CLI."""
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 
 import keras_vit
 from keras_vit import export
-from keras_vit.export._common import check as check_report
+from keras_vit.export._report import check as check_report
 from keras_vit.layers._fused import portable_graph
 from official_fixtures import REPO_ROOT
 
@@ -329,7 +330,8 @@ def test_sample_images_is_stratified_and_seeded(digits):
     assert sorted(sample.labels) == list(range(10)) and sample.classes == 10
     assert sample.split == "train" and sample.source == digits
     assert sample.class_names == [str(i) for i in range(10)]
-    assert all(f"/train/{label}/" in name for label, name in zip(sample.labels, sample.names))
+    assert all(f"/train/{label}/" in name for label, name in zip(sample.labels, sample.names,
+                                                                          strict=True))
     again = sample_images(digits, "train", image_size=SIZE, count=10, seed=0)
     assert again.names == sample.names and np.array_equal(again.images, sample.images)
     other = sample_images(digits, "train", image_size=SIZE, count=10, seed=1)
@@ -337,27 +339,28 @@ def test_sample_images_is_stratified_and_seeded(digits):
     counts = np.bincount(sample_images(digits, "train", image_size=SIZE, count=25).labels)
     assert counts.min() >= 2 and counts.max() <= 3  # round-robin over the classes
     assert len(sample_images(digits, "test", image_size=SIZE, count=None)) == 30
-    with pytest.raises(ValueError, match="count=0; give a positive int or None"):
+    with pytest.raises(ValueError, match=re.escape(
+            "`count` must be a positive integer or None (None: the whole split), got 0.")):
         sample_images(digits, "train", image_size=SIZE, count=0)
 
 
 def test_validation_never_reuses_the_calibration_images(digits):
-    from keras_vit.export import _common
+    from keras_vit.export import _images
 
     size = (SIZE, SIZE)
-    assert _common.default_validation_split(digits) == "test"
-    calibration = _common.calibration_data(digits, size, 20, "train")
+    assert _images.default_validation_split(digits) == "test"
+    calibration = _images.calibration_data(digits, size, 20, "train")
     assert calibration.info == {"split": "train", "images": 20, "classes": 10,
                                 "source": digits}
-    validation = _common.validation_data_for(None, size, 2000, None, calibration_source=digits,
+    validation = _images.validation_data_for(None, size, 2000, None, calibration_source=digits,
                                              calibration=calibration)
     assert validation.info == {"split": "test", "images": 30, "classes": 10, "source": digits}
-    same = _common.validation_data_for(None, size, 2000, "train", calibration_source=digits,
+    same = _images.validation_data_for(None, size, 2000, "train", calibration_source=digits,
                                        calibration_split="train", calibration=calibration)
     assert len(same.images) == 40 and not set(same.sample.names) & set(
         calibration.sample.names)
-    arrays = _common.calibration_data(pixels(5), size, 500)
-    chosen = _common.validation_data_for(None, size, 2000, None, calibration=arrays)
+    arrays = _images.calibration_data(pixels(5), size, 500)
+    chosen = _images.validation_data_for(None, size, 2000, None, calibration=arrays)
     assert chosen.info["source"] == "calibration images" and len(chosen.images) == 5
 
 
@@ -437,15 +440,14 @@ def test_saved_model_has_labels_and_replaces_only_after_verification(digits, tmp
     path.mkdir()
     (path / "saved_model.pb").write_text("the previous export")
     (path / "old").write_text("the previous export")
-    real = saved_model.evaluate
-    monkeypatch.setattr(saved_model, "evaluate",
-                        lambda report, **bars: real(report, min_top1_agreement=1.01))
+    bars = saved_model.CHECKS["none"]
+    monkeypatch.setitem(saved_model.CHECKS, "none", {"min_top1_agreement": 1.01})
     with pytest.raises(export.ExportVerificationError):
         export.to_saved_model(model, path, validation_data=digits, verbose=False)
     assert (path / "old").read_text() == "the previous export"  # untouched
     assert (tmp_path / "sm.rejected" / "saved_model.pb").exists()
     assert (tmp_path / "sm.rejected.json").exists() and leftovers(tmp_path) == []
-    monkeypatch.setattr(saved_model, "evaluate", real)
+    monkeypatch.setitem(saved_model.CHECKS, "none", bars)
     report = export.to_saved_model(model, path, validation_data=digits, verbose=False)
     assert report.passed and not (path / "old").exists()
     assert report.validation == {"split": "test", "images": 30, "classes": 10,

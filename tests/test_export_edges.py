@@ -11,14 +11,14 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import keras
 import numpy as np
 import pytest
 
 from keras_vit import cli, export
-from keras_vit.export._common import batched, check_batch_size, temporary_path
+from keras_vit.export._batches import batched, check_batch_size
+from keras_vit.export._files import remove_stale_temporaries, temporary_path
 from official_fixtures import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
@@ -73,28 +73,21 @@ def test_a_stale_temporary_is_removed_at_the_next_export_and_live_ones_kept(tmp_
         running = with_pid(mine, sleeper.pid)  # a concurrent export to the same target
         dead = with_pid(mine, dead_pid())
         elsewhere = with_pid(dead, dead_pid(), host="another_machine")  # pid unknowable
-        earlier = str(tmp_path / ".m.tflite.tmp-0123abcd")  # an earlier release's name
-        abandoned = str(tmp_path / ".m.tflite.tmp-4567cdef")  # the same, 2 hours old
         other_target = with_pid(temporary_path(str(tmp_path / "n.tflite")), dead_pid())
-        for path in (mine, running, elsewhere, earlier, other_target, abandoned):
+        for path in (mine, running, elsewhere, other_target):
             with open(path, "wb") as f:
                 f.write(b"x" * 10)
-        two_hours_ago = time.time() - 7200
-        os.utime(abandoned, (two_hours_ago, two_hours_ago))
         with open(dead, "wb") as f:
             f.write(b"x" * 1_500_000)
         caplog.set_level(logging.WARNING, logger="keras_vit")
         export.to_tflite(tiny(), target, validation_data=pixels(2), latency_repeats=1,
                          verbose=False)
-        assert not os.path.exists(dead) and not os.path.exists(abandoned)
-        for kept in (mine, running, elsewhere, earlier, other_target):
+        assert not os.path.exists(dead)
+        for kept in (mine, running, elsewhere, other_target):
             assert os.path.exists(kept), kept
         assert stale_removed_lines(caplog) == [
-            f"Removed 2 stale temporaries of {target} left by an export whose process is "
+            f"Removed 1 stale temporary of {target} left by an export whose process is "
             "gone (1.5 MB freed)."]
-        assert any(r.getMessage().startswith(
-            f"Kept 1 temporary of {target} written by an earlier keras_vit release")
-            and earlier in r.getMessage() for r in caplog.records)
         assert target.exists() and not os.path.exists(f"{dead}.old")
     finally:
         sleeper.kill()
@@ -119,7 +112,7 @@ def test_a_killed_saved_model_export_leaves_directories_that_the_next_one_remove
 
 def test_nothing_stale_says_nothing(tmp_path, caplog):
     caplog.set_level(logging.WARNING, logger="keras_vit")
-    assert export._common.remove_stale_temporaries(str(tmp_path / "m.onnx")) == 0
+    assert remove_stale_temporaries(str(tmp_path / "m.onnx")) == 0
     assert caplog.records == []
 
 
@@ -252,13 +245,13 @@ def test_predict_streams_many_large_photos_in_bounded_memory(tmp_path):
     data = json.loads(result.stdout.strip().splitlines()[-1])
     streamed = data["streamed"]
     assert [p["image"] for p in streamed] == paths
-    for prediction, probabilities in zip(streamed, data["per_image"]):
+    for prediction, probabilities in zip(streamed, data["per_image"], strict=True):
         order = np.argsort(-np.asarray(probabilities), kind="stable")
         assert [row["index"] for row in prediction["top"]] == order.tolist()
         # the same batch of 3 as the per-image path: the same numbers
         assert [row["probability"] for row in prediction["top"]] == [
             probabilities[i] for i in order]
-    for two, one in zip(data["in_twos"], streamed):  # other batches: float32 rounding
+    for two, one in zip(data["in_twos"], streamed, strict=True):  # other batches: float32 rounding
         assert [r["index"] for r in two["top"]] == [r["index"] for r in one["top"]]
         np.testing.assert_allclose([r["probability"] for r in two["top"]],
                                    [r["probability"] for r in one["top"]], rtol=1e-5)

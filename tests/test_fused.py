@@ -114,7 +114,7 @@ def test_xla_compiled_blocks_use_the_plain_layer_norm():
                   layers.MixerBlock(tokens_mlp_dim=6, channels_mlp_dim=20)):
         block.build(x.shape)
         _random_weights(block, 9)
-        compiled = tf.function(lambda x: block(x, training=False), jit_compile=True)
+        compiled = tf.function(lambda x, block=block: block(x, training=False), jit_compile=True)
         np.testing.assert_allclose(compiled(x).numpy(), ops.convert_to_numpy(block(x)),
                                    rtol=1e-5, atol=1e-5)
 

@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import predict
+from conftest import predict, run_cli
 from keras_vit.weights import hub, posemb
 from keras_vit.weights import timm as timm_format
 from keras_vit.weights.official import CheckpointMismatchError
@@ -104,7 +104,7 @@ def test_timm_reads_the_official_files_keras_vit_writes(tmp_path, name):
     model = keras_vit.model_from_checkpoint(str(path), classifier_activation=None)
     reference = REFS[f"{name}/32/logits"]
     assert_parity(predict(model, photos(32)), reference, f"timm _load_weights of {name}.npz")
-    # The same arithmetic on both sides: 10x tighter than the issue's bound
+    # The same arithmetic on both sides: 10x tighter than the parity bound
     # (measured 6e-7), so that exact-erf GELU (2e-4 here) would fail.
     diff = np.abs(predict(model, photos(32)) - reference).max()
     assert diff <= 1e-5 * max(1.0, float(np.abs(reference).max())), diff
@@ -386,23 +386,18 @@ def test_preprocess_input_with_the_sources_mean_std():
                                atol=2e-6, rtol=0)
 
 
-def test_cli_predict_with_a_hub_folder(tmp_path, capsys):
+def test_cli_predict_with_a_hub_folder(tmp_path):
     """`keras-vit predict --weights FOLDER` (--model auto) reads the
     architecture from config.json; a headless checkpoint says so in one line."""
-    import io
-
     from PIL import Image
     from sklearn.datasets import load_sample_images
 
-    from keras_vit import cli
-
     for i, photo in enumerate(load_sample_images().images):
         Image.fromarray(photo).save(tmp_path / f"photo{i}.png")
-    out = io.StringIO()
-    code = cli.main(["predict", str(tmp_path), "--weights",
-                     str(HUB / "transformers_vit_classifier"), "--top", "10", "--json"], out=out)
+    code, out, _ = run_cli("predict", tmp_path, "--weights", HUB / "transformers_vit_classifier",
+                           "--top", "10", "--json")
     assert code == 0
-    result = json.loads(out.getvalue())
+    result = json.loads(out)
     assert result["image_size"] == [32, 32]
     model = keras_vit.model_from_checkpoint(str(HUB / "transformers_vit_classifier"))
     from keras_vit.cli import _load_images
@@ -412,10 +407,8 @@ def test_cli_predict_with_a_hub_folder(tmp_path, capsys):
         got = {t["index"]: t["probability"] for t in row["top"]}
         assert {t["label"] for t in row["top"]} == {f"class_{i}" for i in range(10)}
         np.testing.assert_allclose([got[i] for i in range(10)], probs, atol=1e-5)
-    code = cli.main(["predict", str(tmp_path), "--weights",
-                     str(HUB / "transformers_vit_model")], out=io.StringIO())
+    code, _, err = run_cli("predict", tmp_path, "--weights", HUB / "transformers_vit_model")
     assert code == 2
-    err = capsys.readouterr().err
     assert err.count("\n") == 1 and "has no classification head: it outputs features of " \
         "shape (32,)" in err
 

@@ -8,7 +8,8 @@ import keras
 import numpy as np
 import pytest
 
-import keras_vit
+import conftest
+from conftest import run_cli
 from keras_vit import inspect
 from keras_vit.layers import TransformerBlock
 
@@ -16,10 +17,10 @@ pytestmark = pytest.mark.backends
 
 
 def tiny_vit(classifier="token", size=32, patch=8, classes=5, layers=2):
-    model = keras_vit.VisionTransformer(
-        patch_size=patch, hidden_size=16, num_layers=layers, num_heads=2, mlp_dim=32,
-        classifier=classifier, input_shape=(size, size, 3), classes=classes,
-        classifier_activation=None)
+    """The tiny ViT of conftest.py with random weights (scale 0.3) everywhere."""
+    model = conftest.tiny_vit(patch_size=patch, num_layers=layers, classifier=classifier,
+                              input_shape=(size, size, 3), classes=classes,
+                              classifier_activation=None)
     rng = np.random.default_rng(0)
     model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.3
                        for w in model.get_weights()])
@@ -130,9 +131,8 @@ def test_embedding_filters_recover_the_principal_directions():
 
 def test_works_on_fine_tuned_resized_and_nested_models():
     base = tiny_vit("token", size=32)
-    fine_tuned = keras_vit.VisionTransformer(
-        patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
-        input_shape=(48, 48, 3), classes=3, classifier_activation=None)
+    fine_tuned = conftest.tiny_vit(num_layers=2, input_shape=(48, 48, 3),
+                                   classifier_activation=None)
     assert inspect.attention_rollout(fine_tuned, images(2, 48)).shape == (2, 48, 48)
     inputs = keras.Input((32, 32, 3))
     outputs = keras.layers.Dense(2)(base(inputs))
@@ -148,15 +148,12 @@ def test_works_on_fine_tuned_resized_and_nested_models():
 
 
 def test_errors_name_the_problem():
-    mixer = keras_vit.MLPMixer(patch_size=8, hidden_size=16, num_blocks=1, tokens_mlp_dim=8,
-                               channels_mlp_dim=16, input_shape=(32, 32, 3), classes=2)
+    mixer = conftest.tiny_mixer(classes=2)
     with pytest.raises(ValueError, match="holds no keras_vit ViT .*MLP-Mixers"):
         inspect.attention_rollout(mixer, images())
     with pytest.raises(ValueError, match=r"images must be \(N, 32, 32, C\).*got shape"):
         inspect.attention_rollout(tiny_vit(), images(1, 48))
-    hybrid = keras_vit.VisionTransformer(patch_size=1, hidden_size=16, num_layers=1,
-                                         num_heads=2, mlp_dim=32, resnet_layers=(1,),
-                                         input_shape=(32, 32, 3), classes=2)
+    hybrid = conftest.tiny_vit(patch_size=1, resnet_layers=(1,), classes=2)
     with pytest.raises(ValueError, match="is a hybrid"):
         inspect.embedding_filters(hybrid)
     assert inspect.attention_distance(hybrid, images()).shape == (1, 2)
@@ -167,12 +164,10 @@ def test_errors_name_the_problem():
 def test_cli_explain_writes_the_pictures_of_a_fixture_checkpoint(name, tmp_path):
     """Real photos (the fixture's) through an official-format checkpoint:
     every PNG is non-empty and has the figure's pixel size."""
-    import io
     import json
 
     from PIL import Image
 
-    from keras_vit import cli
     from official_fixtures import Fixture
 
     fixture = Fixture(name)
@@ -180,11 +175,10 @@ def test_cli_explain_writes_the_pictures_of_a_fixture_checkpoint(name, tmp_path)
     for i, image in enumerate(fixture.io["images_uint8"]):
         paths.append(str(tmp_path / f"photo{i}.png"))
         Image.fromarray(image).save(paths[-1])
-    out = io.StringIO()
-    code = cli.main(["explain", *paths, "--weights", fixture.checkpoint,
-                     "--out", str(tmp_path / "pictures"), "--json"], out=out)
+    code, out, _ = run_cli("explain", *paths, "--weights", fixture.checkpoint,
+                           "--out", tmp_path / "pictures", "--json")
     assert code == 0
-    result = json.loads(out.getvalue().strip().splitlines()[-1])
+    result = json.loads(out.strip().splitlines()[-1])
     pictures = result["pictures"]
     assert len(pictures["rollout"]) == len(paths)
     assert ("embedding_filters" in pictures) == (name == "vit_tiny_token")  # not for hybrids

@@ -1,47 +1,57 @@
-"""Layers: known answers, config round trips, training-time behaviour."""
+"""Layers: known answers, training-time behaviour, and for every public
+layer the shared checks of `tests/harness.py` (config round trip, `.keras`
+with safe_mode, mixed_bfloat16, tf.data, each backend)."""
 
-import keras
 import numpy as np
 import pytest
+from harness import run_layer_test
 from keras import ops
 
 from keras_vit import layers
 
+# (class, constructor arguments, input shape[, run_layer_test options]): every
+# class of `keras_vit.layers.__all__` at least once (checked below).
+BLOCK = dict(num_heads=2, mlp_dim=24, dropout_rate=0.1, attention_dropout_rate=0.1,
+             drop_path_rate=0.2)
 LAYER_CASES = [
     (layers.Patches, dict(patch_size=(4, 2)), (2, 8, 8, 3)),
     (layers.PatchEncoder, dict(hidden_size=16, use_class_token=False), (2, 3, 3, 12)),
     (layers.PatchEncoder, dict(hidden_size=16), (2, 3, 3, 12)),
-    (layers.TransformerBlock, dict(num_heads=2, mlp_dim=24, dropout_rate=0.1,
-                                   attention_dropout_rate=0.1, drop_path_rate=0.2), (2, 5, 16)),
-    (layers.MixerBlock, dict(tokens_mlp_dim=6, channels_mlp_dim=20, drop_path_rate=0.1), (2, 9, 16)),
+    (layers.TransformerBlock, BLOCK, (2, 5, 16)),
+    # the attention weights: softmax in float32 under a mixed policy (the same
+    # shapes as above, so that JAX reuses its compiled ops)
+    (layers.TransformerBlock, BLOCK, (2, 5, 16),
+     dict(call_kwargs={"return_attention_scores": True}, float32_outputs=(1,),
+          expected_output_shape=[(2, 5, 16), (2, 2, 5, 5)])),
+    (layers.MixerBlock, dict(tokens_mlp_dim=6, channels_mlp_dim=20, drop_path_rate=0.1),
+     (2, 9, 16)),
     (layers.DropPath, dict(rate=0.3, seed=1), (4, 3, 2)),
-    (layers.StdConv2D, dict(filters=32, kernel_size=(3, 3), padding="same", use_bias=False), (1, 8, 8, 3)),
+    (layers.StdConv2D, dict(filters=32, kernel_size=(3, 3), padding="same", use_bias=False),
+     (1, 8, 8, 3)),
     (layers.ResNetRoot, dict(width=32), (1, 16, 16, 3)),
     (layers.BottleneckUnit, dict(features=32, strides=(2, 2)), (1, 8, 8, 64)),
     (layers.SequencePooling, dict(mode="gap"), (2, 5, 16)),
     (layers.SequencePooling, dict(mode="max", num_prefix_tokens=1), (2, 5, 16)),
     (layers.PatchEncoder, dict(hidden_size=16, grid_size=(2, 4)), (2, 3, 3, 12)),
+    (layers.ClassifierHead, dict(units=3, class_names=["cat", "dog", "emu"]), (2, 16)),
+    (layers.ImageNormalization, dict(mean=[127.5] * 3, variance=[127.5**2] * 3), (2, 4, 4, 3)),
 ]
 
 
+def test_every_public_layer_has_a_case():
+    public = {name for name in layers.__all__ if isinstance(getattr(layers, name), type)}
+    assert public == {case[0].__name__ for case in LAYER_CASES}
+
+
 @pytest.mark.backends
-@pytest.mark.parametrize("cls,kwargs,shape", LAYER_CASES, ids=lambda c: getattr(c, "__name__", ""))
-def test_config_round_trip_gives_identical_layer(cls, kwargs, shape):
-    layer = cls(**kwargs)
-    x = np.random.default_rng(0).normal(size=shape).astype("float32")
-    y = ops.convert_to_numpy(layer(x))
-    config = layer.get_config()
-    for key, value in kwargs.items():
-        got = config[key]
-        assert (tuple(got) if isinstance(got, list) else got) == (
-            tuple(value) if isinstance(value, list) else value), key
-    clone = cls.from_config(config)
-    clone.build(shape)
-    clone.set_weights(layer.get_weights())
-    np.testing.assert_array_equal(ops.convert_to_numpy(clone(x)), y)
-    # serialize/deserialize through the registered name as a .keras file does
-    revived = keras.saving.deserialize_keras_object(keras.saving.serialize_keras_object(layer))
-    assert type(revived) is cls
+@pytest.mark.parametrize("case", LAYER_CASES,
+                         ids=[f"{case[0].__name__}-{i}" for i, case in enumerate(LAYER_CASES)])
+def test_layer_harness(case):
+    """Config round trip, .keras save/load with safe_mode, mixed_bfloat16
+    (softmax and LayerNorm statistics in float32, weights float32), inside
+    tf.data (TensorFlow): `tests/harness.py`."""
+    cls, kwargs, shape, *options = case
+    run_layer_test(cls, kwargs, shape, **(options[0] if options else {}))
 
 
 def test_patches_equal_a_strided_convolution():
@@ -56,7 +66,8 @@ def test_patches_equal_a_strided_convolution():
 
 
 def test_patches_reject_indivisible_size():
-    with pytest.raises(ValueError, match=r"Image size \(30, 32\) is not divisible by the patch size \(16, 16\)\."):
+    with pytest.raises(ValueError, match=r"Image size \(30, 32\) is not divisible by the patch "
+                                         r"size \(16, 16\)\."):
         layers.Patches(16)(np.zeros((1, 30, 32, 3), "float32"))
 
 
@@ -89,7 +100,8 @@ def test_transformer_block_matches_numpy_reference():
     rng = np.random.default_rng(3)
     x = rng.normal(size=(2, 5, 8)).astype("float32")
     block.build(x.shape)
-    block.set_weights([rng.normal(size=w.shape).astype("float32") * 0.3 for w in block.get_weights()])
+    block.set_weights([rng.normal(size=w.shape).astype("float32") * 0.3
+                       for w in block.get_weights()])
     w = {v.path.split("/", 1)[1]: ops.convert_to_numpy(v).astype("float64") for v in block.weights}
 
     def ln(z, g, b):
@@ -106,7 +118,8 @@ def test_transformer_block_matches_numpy_reference():
     a /= a.sum(-1, keepdims=True)
     o = np.einsum("bhqk,bkhd->bqhd", a, v).reshape(2, 5, 8)
     x1 = x + o @ w["attention_output/kernel"] + w["attention_output/bias"]
-    m = gelu(ln(x1, w["norm2/gamma"], w["norm2/beta"]) @ w["mlp_dense1/kernel"] + w["mlp_dense1/bias"])
+    m = gelu(ln(x1, w["norm2/gamma"], w["norm2/beta"]) @ w["mlp_dense1/kernel"]
+             + w["mlp_dense1/bias"])
     expected = x1 + m @ w["mlp_dense2/kernel"] + w["mlp_dense2/bias"]
     np.testing.assert_allclose(ops.convert_to_numpy(block(x)), expected, rtol=1e-4, atol=1e-4)
 
@@ -140,20 +153,14 @@ def test_bottleneck_projection_only_when_shape_changes():
 
 
 def test_layer_argument_errors():
-    with pytest.raises(ValueError, match=r"`drop_path_rate` must be in \[0, 1\), got 1.5\."):
+    with pytest.raises(ValueError,
+                       match=r"`drop_path_rate` must be a number in \[0, 1\), got 1.5\."):
         layers.TransformerBlock(2, 8, drop_path_rate=1.5)
-    with pytest.raises(TypeError, match=r"`patch_size` must be an int or a pair of ints, got 'x'\."):
+    with pytest.raises(TypeError, match=r"`patch_size` must be a positive integer or a pair of "
+                                        r"positive integers, got 'x'\."):
         layers.Patches("x")
     with pytest.raises(ValueError, match=r"The hidden size 10 is not divisible by num_heads=3\."):
         layers.TransformerBlock(3, 8)(np.zeros((1, 2, 10), "float32"))
-    with pytest.raises(ValueError, match=r"Unknown pooling mode 'min'; allowed: \('token', 'gap', 'avg', 'max'\)\."):
+    with pytest.raises(ValueError, match=r"Unknown pooling mode 'min'; allowed: "
+                                         r"\('token', 'gap', 'avg', 'max'\)\."):
         layers.SequencePooling("min")
-
-
-def test_mixed_bfloat16_block_keeps_softmax_in_float32():
-    keras.config.set_dtype_policy("mixed_bfloat16")
-    block = layers.TransformerBlock(num_heads=2, mlp_dim=8)
-    y, attention = block(np.ones((1, 3, 8), "float32"), return_attention_scores=True)
-    assert keras.backend.standardize_dtype(y.dtype) == "bfloat16"
-    assert keras.backend.standardize_dtype(attention.dtype) == "float32"
-    assert block.qkv.kernel.dtype == "float32"  # variables stay float32

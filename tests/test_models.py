@@ -1,20 +1,29 @@
 """Model builders: official parameter counts, the keras.applications
-signature, .keras round trips, mixed precision and the bad inputs."""
+signature, .keras round trips, mixed precision, the architecture read from
+a checkpoint (`model_from_checkpoint`), channel counts and the bad inputs."""
 
 import logging
+import math
 import re
 
 import keras
 import numpy as np
 import pytest
+from keras import ops
 
+import conftest
 import keras_vit
 from conftest import predict
-from official_fixtures import Fixture
+from keras_vit.models.auto import architecture_from_checkpoint
+from keras_vit.weights.official import CheckpointMismatchError, read_checkpoint
+from official_fixtures import NAMES, Fixture
+
+TF = keras.backend.backend() == "tensorflow"
+tf_only = pytest.mark.skipif(not TF, reason="the TensorFlow backend's paths")
 
 # Parameter counts of the official architectures with a 1000-class head at
 # 224 (token classifier, no pre_logits), as published for the official
-# weights (ViT paper / timm model cards; ViT-B/16: 86,567,656 in the issue).
+# weights (ViT paper / timm model cards; ViT-B/16: 86,567,656).
 OFFICIAL_PARAMS = {
     "ViTTi16": 5_717_416, "ViTS16": 22_050_664, "ViTS32": 22_878_952,
     "ViTB8": 86_576_872, "ViTB16": 86_567_656, "ViTB32": 88_224_232,
@@ -27,18 +36,18 @@ OFFICIAL_PARAMS = {
 }
 
 
+# This file's tiny models (the shared ones of conftest.py, their shapes
+# asserted below): 16x16 images in 16 patches of 4x4, width 32, 5 classes.
+SMALL = dict(patch_size=4, hidden_size=32, input_shape=(16, 16, 3), classes=5)
+
+
 def tiny_vit(**kwargs):
-    config = dict(patch_size=4, hidden_size=32, num_layers=2, num_heads=2,
-                  mlp_dim=64, input_shape=(16, 16, 3), classes=5)
-    config.update(kwargs)
-    return keras_vit.VisionTransformer(**config)
+    return conftest.tiny_vit(**{**SMALL, "num_layers": 2, "mlp_dim": 64, **kwargs})
 
 
 def tiny_mixer(**kwargs):
-    config = dict(patch_size=4, hidden_size=32, num_blocks=2, tokens_mlp_dim=8,
-                  channels_mlp_dim=64, input_shape=(16, 16, 3), classes=5)
-    config.update(kwargs)
-    return keras_vit.MLPMixer(**config)
+    return conftest.tiny_mixer(**{**SMALL, "num_blocks": 2, "channels_mlp_dim": 64,
+                                  **kwargs})
 
 
 @pytest.mark.slow
@@ -92,7 +101,7 @@ def test_hybrid_output_stride_and_shapes():
 def test_classifier_activation_and_preprocessing():
     model = tiny_vit(classifier_activation=None, include_preprocessing=False)
     assert model.get_layer("head").activation is keras.activations.linear
-    assert "preprocessing" not in [l.name for l in model.layers]
+    assert "preprocessing" not in [layer.name for layer in model.layers]
     softmax = tiny_vit()
     assert softmax.get_layer("head").activation is keras.activations.softmax
 
@@ -139,9 +148,7 @@ def test_weights_h5_file_loads(tmp_path):
 
 
 def tiny_hybrid(**kwargs):
-    return keras_vit.VisionTransformer(
-        patch_size=1, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=32,
-        resnet_layers=(1,), input_shape=(16, 16, 3), classes=5, **kwargs)
+    return conftest.tiny_vit(**{**SMALL, "patch_size": 1, "resnet_layers": (1,), **kwargs})
 
 
 @pytest.mark.backends
@@ -183,6 +190,24 @@ def test_classes_none_keeps_checkpoint_head_and_pre_logits():
     model = Fixture("vit_tiny_token").build()
     assert model.output_shape == (None, 10)
     assert model.get_layer("pre_logits").units == 32
+
+
+# --- the architecture read from a checkpoint --------------------------------
+
+@pytest.mark.parametrize("name", NAMES)
+def test_architecture_is_read_from_the_checkpoint(name):
+    fixture = Fixture(name)
+    builder, expected = fixture.architecture()
+    family, config = architecture_from_checkpoint(read_checkpoint(fixture.checkpoint))
+    assert family == ("mixer" if fixture.is_mixer else "vit")
+    assert config == expected
+
+
+def test_model_from_checkpoint_matches_the_explicit_builder():
+    fixture = Fixture("r26_vit_tiny")
+    model = keras_vit.model_from_checkpoint(fixture.checkpoint, classifier_activation=None)
+    np.testing.assert_allclose(model.predict(fixture.io["images_uint8"], verbose=0),
+                               fixture.io["logits"], rtol=1e-5, atol=2e-5)
 
 
 # --- bad inputs: one test each, with the exact message ---------------------
@@ -287,13 +312,13 @@ def test_error_gap_checkpoint_into_token_model():
 @pytest.mark.parametrize("classes", [0, -3])
 def test_error_classes_not_positive(classes):
     with pytest.raises(ValueError, match=re.escape(
-            f"`classes` must be a positive int or None, got {classes}.")):
+            f"`classes` must be a positive integer or None, got {classes}.")):
         tiny_vit(classes=classes)
 
 
 def test_error_classes_wrong_type():
     with pytest.raises(TypeError, match=re.escape(
-            "`classes` must be a positive int or None, got '10'.")):
+            "`classes` must be a positive integer or None, got '10'.")):
         tiny_vit(classes="10")
 
 
@@ -331,3 +356,76 @@ def test_error_representation_size_conflicts_with_checkpoint():
     with pytest.raises(ValueError, match=re.escape(
             "`representation_size=16` does not match checkpoint")):
         Fixture("vit_tiny_token").build(representation_size=16)
+
+
+# --- Keras weights files of another architecture --------------------------------
+
+def test_keras_weights_of_a_deeper_model_are_refused(tmp_path):
+    deep = conftest.tiny_vit(num_layers=2)
+    path = tmp_path / "deep.weights.h5"
+    deep.save_weights(path)
+    with pytest.raises(CheckpointMismatchError) as info:
+        conftest.tiny_vit(num_layers=1, weights=str(path))
+    message = str(info.value)
+    assert message.startswith(
+        f"The Keras weights file {str(path)!r} does not fit 'vision_transformer' (written "
+        "by another architecture, e.g. another depth or width): 12 arrays in the file that "
+        "the model does not have (layers/transformer_block_1/")
+    assert message.endswith("Load it into the model that wrote it (same variant and "
+                            "options).")
+    assert len(info.value.unexpected) == 12 and not info.value.missing
+    with pytest.raises(CheckpointMismatchError, match="12 arrays of the model missing"):
+        conftest.tiny_vit(num_layers=3, weights=str(path))
+    wider = tmp_path / "wide.weights.h5"
+    conftest.tiny_vit(hidden_size=32, num_layers=2).save_weights(wider)
+    with pytest.raises(CheckpointMismatchError, match="arrays of another shape"):
+        conftest.tiny_vit(num_layers=2, weights=str(wider))
+    same = conftest.tiny_vit(num_layers=2, weights=str(path))
+    x = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
+    np.testing.assert_array_equal(ops.convert_to_numpy(same(x)),
+                                  ops.convert_to_numpy(deep(x)))
+
+
+# --- channel counts -----------------------------------------------------------------
+
+@pytest.mark.backends
+@pytest.mark.parametrize("preprocessing", [True, False])
+@pytest.mark.parametrize("channels", [1, 2, 4])
+def test_a_channel_count_other_than_the_models_is_one_value_error(preprocessing, channels):
+    model = conftest.tiny_vit(include_preprocessing=preprocessing)
+    images = np.ones((1, 32, 32, channels), "float32")
+    with pytest.raises(ValueError) as info:
+        model(images)
+    message = str(info.value)
+    assert ("The model takes images with 3 channels (RGB); got "
+            f"{channels} channel{'s' * (channels > 1)} (shape (1, 32, 32, {channels}))" in message
+            or "expected shape=(None, 32, 32, 3), found shape=(1, 32, 32, "
+               f"{channels})" in message)  # Keras' own input check (2, 4 channels)
+    if channels == 1:
+        assert "np.repeat(images, 3, axis=-1)" in message
+        gray = ops.convert_to_numpy(model(np.repeat(images, 3, axis=-1)))
+        assert np.isfinite(gray).all()
+
+
+@pytest.mark.backends
+def test_a_hybrid_checks_its_channels_too():
+    model = conftest.tiny_vit(patch_size=1, resnet_layers=(1,), include_preprocessing=False)
+    with pytest.raises(ValueError, match=r"takes images with 3 channels \(RGB\); got 1 channel"):
+        model(np.ones((1, 32, 32, 1), "float32"))
+
+
+@tf_only
+def test_predict_after_another_shape_still_checks_the_channels():
+    """predict() relaxes the traced shape after a batch of another shape
+    (the channel count is then unknown when traced): the check runs in the
+    graph, with the same sentence, instead of broadcasting a gray batch."""
+    import tensorflow as tf
+
+    model = conftest.tiny_vit()
+    model.predict(np.ones((1, 32, 32, 3), "float32"), verbose=0)
+    for channels in (1, 4):
+        with pytest.raises(tf.errors.InvalidArgumentError,
+                           match="The model takes images with 3 channels; got another count"):
+            model.predict(np.ones((1, 32, 32, channels), "float32"), verbose=0)
+    assert model.predict(np.ones((2, 32, 32, 3), "float32"), verbose=0).shape == (2, 3)
+    assert not math.isnan(float(model.predict(np.ones((1, 32, 32, 3)), verbose=0)[0, 0]))

@@ -66,7 +66,7 @@ def test_drop_head_fine_tune_path():
     the num_classes=0 output is the encoder output at the class token."""
     fixture = Fixture("vit_tiny_token")
     model = fixture.build(classes=5, classifier_activation=None)
-    assert [l.name for l in model.layers if l.name == "pre_logits"] == []
+    assert [layer.name for layer in model.layers if layer.name == "pre_logits"] == []
     head = model.get_layer("head")
     assert np.all(keras_numpy(head.kernel) == 0) and np.all(keras_numpy(head.bias) == 0)
     images = fixture.io["images_uint8"]

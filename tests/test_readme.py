@@ -1,5 +1,10 @@
-"""The README's two newcomer commands are the ones CI and the tests run."""
+"""The README's two newcomer commands are the ones CI and the tests run;
+its generated numbers are what benchmarks/readme_numbers.py renders."""
 
+import importlib.util
+import json
+
+import pytest
 from official_fixtures import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
@@ -25,17 +30,41 @@ def test_readme_demo_command_is_tested():
     assert (REPO_ROOT / "examples" / "classify_photos.py").is_file()
 
 
-def test_readme_numbers_are_what_the_script_renders():
-    """Every measured number in the README's generated blocks comes from
-    `python benchmarks/readme_numbers.py` (docs/readme_numbers.json, with
-    the date and the CPU model)."""
-    import importlib.util
-    import json
-
+def _readme_numbers_script():
     spec = importlib.util.spec_from_file_location(
         "readme_numbers", REPO_ROOT / "benchmarks" / "readme_numbers.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_readme_is_short():
+    """The front page: what it is, the two commands, a tour, links to docs/."""
+    assert len(README.splitlines()) <= 350
+
+
+def test_readme_numbers_are_what_the_script_renders():
+    """Every measured number in the generated blocks (README.md: quickstart,
+    parity; docs/deploy.md: the export tables) comes from
+    `python benchmarks/readme_numbers.py` (docs/readme_numbers.json, with
+    the date and the CPU model)."""
+    script = _readme_numbers_script()
     numbers = json.loads((REPO_ROOT / "docs" / "readme_numbers.json").read_text())
     assert numbers["cpu"]["model"] and numbers["date"]
-    assert script.rewrite_readme(script.render(numbers), README) == README
+    texts = {str(page.relative_to(REPO_ROOT)): page.read_text() for page in script.PAGES}
+    assert set(texts) == {"README.md", "docs/deploy.md"}
+    blocks = script.render(numbers)
+    assert set(blocks) == {"quickstart", "parity", "tflite_digits", "server_digits"}
+    assert "<!-- readme_numbers:quickstart -->" in README
+    assert "<!-- readme_numbers:parity -->" in README
+    assert script.rewrite_pages(blocks, texts) == texts
+
+
+def test_a_block_in_no_page_or_two_is_refused():
+    script = _readme_numbers_script()
+    block = "<!-- readme_numbers:x -->\nold\n<!-- /readme_numbers:x -->"
+    with pytest.raises(SystemExit, match=r"^<!-- readme_numbers:x --> must be in exactly one "
+                                         r"of a.md, b.md; it is in 0\.$"):
+        script.rewrite_pages({"x": "new"}, {"a.md": "", "b.md": ""})
+    with pytest.raises(SystemExit, match="it is in 2"):
+        script.rewrite_pages({"x": "new"}, {"a.md": block, "b.md": block})

@@ -16,7 +16,8 @@ import numpy as np
 import pytest
 
 import keras_vit
-from keras_vit.models.variants import ALL_VARIANTS, MIXER_VARIANTS, VIT_VARIANTS
+from conftest import run_cli_process
+from keras_vit.variants import ALL_VARIANTS, MIXER_VARIANTS, VIT_VARIANTS
 from keras_vit.weights import official, registry
 from official_fixtures import REPO_ROOT, Fixture
 from test_checkpoints import make_official_npz
@@ -203,11 +204,9 @@ def test_gsam_with_a_conflicting_classifier_is_a_clear_error(server, monkeypatch
 # ------------------------------------------------------- keras-vit download
 
 def cli(*argv, env=None):
-    environ = dict(os.environ, **(env or {}))
-    environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT),
-                                                          environ.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, "-m", "keras_vit_cli", *argv],
-                          capture_output=True, text=True, env=environ, cwd=REPO_ROOT)
+    """`keras-vit ARGV` as the console script starts it (lazy: no TensorFlow
+    for `download`), in a fresh process."""
+    return run_cli_process(*argv, launcher="keras_vit_cli", env=env)
 
 
 def test_download_print_url_downloads_nothing_and_imports_no_tensorflow(server):
@@ -289,7 +288,7 @@ def test_download_errors_are_one_line(argv, message):
 
 
 def test_readme_tables_are_the_registry():
-    readme = (REPO_ROOT / "README.md").read_text()
+    readme = (REPO_ROOT / "docs" / "models.md").read_text()  # the tables' page
     for marker, render in (("weights", registry.weights_markdown),
                            ("imagenet", registry.imagenet_markdown)):
         block = readme.split(f"<!-- registry:{marker} -->\n")[1].split(

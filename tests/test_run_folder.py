@@ -1,6 +1,7 @@
-"""`train`'s output folder: a run resumes only its own state (the run
-record), a finished or foreign run is refused in one sentence, --overwrite
-starts afresh, and one process writes a folder at a time (issue 25, item 1)."""
+"""keras_vit.training.run_folder, `train`'s output folder: a run resumes
+only its own state (the run record), a finished or foreign run is refused
+in one sentence, --overwrite starts afresh, and one process writes a folder
+at a time."""
 
 import json
 import os
@@ -15,6 +16,7 @@ import pytest
 from data_helpers import CLASSES, make_folder
 
 import keras_vit
+from conftest import run_cli, tiny_keras_file
 from keras_vit.training import run_folder, trainer
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -30,10 +32,7 @@ def folders(tmp_path_factory):
     make_folder(str(root / "Y"), per_class=6, size=32)
     for old, new in zip(CLASSES, "abc"):
         os.rename(root / "Y" / old, root / "Y" / new)
-    model = keras_vit.VisionTransformer(
-        patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
-        classifier="gap", input_shape=(32, 32, 3), classes=3, classifier_activation=None)
-    model.save(root / "tiny.keras")
+    tiny_keras_file(root / "tiny.keras", classifier="gap", classifier_activation=None)
     return root
 
 
@@ -150,22 +149,20 @@ def test_the_cli_refuses_another_run_in_one_line(folders, tmp_path):
         {"status": "completed", "started": "2026-11-23 10:00:00 UTC",
          "config": {"model": "ViTTi16", "data": "folder:/elsewhere",
                     "class_names": [str(i) for i in range(10)]}}))
-    result = subprocess.run(
-        [sys.executable, "-m", "keras_vit.cli", "train", "--model", str(folders / "tiny.keras"),
-         "--data", f"folder:{folders / 'X'}", "--recipe", "scratch", "--epochs", "1",
-         "--out", str(out)], capture_output=True, text=True, cwd=ROOT,
-        env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert result.returncode == 2
-    lines = [line for line in result.stderr.strip().splitlines()
+    code, _, stderr = run_cli("train", "--model", folders / "tiny.keras", "--data",
+                              f"folder:{folders / 'X'}", "--recipe", "scratch", "--epochs", "1",
+                              "--out", out)
+    assert code == 2
+    lines = [line for line in stderr.strip().splitlines()
              if line.startswith("keras-vit: error:")]
-    assert len(lines) == 1, result.stderr
+    assert len(lines) == 1, stderr
     assert re.fullmatch(
         rf"keras-vit: error: {re.escape(str(out))} holds a different run \(model ViTTi16, "
         r"data folder:/elsewhere, 10 classes 0\.\.9; its model is 'ViTTi16', this run's is "
         rf"'{re.escape(str(folders / 'tiny.keras'))} \(SHA-256 [0-9a-f]{{12}}\.\.\.\)'\); "
         r"pass --out NEW or --overwrite \(train\(\.\.\., out=NEW\) or overwrite=True\)\.",
         lines[0]), lines[0]
-    assert "Traceback" not in result.stderr
+    assert "Traceback" not in stderr
 
 
 def test_weights_moved_sees_a_change_and_no_change():

@@ -1,19 +1,26 @@
-"""Degenerate runs say so (issue 25, items 2, 8 and 12): one optimizer
-update moves the weights, a run that changes no weight fails in one
-sentence, the schedule counts updates under gradient accumulation, a
-fixed-size `.keras` model trains at its size, and an absurd batch size is
-clipped to the data."""
+"""keras_vit.training.trainer at its edges: degenerate runs say so. Its
+numeric arguments are checked before any work, one optimizer update moves
+the weights, a run that changes no weight fails in one sentence, a diverged
+run exits 1 and keeps its best finite epoch, the schedule counts updates
+under gradient accumulation, a fixed-size `.keras` model trains at its
+size, and an absurd batch size is clipped to the data."""
 
 import collections
+import dataclasses
+import json
 
 import keras
 import numpy as np
 import pytest
-from data_helpers import make_folder
+from data_helpers import make_folder, write_digit_folder
+from keras import ops
 
-import keras_vit
+from conftest import run_cli, tiny_keras_file
 from keras_vit.training import recipes, trainer
 from keras_vit.training.schedules import WarmupDecay
+
+TF = keras.backend.backend() == "tensorflow"
+tf_only = pytest.mark.skipif(not TF, reason="the TensorFlow backend's paths")
 
 
 @pytest.fixture(scope="module")
@@ -22,10 +29,7 @@ def folder(tmp_path_factory):
     fixed-size (32x32) `.keras` model."""
     root = tmp_path_factory.mktemp("edges")
     make_folder(str(root / "data"), per_class=6, size=32)
-    model = keras_vit.VisionTransformer(
-        patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
-        classifier="gap", input_shape=(32, 32, 3), classes=3, classifier_activation=None)
-    model.save(root / "tiny.keras")
+    tiny_keras_file(root / "tiny.keras", classifier="gap", classifier_activation=None)
     return root
 
 
@@ -37,6 +41,39 @@ def _train(folder, out, **kwargs):
 
 def _weights(path):
     return [np.array(w) for w in keras.saving.load_model(path).trainable_weights]
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"epochs": 0}, ValueError, "`epochs` must be a positive integer, got 0."),
+    ({"steps": 0}, ValueError, "`steps` must be a positive integer, got 0."),
+    ({"steps": 10, "batch_size": 0}, ValueError,
+     "`batch_size` must be a positive integer, got 0."),
+    ({"steps": 10, "gradient_accumulation_steps": 0}, ValueError,
+     "`gradient_accumulation_steps` must be a positive integer, got 0."),
+    ({"steps": 10, "learning_rate": float("nan")}, ValueError,
+     "`learning_rate` must be a finite number > 0, got nan."),
+    ({"steps": 10, "learning_rate": -0.1}, ValueError,
+     "`learning_rate` must be a finite number > 0, got -0.1."),
+    ({"steps": 2.5}, TypeError, "`steps` must be a positive integer, got 2.5."),
+])
+def test_train_checks_its_numbers_before_any_work(kwargs, error, message):
+    from keras_vit.training import train
+
+    with pytest.raises(error) as info:
+        train("ViTTi16", "folder:/nonexistent", **kwargs)
+    assert str(info.value) == message
+
+
+def test_the_run_plan_is_frozen_and_its_numbers_are_checked():
+    fields = {f.name: None for f in dataclasses.fields(trainer.TrainPlan)}
+    good = {**fields, "model": "ViTTi16", "out": "runs/x", "image_size": 32, "batch_size": 8,
+            "epochs": 2, "steps_per_epoch": 3, "updates": 6}
+    plan = trainer.TrainPlan(**good)
+    assert plan.named and not dataclasses.replace(plan, model="m.keras").named
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan.batch_size = 4
+    with pytest.raises(ValueError, match=r"^`updates` must be a positive integer, got 0\.$"):
+        trainer.TrainPlan(**{**good, "updates": 0})
 
 
 @pytest.mark.parametrize("recipe", ["finetune", "scratch"])
@@ -130,3 +167,82 @@ def test_a_folder_without_room_for_the_run_is_refused_before_the_first_step(
 def test_itemsize_of_variable_dtypes():
     assert [trainer._itemsize(d) for d in ("float32", "bfloat16", "float16", "int64",
                                             "bool")] == [4, 2, 2, 8, 1]
+
+
+def test_finetune_recipe_without_weights_warns(tmp_path, caplog):
+    """ViTTi16 + finetune + no weights does not train random weights silently."""
+    from keras_vit.training import train
+
+    data = tmp_path / "digits"
+    write_digit_folder(str(data), per_class=4, size=16)
+    with caplog.at_level("WARNING", logger="keras_vit"):
+        train("ViTTi16", f"folder:{data}", recipe="finetune", image_size=32,
+              batch_size=4, steps=1, strategy="default", out=str(tmp_path / "run"),
+              verbose=0)
+    assert any("without pretrained weights" in r.getMessage() for r in caplog.records)
+
+
+# --- a run that diverges ---------------------------------------------------------
+
+@keras.saving.register_keras_serializable(package="keras_vit_tests")
+class NaNAfter(keras.layers.Layer):
+    """Identity for the first `after` training steps, NaN from then on: a
+    run that diverges at a known step."""
+
+    def __init__(self, after, **kwargs):
+        super().__init__(**kwargs)
+        self.after = after
+
+    def build(self, input_shape):
+        self.calls = self.add_weight(shape=(), initializer="zeros", trainable=False,
+                                     name="calls")
+
+    def call(self, x, training=False):
+        if training:
+            self.calls.assign(self.calls + 1.0)
+        return x * ops.where(self.calls > self.after, float("nan"), 1.0)
+
+    def get_config(self):
+        return {**super().get_config(), "after": self.after}
+
+
+@pytest.fixture(scope="module")
+def photos(tmp_path_factory):
+    root = tmp_path_factory.mktemp("photos")
+    make_folder(str(root), per_class=8, size=32)
+    return str(root)
+
+
+@tf_only
+def test_a_diverged_run_exits_1_with_strict_json_and_keeps_the_best_finite_epoch(
+        photos, tmp_path):
+    inputs = keras.Input((32, 32, 3))
+    x = keras.layers.Rescaling(1 / 255)(inputs)
+    x = keras.layers.Flatten()(x)
+    x = NaNAfter(6)(x)  # steps 1-6 finite (epoch 1: 4 steps), NaN from step 7
+    outputs = keras.layers.Dense(3)(x)
+    path = tmp_path / "start.keras"
+    keras.Model(inputs, outputs).save(path)
+    out = tmp_path / "run"
+    result = run_cli(
+        "train", "--model", str(path), "--data", f"folder:{photos}", "--recipe", "scratch",
+        "--image-size", "32", "--batch-size", "4", "--epochs", "3", "--steps-per-epoch", "4",
+        "--out", str(out), "--quiet", "--json")
+    status, stdout, err = result.code, result.out, result.err_lines
+    assert status == 1
+    results = json.loads(stdout.strip().splitlines()[-1],
+                         parse_constant=lambda c: pytest.fail(f"{c} in the JSON line"))
+    assert results["status"] == "diverged"
+    assert results["diverged_at"] == {"epoch": 2, "batch": 2, "loss": None}
+    assert results["val_accuracy"] is None and results["model"] is None
+    assert results["best"]["epoch"] == 1 and results["best_model"] == str(out / "best.keras")
+    assert not (out / "model.keras").exists()
+    assert err[-1] == (
+        "keras-vit: error: Training diverged: the loss became nan at epoch 2, batch 2; "
+        "model.keras was not written (its weights are not finite). "
+        f"{out / 'best.keras'} holds epoch 1 (val_accuracy "
+        f"{results['best']['value']:.4f}), the best before it. Try a lower "
+        "--learning-rate or a longer warmup.")
+    best = keras.saving.load_model(out / "best.keras")
+    assert all(np.isfinite(w).all() for w in best.get_weights())
+    assert not (out / "backup").exists()  # a rerun starts afresh, not from NaN weights

@@ -94,8 +94,8 @@ def difference(old, new, where):
         if old.get(key) != new[key]:
             resume = "" if key == "format" else \
                 f"rerun with {flag} {old.get(key)} to resume them, or "
-            return (f"{where[0].upper()}{where[1:]} were built with {flag} {old.get(key)}, this run has "
-                    f"{flag} {new[key]}; {resume}{start_over}.")
+            return (f"{where[0].upper()}{where[1:]} were built with {flag} {old.get(key)}, "
+                    f"this run has {flag} {new[key]}; {resume}{start_over}.")
     if old.get("tfds") != new.get("tfds"):
         then, now = ("{name} {version} {split}: {num_examples} examples".format(**facts)
                      for facts in (old["tfds"], new["tfds"]))

@@ -66,8 +66,9 @@ def verify(directory):
                     if filename:
                         names[filename] += 1
             except tf.errors.DataLossError as error:
-                report["corrupt"].append({"file": name, "index": n,
-                                          "error": f"unreadable from here on: {tf_error_text(error)}"})
+                report["corrupt"].append({
+                    "file": name, "index": n,
+                    "error": f"unreadable from here on: {tf_error_text(error)}"})
             counts[name] = n
             want = recorded.get(name, {}).get("examples")
             if plan and want is None:

@@ -19,6 +19,8 @@ import math
 
 import tensorflow as tf
 
+from keras_vit import _checks
+
 MAX_LEVEL = 10.0
 MAX_MAGNITUDE = 30
 FILL = 128.0
@@ -220,8 +222,7 @@ def _apply_op(index, image, level, seed):
 
 
 def check_randaugment(num_ops, magnitude):
-    if isinstance(num_ops, bool) or not isinstance(num_ops, int) or num_ops < 0:
-        raise ValueError(f"RandAugment num_ops must be an int >= 0, got {num_ops!r}.")
+    _checks.non_negative_int(num_ops, "num_ops", "the RandAugment ops per image")
     if isinstance(magnitude, bool) or not isinstance(magnitude, (int, float)) \
             or not 0 <= magnitude <= MAX_MAGNITUDE:
         raise ValueError(

@@ -9,7 +9,7 @@ import tensorflow as tf
 
 from keras_vit import _checks
 from keras_vit.data import augment
-from keras_vit.data.presets import get_preset
+from keras_vit.data.presets import Preset, get_preset
 from keras_vit.data.sources import open_source
 
 logger = logging.getLogger("keras_vit")
@@ -265,32 +265,245 @@ def data_error(error):
     return None
 
 
-def _check_batch_size(batch_size):
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size <= 0:
-        raise ValueError(f"`batch_size` must be a positive int, got {batch_size!r}.")
+@dataclasses.dataclass(frozen=True)
+class _Records:
+    """What `make_dataset` does to each record and batch, by its preset:
+    the checks, decoding to a `size` image (crop or resize, flip),
+    RandAugment, the one-hot label, and the batch mix (label smoothing,
+    mixup or cutmix). Each method is one `tf.data` stage."""
+
+    preset: object              # a `Preset`
+    size: tuple                 # (height, width)
+    max_pixels: int             # `max_image_pixels()`
+    classes: int
+    skip_corrupt: bool
+
+    @property
+    def seeded(self):
+        """Whether a record draws random numbers (the eval path draws none)."""
+        return self.preset.training or self.preset.randaugment is not None
+
+    def check(self, encoded, label, name, _):
+        """`encoded`, once its label is in range and (without
+        `skip_corrupt`, which filtered them out already) it looks like an
+        image; else the pipeline stops with an Assert naming the file."""
+        k = self.classes
+        checks = [tf.debugging.Assert(
+            tf.logical_and(label >= 0, label < k),
+            [f"Label out of range [0, {k}) for", name, "label", label])]
+        if not self.skip_corrupt:
+            checks.append(tf.debugging.Assert(looks_like_image(encoded),
+                                              [_CORRUPT, name, _CORRUPT_END]))
+        with tf.control_dependencies(checks):
+            return tf.identity(encoded)
+
+    def to_image(self, encoded, element_seed, name):
+        """Encoded bytes -> `size` image (decode, crop or resize, flip), and
+        the seed left for RandAugment. An image of more than `max_pixels`
+        (its header says) is never decoded: the pipeline stops naming it."""
+        crop_seed = flip_seed = None
+        if self.preset.training:
+            crop_seed, flip_seed, ra_seed = tf.unstack(augment.split_seed(element_seed, 3))
+        else:
+            ra_seed = element_seed
+        height, width = tf.unstack(header_shape(encoded))
+        small_enough = height * width <= self.max_pixels
+        # a branch, not a control dependency: map fusion drops those
+        return tf.cond(small_enough, lambda: self._decode(encoded, crop_seed, flip_seed),
+                       lambda: self._refuse(small_enough, name, height, width)), ra_seed
+
+    def _decode(self, encoded, crop_seed, flip_seed):
+        preset, size = self.preset, self.size
+        if preset.training:
+            image = augment.decode_and_inception_crop(encoded, size, crop_seed,
+                                                      area_range=preset.crop_area)
+            if preset.flip:
+                image = augment.random_flip(image, flip_seed)
+        else:
+            image = augment.decode_image(encoded)
+            image = (augment.resize_and_center_crop(image, size) if preset.center_crop
+                     else augment.resize(image, size))
+        return tf.ensure_shape(tf.cast(image, tf.float32), size + (3,))
+
+    def _refuse(self, small_enough, name, height, width):
+        with tf.control_dependencies([tf.debugging.Assert(small_enough, [
+                _TOO_LARGE, name, "height", height, "width", width, "bound",
+                self.max_pixels])]):
+            return tf.zeros(self.size + (3,))
+
+    def finish(self, image, label, ra_seed):
+        """RandAugment (when the preset has it), and the one-hot label."""
+        if self.preset.randaugment is not None:
+            image = augment.randaugment(image, *self.preset.randaugment, ra_seed)
+        image = tf.ensure_shape(image, self.size + (3,))
+        return image, tf.one_hot(label, self.classes, dtype=tf.float32)
+
+    def preprocess(self, record, element_seed):
+        """A checked record -> `(image, one_hot_label)`."""
+        encoded, label, name, _ = record
+        image, ra_seed = self.to_image(encoded, element_seed if self.seeded else None, name)
+        return self.finish(image, label, ra_seed)
+
+    def decode_alone(self, record, element_seed):
+        """A dataset of one `(image, label, ra_seed, ok, index)`: the record
+        decoded in a dataset of its own whose errors are ignored (TF cannot
+        catch a decode error inside a graph); one that yields nothing
+        yields the fallback (ok=False) instead."""
+        encoded, label, name, index = record
+        element_seed = element_seed if self.seeded else None
+
+        def decoded(encoded):
+            image, ra = self.to_image(encoded, element_seed, name)
+            return image, ra if ra is not None else tf.zeros([2], tf.int64), True
+
+        fallback = tf.data.Dataset.from_tensors(
+            (tf.zeros(self.size + (3,)), tf.zeros([2], tf.int64), False))
+        one = tf.data.Dataset.from_tensors(encoded).map(decoded).ignore_errors()
+        return one.concatenate(fallback).take(1).map(
+            lambda image, ra, ok: (image, label, ra, ok, index))
+
+    def mix(self, batch, batch_seed):
+        """Label smoothing, then mixup or cutmix (one of them per batch,
+        at random, when the preset has both)."""
+        preset = self.preset
+        images, labels = batch
+        if preset.label_smoothing:
+            labels = (labels * (1.0 - preset.label_smoothing)
+                      + preset.label_smoothing / self.classes)
+        which_seed, mix_seed = tf.unstack(augment.split_seed(batch_seed, 2))
+        if preset.mixup and preset.cutmix:
+            use_cutmix = tf.random.stateless_uniform([], which_seed) < 0.5
+            return tf.cond(
+                use_cutmix,
+                lambda: augment.cutmix(images, labels, preset.cutmix, mix_seed),
+                lambda: augment.mixup(images, labels, preset.mixup, mix_seed))
+        if preset.mixup:
+            return augment.mixup(images, labels, preset.mixup, mix_seed)
+        if preset.cutmix:
+            return augment.cutmix(images, labels, preset.cutmix, mix_seed)
+        return images, labels
+
+
+def _class_names(src, num_classes):
+    """The class names of `src`, or `num_classes` names `"0"`, `"1"`...
+    for a source without names; a ValueError when they disagree or when
+    there are none."""
+    classes = src.class_names or [str(i) for i in range(num_classes or 0)]
+    if num_classes is not None and src.class_names and num_classes != len(src.class_names):
+        raise ValueError(
+            f"num_classes={num_classes} but {src.description} has "
+            f"{len(src.class_names)} classes."
+        )
+    if not classes:
+        raise ValueError(
+            f"{src.description} has no class names (no dataset_info.json); pass "
+            "`num_classes=`."
+        )
+    return classes
+
+
+def _read(src, batch_size, input_context):
+    """`(dataset of (encoded, label, name, index), batch size of one
+    element)`: the split's records read, each with its index in the split
+    (so that a skipped file counts once); with `input_context`, sharded
+    before reading (each worker reads its own) and batched per replica."""
+    dataset = src.records.enumerate()
+    local_batch = batch_size
+    if input_context is not None:
+        dataset = dataset.shard(input_context.num_input_pipelines,
+                                input_context.input_pipeline_id)
+        local_batch = input_context.get_per_replica_batch_size(batch_size)
+
+    def read(index, record):
+        return (*src.read(*(record if isinstance(record, tuple) else (record,))), index)
+
+    return dataset.map(read, num_parallel_calls=AUTOTUNE), local_batch
+
+
+def _skip_non_images(dataset, skipped):
+    """Records that fail the structural check (truncated, empty, not an
+    image) left out and counted in `skipped`."""
+    return dataset.filter(lambda encoded, label, name, index: skipped.count_if_not(
+        looks_like_image(encoded), index))
+
+
+def _order(dataset, *, cache, shuffle, shuffle_buffer, seed, repeat):
+    """Cached (in memory, or in the file `cache` names), shuffled,
+    repeated, as asked."""
+    if cache:
+        dataset = dataset.cache(cache if isinstance(cache, str) else "")
+    if shuffle:
+        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
+    if repeat:
+        dataset = dataset.repeat()
+    return dataset
+
+
+def _checked(dataset, records, seed):
+    """`(record, element_seed)` pairs, each record passed by
+    `records.check`: a seed (2 int64) of `tf.data.Dataset.random(seed)`
+    per record that draws random numbers, else zeros."""
+    if records.seeded:
+        seeds = tf.data.Dataset.random(seed=seed).batch(2)
+        dataset = tf.data.Dataset.zip((dataset, seeds))
+    else:  # the eval path draws no random numbers
+        dataset = dataset.map(lambda *record: (record, tf.zeros([2], tf.int64)))
+    return dataset.map(lambda record, s: ((records.check(*record), *record[1:]), s),
+                       num_parallel_calls=AUTOTUNE)
+
+
+def _decoded(dataset, records, skipped):
+    """`(image, one_hot_label)` of each record. With `skipped`
+    (`skip_corrupt`), each record is decoded on its own and those that fail
+    are left out and counted."""
+    if skipped is None:
+        return dataset.map(records.preprocess, num_parallel_calls=AUTOTUNE)
+    dataset = dataset.interleave(records.decode_alone, cycle_length=16, block_length=1,
+                                 num_parallel_calls=AUTOTUNE, deterministic=True)
+    dataset = dataset.filter(lambda image, label, ra_seed, ok, index:
+                             skipped.count_if_not(ok, index))
+    return dataset.map(lambda image, label, ra_seed, ok, index: records.finish(
+        image, label, ra_seed if records.seeded else None), num_parallel_calls=AUTOTUNE)
+
+
+def _mixed(dataset, records, seed):
+    """The batches through `records.mix` (with a seed per batch from
+    `seed + 1`) when the preset smooths labels or mixes images."""
+    preset = records.preset
+    if not (preset.mixup or preset.cutmix or preset.label_smoothing):
+        return dataset
+    batch_seeds = tf.data.Dataset.random(seed=None if seed is None else seed + 1).batch(2)
+    return tf.data.Dataset.zip((dataset, batch_seeds)).map(records.mix,
+                                                           num_parallel_calls=AUTOTUNE)
+
+
+def _prefetched(dataset):
+    options = tf.data.Options()
+    options.experimental_optimization.map_fusion = True
+    return dataset.with_options(options).prefetch(AUTOTUNE)
 
 
 def make_dataset(
-    source,
-    split="train",
+    source: str,
+    split: str = "train",
     *,
-    image_size=224,
-    batch_size=32,
-    training=False,
-    preset=None,
-    seed=None,
-    shuffle_buffer=10_000,
-    cache=False,
-    repeat=False,
-    data_dir=None,
-    skip_corrupt=False,
-    input_context=None,
-    num_classes=None,
-    label_offset=0,
-    drop_remainder=None,
-    with_info=False,
-    holdout=0.1,
-):
+    image_size: int | tuple[int, int] = 224,
+    batch_size: int = 32,
+    training: bool = False,
+    preset: str | Preset | None = None,
+    seed: int | None = None,
+    shuffle_buffer: int = 10_000,
+    cache: bool | str = False,
+    repeat: bool = False,
+    data_dir: str | None = None,
+    skip_corrupt: bool = False,
+    input_context: tf.distribute.InputContext | None = None,
+    num_classes: int | None = None,
+    label_offset: int = 0,
+    drop_remainder: bool | None = None,
+    with_info: bool = False,
+    holdout: float = 0.1,
+) -> tf.data.Dataset | tuple[tf.data.Dataset, DatasetInfo]:
     """Builds a batched `tf.data` pipeline of `(images, one_hot_labels)`.
 
     Args:
@@ -380,179 +593,35 @@ def make_dataset(
     info.description  # 'folder:/data/flowers (train: 20% of each class held out)'
     ```
     """
-    _check_batch_size(batch_size)
-    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    if len(size) != 2 or min(size) <= 0:
-        raise ValueError(f"`image_size` must be a positive int or (h, w), got {image_size!r}.")
+    _checks.positive_int(batch_size, "batch_size")
+    size = _checks.positive_int_pair(image_size, "image_size")
     preset = get_preset(preset, training)
     if preset.randaugment is not None:
         augment.check_randaugment(*preset.randaugment)
     drop_remainder = training if drop_remainder is None else drop_remainder
     max_pixels = max_image_pixels()
-
     src = open_source(source, split, data_dir=data_dir, label_offset=label_offset,
                       holdout=holdout, skip_corrupt=skip_corrupt)
-    classes = src.class_names or [str(i) for i in range(num_classes or 0)]
-    if num_classes is not None and src.class_names and num_classes != len(src.class_names):
-        raise ValueError(
-            f"num_classes={num_classes} but {src.description} has "
-            f"{len(src.class_names)} classes."
-        )
-    k = len(classes)
-    if k == 0:
-        raise ValueError(
-            f"{src.description} has no class names (no dataset_info.json); pass "
-            "`num_classes=`."
-        )
+    classes = _class_names(src, num_classes)
+    records = _Records(preset, size, max_pixels, len(classes), skip_corrupt)
 
-    # Each record carries its index in the split, so a skipped file counts once.
-    dataset = src.records.enumerate()
-    local_batch = batch_size
-    if input_context is not None:  # shard before reading: each worker reads its own
-        dataset = dataset.shard(input_context.num_input_pipelines,
-                                input_context.input_pipeline_id)
-        local_batch = input_context.get_per_replica_batch_size(batch_size)
-
-    def read(index, record):
-        return (*src.read(*(record if isinstance(record, tuple) else (record,))), index)
-
-    dataset = dataset.map(read, num_parallel_calls=AUTOTUNE)
-
-    skipped = None
-    if skip_corrupt:
-        skipped = _SkippedFiles(len(src.skipped))
-        dataset = dataset.filter(lambda encoded, label, name, index: skipped.count_if_not(
-            looks_like_image(encoded), index))
-
-    if cache:
-        dataset = dataset.cache(cache if isinstance(cache, str) else "")
-    if training:
-        dataset = dataset.shuffle(shuffle_buffer, seed=seed, reshuffle_each_iteration=True)
-    if repeat:
-        dataset = dataset.repeat()
-
-    def check(encoded, label, name, _):
-        checks = [tf.debugging.Assert(
-            tf.logical_and(label >= 0, label < k),
-            [f"Label out of range [0, {k}) for", name, "label", label])]
-        if not skip_corrupt:  # skip_corrupt filtered these out already
-            checks.append(tf.debugging.Assert(looks_like_image(encoded),
-                                              [_CORRUPT, name, _CORRUPT_END]))
-        with tf.control_dependencies(checks):
-            return tf.identity(encoded)
-
-    def to_image(encoded, element_seed, name):
-        """Encoded bytes -> `size` image (decode, crop or resize, flip), and
-        the seed left for RandAugment. An image of more than `max_pixels`
-        (its header says) is never decoded: the pipeline stops naming it."""
-        if preset.training:
-            crop_seed, flip_seed, ra_seed = tf.unstack(augment.split_seed(element_seed, 3))
-        else:
-            ra_seed = element_seed
-
-        def decode():
-            if preset.training:
-                image = augment.decode_and_inception_crop(encoded, size, crop_seed,
-                                                          area_range=preset.crop_area)
-                if preset.flip:
-                    image = augment.random_flip(image, flip_seed)
-            else:
-                image = augment.decode_image(encoded)
-                image = (augment.resize_and_center_crop(image, size) if preset.center_crop
-                         else augment.resize(image, size))
-            return tf.ensure_shape(tf.cast(image, tf.float32), size + (3,))
-
-        height, width = tf.unstack(header_shape(encoded))
-        small_enough = height * width <= max_pixels
-
-        def refuse():  # a branch, not a control dependency: map fusion drops those
-            with tf.control_dependencies([tf.debugging.Assert(small_enough, [
-                    _TOO_LARGE, name, "height", height, "width", width, "bound", max_pixels])]):
-                return tf.zeros(size + (3,))
-
-        return tf.cond(small_enough, decode, refuse), ra_seed
-
-    def finish(image, label, ra_seed):
-        if preset.randaugment is not None:
-            image = augment.randaugment(image, *preset.randaugment, ra_seed)
-        image = tf.ensure_shape(image, size + (3,))
-        return image, tf.one_hot(label, k, dtype=tf.float32)
-
-    seeded = preset.training or preset.randaugment is not None
-    if seeded:
-        seeds = tf.data.Dataset.random(seed=seed).batch(2)
-        dataset = tf.data.Dataset.zip((dataset, seeds))
-    else:  # the eval path draws no random numbers
-        dataset = dataset.map(lambda *record: (record, tf.zeros([2], tf.int64)))
-    dataset = dataset.map(lambda record, s: ((check(*record), *record[1:]), s),
-                          num_parallel_calls=AUTOTUNE)
-    if not skip_corrupt:
-        def preprocess(record, element_seed):
-            encoded, label, name, _ = record
-            image, ra_seed = to_image(encoded, element_seed if seeded else None, name)
-            return finish(image, label, ra_seed)
-
-        dataset = dataset.map(preprocess, num_parallel_calls=AUTOTUNE)
-    else:
-        # TF cannot catch a decode error inside a graph: each record is
-        # decoded in a dataset of its own whose errors are ignored, and a
-        # record that yields nothing yields the fallback (ok=False) instead.
-        def decode_alone(record, element_seed):
-            encoded, label, name, index = record
-            if not seeded:
-                element_seed = None
-
-            def decoded(encoded):
-                image, ra = to_image(encoded, element_seed, name)
-                return image, ra if ra is not None else tf.zeros([2], tf.int64), True
-
-            fallback = tf.data.Dataset.from_tensors(
-                (tf.zeros(size + (3,)), tf.zeros([2], tf.int64), False))
-            one = tf.data.Dataset.from_tensors(encoded).map(decoded).ignore_errors()
-            return one.concatenate(fallback).take(1).map(
-                lambda image, ra, ok: (image, label, ra, ok, index))
-
-        dataset = dataset.interleave(decode_alone, cycle_length=16, block_length=1,
-                                     num_parallel_calls=AUTOTUNE, deterministic=True)
-        dataset = dataset.filter(lambda image, label, ra_seed, ok, index:
-                                 skipped.count_if_not(ok, index))
-        dataset = dataset.map(lambda image, label, ra_seed, ok, index: finish(
-            image, label, ra_seed if seeded else None), num_parallel_calls=AUTOTUNE)
+    dataset, local_batch = _read(src, batch_size, input_context)
+    skipped = _SkippedFiles(len(src.skipped)) if skip_corrupt else None
+    if skipped is not None:
+        dataset = _skip_non_images(dataset, skipped)
+    dataset = _order(dataset, cache=cache, shuffle=training, shuffle_buffer=shuffle_buffer,
+                     seed=seed, repeat=repeat)
+    dataset = _checked(dataset, records, seed)
+    dataset = _decoded(dataset, records, skipped)
     dataset = dataset.batch(local_batch, drop_remainder=drop_remainder,
                             num_parallel_calls=AUTOTUNE)
-
-    if preset.mixup or preset.cutmix or preset.label_smoothing:
-        batch_seeds = tf.data.Dataset.random(
-            seed=None if seed is None else seed + 1).batch(2)
-        dataset = tf.data.Dataset.zip((dataset, batch_seeds))
-
-        def mix(batch, batch_seed):
-            images, labels = batch
-            if preset.label_smoothing:
-                labels = labels * (1.0 - preset.label_smoothing) + preset.label_smoothing / k
-            which_seed, mix_seed = tf.unstack(augment.split_seed(batch_seed, 2))
-            if preset.mixup and preset.cutmix:
-                use_cutmix = tf.random.stateless_uniform([], which_seed) < 0.5
-                return tf.cond(
-                    use_cutmix,
-                    lambda: augment.cutmix(images, labels, preset.cutmix, mix_seed),
-                    lambda: augment.mixup(images, labels, preset.mixup, mix_seed))
-            if preset.mixup:
-                return augment.mixup(images, labels, preset.mixup, mix_seed)
-            if preset.cutmix:
-                return augment.cutmix(images, labels, preset.cutmix, mix_seed)
-            return images, labels
-
-        dataset = dataset.map(mix, num_parallel_calls=AUTOTUNE)
-    options = tf.data.Options()
-    options.experimental_optimization.map_fusion = True
-    dataset = dataset.with_options(options).prefetch(AUTOTUNE)
+    dataset = _prefetched(_mixed(dataset, records, seed))
     if skip_corrupt:
         logger.info("%s: corrupt records are skipped and counted in "
                     "info.skipped_corrupt.", src.description)
     if not with_info:
         return dataset
-    info = DatasetInfo(source, split, src.num_examples, classes, k, batch_size,
+    info = DatasetInfo(source, split, src.num_examples, classes, len(classes), batch_size,
                        local_batch, preset, skipped,
                        classes_present=src.classes_present, description=src.description)
     return dataset, info

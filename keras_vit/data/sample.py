@@ -12,6 +12,12 @@ verifying exports, or a quick look at a data set).
 import dataclasses
 
 import numpy as np
+import tensorflow as tf
+
+from keras_vit import _checks
+from keras_vit._console import _op_error_message
+from keras_vit.data import augment
+from keras_vit.data.sources import open_source
 
 # Sources whose labels are not listed up front (TFRecords, TFDS) are scanned
 # record by record for their labels; the scan stops after this many records.
@@ -78,16 +84,12 @@ def stratified_order(labels, count=None, seed=0, exclude=None):
 
 
 def _open(source, split, data_dir, holdout, skip_corrupt=False):
-    from keras_vit.data.sources import open_source
-
     return open_source(source, split, data_dir=data_dir, holdout=holdout,
                        skip_corrupt=skip_corrupt)
 
 
 def _record_labels(src, limit):
     """int labels of the first `limit` records (read, not decoded)."""
-    import tensorflow as tf
-
     labels = src.records.take(limit).map(
         lambda *record: src.read(*record)[1], num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True)
@@ -97,13 +99,9 @@ def _record_labels(src, limit):
 def _decode_failure(encoded):
     """TensorFlow's own sentence for why `encoded` does not decode (eager,
     so without a graph's node names), or None."""
-    import tensorflow as tf
-
     try:
         tf.io.decode_image(encoded, channels=3, expand_animations=False)
     except tf.errors.OpError as error:
-        from keras_vit._console import _op_error_message
-
         return _op_error_message(error).rstrip(". ") or None
     return None
 
@@ -151,16 +149,10 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
     >>> s.classes, s.images.dtype  # doctest: +SKIP
     (10, dtype('float32'))
     """
-    import tensorflow as tf
-
-    from keras_vit.data import augment
-
     if not isinstance(source, str):
         raise TypeError(f"source must be a data source string such as 'folder:DIR'; "
                         f"got {type(source).__name__}.")
-    if count is not None and (isinstance(count, bool) or not isinstance(count, int)
-                              or count < 1):
-        raise ValueError(f"count={count!r}; give a positive int or None (the whole split).")
+    _checks.positive_int(count, "count", "None: the whole split", or_none=True)
     size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
     src = _open(source, split, data_dir, holdout, skip_corrupt)
     labels = getattr(src, "labels", None)
@@ -199,7 +191,7 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
         name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
         try:
             image = decode(encoded).numpy()
-        except tf.errors.InvalidArgumentError as error:
+        except tf.errors.InvalidArgumentError:
             if skip_corrupt:
                 skipped.append(name)
                 continue

@@ -26,11 +26,12 @@ import stat
 
 import tensorflow as tf
 
+from keras_vit import _checks
+from keras_vit._image_files import IMAGE_EXTENSIONS, is_image_name
 from keras_vit.data import schema
 from keras_vit.labels import label_line_problem
 
 SCHEMES = ("tfds", "tfrecord", "folder")
-IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".gif")
 logger = logging.getLogger("keras_vit")
 
 
@@ -164,7 +165,7 @@ def _image_files(folder):
     for filename in sorted(tf.io.gfile.listdir(folder)):
         if filename.endswith("/"):
             continue
-        if filename.lower().endswith(IMAGE_EXTENSIONS):
+        if is_image_name(filename):
             images.append(filename)
         elif not filename.startswith(".") and filename.lower() not in _IGNORED_FILES:
             others += 1
@@ -218,12 +219,10 @@ def _check_class_names(paths):
                 "line breaks, tabs or other control characters.")
 
 
-def _check_holdout(holdout):
-    if isinstance(holdout, bool) or not isinstance(holdout, (int, float)) \
-            or not 0 <= holdout < 1:
-        raise ValueError(f"holdout={holdout!r}; give a float in [0, 1) (the fraction of "
-                         "each class held out for validation, e.g. 0.1).")
-    return float(holdout)
+def check_holdout(holdout):
+    """`holdout` (a fraction of each class, in [0, 1)) as a float."""
+    return _checks.fraction(holdout, "holdout", "the fraction of each class held out for "
+                            "validation, e.g. 0.1")
 
 
 def _percent(holdout):
@@ -283,7 +282,7 @@ def _list_folder(directory, split, holdout):
     """`(files, labels, classes, kind, description, unreadable)`: `files`
     leaves out the split's image files that cannot be read, `unreadable`
     (`{path: why}`) holds them."""
-    holdout = _check_holdout(holdout)
+    holdout = check_holdout(holdout)
     if not isinstance(split, str) or not split:
         raise ValueError(f"split={split!r}; give a split name such as 'train'.")
     if not tf.io.gfile.isdir(directory):
@@ -292,44 +291,53 @@ def _list_folder(directory, split, holdout):
     subfolders = _subfolders(directory)
     splits = _split_folders(directory, subfolders)
     if splits:
-        chosen = split if split in splits else None
-        if chosen is None and split in _VALIDATION_ALIASES:
-            aliases = [name for name in splits if name in _VALIDATION_ALIASES]
-            chosen = aliases[0] if len(aliases) == 1 else None
-        if chosen is None:
-            others = [name for name in subfolders if name not in splits]
-            raise ValueError(
-                f"{source} has no split {split!r}: its split subfolders are "
-                f"{', '.join(repr(s) for s in splits)}."
-                + (f" (Its other subfolders, {', '.join(repr(s) for s in others[:5])}"
-                   f"{', ...' if len(others) > 5 else ''}, are not splits.)"
-                   if others else ""))
-        class_folders = {}  # class name -> its first folder, for the name check
-        for s in splits:
-            for c in _subfolders(os.path.join(directory, s)):
-                class_folders.setdefault(c, os.path.join(directory, s, c))
-        classes = sorted(class_folders)
-        _check_class_names(class_folders[c] for c in classes)
-        root = os.path.join(directory, chosen)
-        files, labels, others, unreadable = [], [], 0, {}
-        for label, name in enumerate(classes):
-            folder = os.path.join(root, name)
-            if not tf.io.gfile.isdir(folder):
-                continue
-            images, skipped, bad = _image_files(folder)
-            others += skipped
-            unreadable.update({os.path.join(folder, f): bad[f] for f in images if f in bad})
-            files += [os.path.join(folder, f) for f in images if f not in bad]
-            labels += [label] * (len(images) - len(bad))
-        _log_others(root, others)
-        if not files and not unreadable:
-            raise ValueError(
-                f"No image files ({', '.join(IMAGE_EXTENSIONS)}) under {root!r}; expected "
-                f"{root}/<class_name>/<image files>.")
-        name = split if chosen == split else f"{split}: subfolder {chosen!r}"
-        return files, labels, classes, "folder", f"{source} ({name})", unreadable
+        return _list_split_layout(directory, source, subfolders, splits, split)
+    return _list_class_layout(directory, source, subfolders, split, holdout)
 
-    # class layout
+
+def _list_split_layout(directory, source, subfolders, splits, split):
+    """`_list_folder` for DIR/<split>/<class>/<images>."""
+    chosen = split if split in splits else None
+    if chosen is None and split in _VALIDATION_ALIASES:
+        aliases = [name for name in splits if name in _VALIDATION_ALIASES]
+        chosen = aliases[0] if len(aliases) == 1 else None
+    if chosen is None:
+        others = [name for name in subfolders if name not in splits]
+        raise ValueError(
+            f"{source} has no split {split!r}: its split subfolders are "
+            f"{', '.join(repr(s) for s in splits)}."
+            + (f" (Its other subfolders, {', '.join(repr(s) for s in others[:5])}"
+               f"{', ...' if len(others) > 5 else ''}, are not splits.)"
+               if others else ""))
+    class_folders = {}  # class name -> its first folder, for the name check
+    for s in splits:
+        for c in _subfolders(os.path.join(directory, s)):
+            class_folders.setdefault(c, os.path.join(directory, s, c))
+    classes = sorted(class_folders)
+    _check_class_names(class_folders[c] for c in classes)
+    root = os.path.join(directory, chosen)
+    files, labels, others, unreadable = [], [], 0, {}
+    for label, name in enumerate(classes):
+        folder = os.path.join(root, name)
+        if not tf.io.gfile.isdir(folder):
+            continue
+        images, skipped, bad = _image_files(folder)
+        others += skipped
+        unreadable.update({os.path.join(folder, f): bad[f] for f in images if f in bad})
+        files += [os.path.join(folder, f) for f in images if f not in bad]
+        labels += [label] * (len(images) - len(bad))
+    _log_others(root, others)
+    if not files and not unreadable:
+        raise ValueError(
+            f"No image files ({', '.join(IMAGE_EXTENSIONS)}) under {root!r}; expected "
+            f"{root}/<class_name>/<image files>.")
+    name = split if chosen == split else f"{split}: subfolder {chosen!r}"
+    return files, labels, classes, "folder", f"{source} ({name})", unreadable
+
+
+def _list_class_layout(directory, source, subfolders, split, holdout):
+    """`_list_folder` for DIR/<class>/<images>: the held-out split is chosen
+    by a stable hash of each file's path."""
     if split != "train" and split not in HOLDOUT_SPLITS:
         raise ValueError(
             f"{source} has no split subfolders ({', '.join(SPLIT_FOLDER_NAMES)}), so its "
@@ -491,7 +499,7 @@ def tfds_source(spec, split, data_dir=None):
     full_name = f"{name}:{version}" if version else name
     try:
         builder = tfds.builder(full_name, data_dir=data_dir)
-    except Exception as error:  # DatasetNotFoundError and friends
+    except Exception as error:  # noqa: BLE001  DatasetNotFoundError and friends
         raise ValueError(f"Unknown TFDS dataset {full_name!r}: {error}") from None
     features = builder.info.features
     image_key = next((k for k in ("image",) if k in features), None)

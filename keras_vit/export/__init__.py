@@ -27,7 +27,8 @@ file and in `<stem>.labels.txt`.
 ['0', '1', '2']
 """
 
-from keras_vit.export._common import ExportReport, ExportVerificationError, labels_path
+from keras_vit.export._labels import labels_path
+from keras_vit.export._report import ExportReport, ExportVerificationError
 from keras_vit.export.onnx import onnx_class_names, run_onnx, to_onnx, verify_onnx
 from keras_vit.export.openvino import (
     openvino_class_names,

@@ -4,7 +4,7 @@ against Keras, written atomically, with the class names inside
 (`metadata_props["labels"]`, a JSON list) and beside it
 (`<stem>.labels.txt`).
 
-The graph is the one the other exports trace (`_common.pixel_graph`): input
+The graph is the one the other exports trace (`_model.pixel_graph`): input
 `images`, float32 `(batch, height, width, 3)` RGB pixels in [0, 255] (the
 model's preprocessing is inside); outputs `logits` and `probabilities`,
 float32 `(batch, classes)`. It is converted by tf2onnx from the frozen
@@ -17,36 +17,41 @@ initializers afterwards: see `_weights_as_inputs` for the memory this
 saves.)
 """
 
+from __future__ import annotations
+
 import contextlib
+import dataclasses
 import importlib
 import json
 import logging
 import os
 import tempfile
+from typing import TYPE_CHECKING
 
 import numpy as np
+import tensorflow as tf
 
-from keras_vit.export._common import (
-    ExportReport,
-    as_images,
-    batched,
-    compare,
-    evaluate,
-    export_images,
-    keras_latency_ms,
-    labels_beside,
-    median_ms,
-    model_class_names,
+from keras_vit import __version__, _compat
+from keras_vit.export._batches import batched
+from keras_vit.export._images import Sampling, as_images
+from keras_vit.export._measure import compare
+from keras_vit.export._model import (
     model_image_size,
     output_kind,
     pixel_graph,
-    publish,
     reference_logits,
-    reject,
     require_tensorflow_backend,
-    temporary_path,
-    warn_kept,
 )
+from keras_vit.export._pipeline import (
+    ExportFormat,
+    check_file_path,
+    check_quantization,
+    export_verified,
+)
+from keras_vit.export._report import ExportReport
+
+if TYPE_CHECKING:
+    import keras
 
 QUANTIZATIONS = ("none", "dynamic", "int8")
 # What each mode must reach against Keras on the validation images (the
@@ -84,8 +89,8 @@ def _require():
 
 def max_opset():
     """The highest opset this tf2onnx and onnx can write."""
-    import onnx
-    import tf2onnx
+    import onnx  # optional: the [onnx] extra
+    import tf2onnx  # optional: the [onnx] extra
 
     return min(max(tf2onnx.constants.OPSET_TO_IR_VERSION), onnx.defs.onnx_opset_version())
 
@@ -93,7 +98,7 @@ def max_opset():
 def _check_opset(opset):
     """`opset` as an int; None: tf2onnx's preferred opset (15 in tf2onnx
     1.16-1.17: what ONNX Runtime >= 1.10, OpenVINO and TensorRT 8 read)."""
-    import tf2onnx
+    import tf2onnx  # optional: the [onnx] extra
 
     if opset is None:
         return tf2onnx.constants.PREFERRED_OPSET
@@ -103,14 +108,6 @@ def _check_opset(opset):
         raise ValueError(f"opset={opset!r}; allowed: an int from {MIN_OPSET} to {highest} "
                          "(None: tf2onnx's default).")
     return opset
-
-
-def _check_quantization(quantization):
-    quantization = "none" if quantization is None else quantization
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"quantization={quantization!r}; allowed: {QUANTIZATIONS} "
-                         "(None means 'none').")
-    return quantization
 
 
 def _check_weight_bytes(model):
@@ -137,7 +134,7 @@ def _quiet(logger):
 def _unconvertible(proto):
     """Op types in `proto` that no ONNX schema defines (ops tf2onnx could
     not convert are left in the graph under their TensorFlow names)."""
-    import onnx
+    import onnx  # optional: the [onnx] extra
 
     return sorted({node.op_type for node in proto.graph.node
                    if not onnx.defs.has(node.op_type, node.domain or "")})
@@ -151,12 +148,7 @@ def convert(model, *, opset=None, image_size=None, outputs="auto"):
     `probabilities` `(batch, classes)`. Raises ValueError naming any
     TensorFlow op that has no ONNX conversion. Nothing is verified and no
     metadata is set here (see `to_onnx`)."""
-    import tensorflow as tf
-    import tf2onnx
-    from tensorflow.python.framework.convert_to_constants import (
-        convert_variables_to_constants_v2,
-    )
-    from tensorflow.python.util import deprecation
+    import tf2onnx  # optional: the [onnx] extra
 
     require_tensorflow_backend()
     _require()
@@ -164,16 +156,16 @@ def convert(model, *, opset=None, image_size=None, outputs="auto"):
     size = model_image_size(model, image_size)
     _check_weight_bytes(model)
     function = pixel_graph(model, size, outputs)
-    frozen = convert_variables_to_constants_v2(function, lower_control_flow=False,
-                                               aggressive_inlining=True)
+    frozen = _compat.freeze_concrete_function(function)
     names = {tensor.name: key for key, tensor in function.structured_outputs.items()}
     rename = {frozen.inputs[0].name: "images"}
     rename.update({after.name: names[before.name]
-                   for before, after in zip(function.outputs, frozen.outputs)})
+                   for before, after in zip(function.outputs, frozen.outputs, strict=True)})
     graph_def = frozen.graph.as_graph_def(add_shapes=True)
     del function, frozen
     weights = _weights_as_inputs(graph_def)
-    with deprecation.silence(), tf.device("/cpu:0"), _quiet(logging.getLogger("tf2onnx")):
+    with (_compat.silenced_tensorflow_deprecations(), tf.device("/cpu:0"),
+          _quiet(logging.getLogger("tf2onnx"))):
         proto, _ = tf2onnx.convert.from_graph_def(
             graph_def, name=model.name, input_names=["images:0", *weights],
             output_names=list(rename)[1:], opset=opset, tensors_to_rename=rename)
@@ -199,8 +191,6 @@ def _weights_as_inputs(graph_def, min_bytes=1024):
     than 20 GB (ViT-S/16: 4 GB, +88 MB per pass). Converted as inputs, the
     weights are copied once, into the initializers (`_inputs_as_weights`);
     ViT-S/16 then converts in 1.8 GB, 3x faster."""
-    import tensorflow as tf
-
     floats = {tf.float16.as_datatype_enum, tf.bfloat16.as_datatype_enum,
               tf.float32.as_datatype_enum, tf.float64.as_datatype_enum}
     weights = {}
@@ -221,7 +211,7 @@ def _weights_as_inputs(graph_def, min_bytes=1024):
 def _inputs_as_weights(proto, weights):
     """Makes the graph inputs `_weights_as_inputs` created initializers
     holding their values; `images` stays the only input."""
-    import onnx
+    import onnx  # optional: the [onnx] extra
 
     inputs = {value.name for value in proto.graph.input}
     lost = sorted(set(weights) - inputs)
@@ -235,16 +225,14 @@ def _inputs_as_weights(proto, weights):
 
 def _annotate(proto, names, size, kind):
     """Sets the file's `metadata_props` and `doc_string`."""
-    import onnx
-
-    import keras_vit
+    import onnx  # optional: the [onnx] extra
 
     props = {
         "image_size": json.dumps(list(size)),
         "input": f"images: float32 (batch, {size[0]}, {size[1]}, 3) RGB pixels in [0, 255]",
         "outputs": "logits, probabilities: float32 (batch, classes)",
         "keras_output": kind,
-        "keras_vit_version": keras_vit.__version__,
+        "keras_vit_version": __version__,
     }
     if names:
         props[LABELS_KEY] = json.dumps(list(names))
@@ -278,14 +266,14 @@ class _Batches:
 
 def _quantize(float_path, out_path, quantization, calibration=None):
     """Writes the `"dynamic"` or `"int8"` model of the float32 file."""
-    from onnxruntime.quantization import (
+    from onnxruntime.quantization import (  # optional: the [onnx] extra
         CalibrationMethod,
         QuantFormat,
         QuantType,
         quantize_dynamic,
         quantize_static,
     )
-    from onnxruntime.quantization.shape_inference import quant_pre_process
+    from onnxruntime.quantization.shape_inference import quant_pre_process  # optional
 
     prepared = float_path + ".prepared.onnx"
     # Shape inference and ONNX Runtime's graph optimizations first, as its
@@ -318,7 +306,7 @@ def _quantize(float_path, out_path, quantization, calibration=None):
 def session(path, num_threads=None):
     """An ONNX Runtime `InferenceSession` on the CPU."""
     _require()
-    import onnxruntime as ort
+    import onnxruntime as ort  # optional: the [onnx] extra
 
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -340,7 +328,7 @@ def onnx_class_names(path):
     """The class names stored in an ONNX file (`metadata_props["labels"]`),
     or None."""
     _require()
-    import onnx
+    import onnx  # optional: the [onnx] extra
 
     props = {p.key: p.value for p in onnx.load(str(path)).metadata_props}
     return json.loads(props[LABELS_KEY]) if LABELS_KEY in props else None
@@ -357,11 +345,67 @@ def verify_onnx(path, model, images, *, image_size=None, outputs="auto", num_thr
     return compare(reference, run_onnx(path, images, num_threads=num_threads))
 
 
-def to_onnx(model, path, *, quantization=None, opset=None, representative_data=None,
-            image_size=None, outputs="auto", validation_data=None, validation_split=None,
-            num_validation=2000, num_calibration=500, calibration_split="train",
-            num_threads=None, latency_repeats=20, check=True, verbose=True, seed=0,
-            data_dir=None, holdout=0.1, skip_corrupt=False):
+@dataclasses.dataclass
+class _ONNX(ExportFormat):
+    """The ONNX file of `to_onnx`: converted by tf2onnx, quantized by ONNX
+    Runtime, its class names inside, run with ONNX Runtime on the CPU."""
+
+    opset: int = None
+    kind: str = "logits"  # what the Keras model outputs (`output_kind`)
+
+    name = "onnx"
+    checks = CHECKS
+
+    def prepare(self, calibration):
+        self.proto = convert(self.model, opset=self.opset, image_size=self.size,
+                             outputs=self.outputs)
+        self.calibration = None if calibration is None else calibration.images
+
+    def write(self, temporary, names):
+        import onnx  # optional: the [onnx] extra
+
+        proto, self.proto = self.proto, None  # one model in memory at a time
+        with tempfile.TemporaryDirectory() as work:
+            if self.quantization != "none":
+                float_path = os.path.join(work, "float32.onnx")
+                onnx.save_model(proto, float_path)
+                quantized = os.path.join(work, f"{self.quantization}.onnx")
+                _quantize(float_path, quantized, self.quantization, self.calibration)
+                proto = onnx.load(quantized)
+        _annotate(proto, names, self.size, self.kind)
+        onnx.checker.check_model(proto)
+        onnx.save_model(proto, temporary)
+        return temporary
+
+    def run(self, file, images):
+        return run_onnx(file, images, num_threads=self.num_threads)
+
+    def report_fields(self, file, images, reference):
+        import onnxruntime as ort  # optional: the [onnx] extra
+
+        height, width = self.size
+        return dict(
+            batch_size=1, opset=self.opset,
+            runtime=f"onnxruntime {ort.__version__} (CPUExecutionProvider)",
+            signature={"inputs": {"images": f"float32 [batch, {height}, {width}, 3]"},
+                       "outputs": {"logits": "float32 [batch, classes]",
+                                   "probabilities": "float32 [batch, classes]"}})
+
+    def timed(self, file):
+        runner = session(file, self.num_threads)
+        return lambda batch: runner.run(["logits"], {"images": batch})
+
+
+def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | None = None,
+            opset: int | None = None,
+            representative_data: str | np.ndarray | tf.data.Dataset | None = None,
+            image_size: int | tuple[int, int] | None = None, outputs: str = "auto",
+            validation_data: str | np.ndarray | tf.data.Dataset | None = None,
+            validation_split: str | None = None, num_validation: int = 2000,
+            num_calibration: int = 500, calibration_split: str = "train",
+            num_threads: int | None = None, latency_repeats: int = 20, check: bool = True,
+            verbose: bool = True, seed: int = 0, data_dir: str | None = None,
+            holdout: float = 0.1, skip_corrupt: bool = False) -> ExportReport:
     """Exports `model` to an ONNX file, verifies it with ONNX Runtime, then
     puts it at `path`.
 
@@ -369,12 +413,12 @@ def to_onnx(model, path, *, quantization=None, opset=None, representative_data=N
     [0, 255] with any batch size (the model's preprocessing is inside, as
     in the TFLite file), and returns `logits` and `probabilities`, float32
     `(batch, classes)` (for a softmax head the logits are its
-    pre-activation, see `_common.logits_and_probabilities`). The model's
+    pre-activation, see `_model.logits_and_probabilities`). The model's
     class names are inside (`metadata_props["labels"]`, a JSON list; read
     them with `onnx_class_names`) and beside it as `<stem>.labels.txt`.
 
     It is written under a temporary name in `path`'s directory
-    (`.<name>.tmp-<random>`), run with ONNX Runtime (CPU) on the
+    (`.<name>.tmp-<host>-<pid>-<random>`), run with ONNX Runtime (CPU) on the
     validation images, its logits compared with the Keras model's on the
     same pixels, and only then renamed to `path`. An export that misses
     its bar (`CHECKS`) is moved to `<path>.rejected` with its report as
@@ -440,70 +484,17 @@ def to_onnx(model, path, *, quantization=None, opset=None, representative_data=N
     >>> keras_vit.export.onnx_class_names("vit.onnx")[:2]  # doctest: +SKIP
     ['0', '1']
     """
-    path = str(path)
-    if not path.endswith(".onnx"):
-        raise ValueError(f"path={path!r}: an ONNX file name ends with '.onnx'.")
-    if os.path.isdir(path):
-        raise ValueError(f"path={path!r} is a directory; give a .onnx file name.")
+    path = check_file_path(path, ".onnx", "an ONNX file name")
     require_tensorflow_backend()
-    quantization = _check_quantization(quantization)
+    quantization = check_quantization(quantization, QUANTIZATIONS)
     _require()  # before the conversion: an unverifiable file is never written
-    import onnx
-    import onnxruntime as ort
-
     opset = _check_opset(opset)
     size = model_image_size(model, image_size)
     kind = output_kind(model, outputs)
     _check_weight_bytes(model)
-    calibration, validation = export_images(
-        quantization, representative_data, validation_data, size,
-        num_calibration=num_calibration, num_validation=num_validation,
-        validation_split=validation_split, calibration_split=calibration_split, seed=seed,
-        data_dir=data_dir, holdout=holdout, skip_corrupt=skip_corrupt)
-    proto = convert(model, opset=opset, image_size=size, outputs=outputs)
-    names = model_class_names(model)
-    temporary = temporary_path(path)
-    try:
-        with tempfile.TemporaryDirectory() as work:
-            if quantization != "none":
-                float_path = os.path.join(work, "float32.onnx")
-                onnx.save_model(proto, float_path)
-                quantized = os.path.join(work, f"{quantization}.onnx")
-                _quantize(float_path, quantized, quantization,
-                          None if calibration is None else calibration.images)
-                proto = onnx.load(quantized)
-        _annotate(proto, names, size, kind)
-        onnx.checker.check_model(proto)
-        onnx.save_model(proto, temporary)
-        images = validation.images
-        reference = reference_logits(model, images, outputs)
-        max_diff, agreement, max_logit = compare(
-            reference, run_onnx(temporary, images, num_threads=num_threads))
-        runner = session(temporary, num_threads)
-        one = np.asarray(images[:1], "float32")
-        report = ExportReport(
-            format="onnx", path=path, quantization=quantization,
-            size_bytes=os.path.getsize(temporary), validation=validation.info,
-            max_abs_diff=max_diff, top1_agreement=agreement, max_abs_logit=max_logit,
-            calibration=calibration.info if quantization == "int8" else None,
-            batch_size=1, opset=opset,
-            runtime=f"onnxruntime {ort.__version__} (CPUExecutionProvider)",
-            latency_ms=median_ms(lambda: runner.run(["logits"], {"images": one}),
-                                 latency_repeats),
-            keras_latency_ms=keras_latency_ms(model, one, latency_repeats),
-            signature={"inputs": {"images": f"float32 [batch, {size[0]}, {size[1]}, 3]"},
-                       "outputs": {"logits": "float32 [batch, classes]",
-                                   "probabilities": "float32 [batch, classes]"}})
-        passed = evaluate(report, **CHECKS[quantization])
-        if not passed and check:
-            reject(report, file=temporary)
-        publish(temporary, path)
-        report.labels = labels_beside(names, path)
-    finally:
-        if os.path.lexists(temporary):
-            os.remove(temporary)
-    if not passed:
-        warn_kept(report)
-    if verbose:
-        print(report)
-    return report
+    fmt = _ONNX(model, path, quantization, size, outputs, num_threads, opset=opset, kind=kind)
+    sampling = Sampling(representative_data, validation_data, num_calibration, num_validation,
+                        validation_split, calibration_split, seed, data_dir, holdout,
+                        skip_corrupt)
+    return export_verified(fmt, sampling, check=check, verbose=verbose,
+                           latency_repeats=latency_repeats)

@@ -5,7 +5,7 @@ where the CPU has it), written atomically, with the class names inside
 (`rt_info` `keras_vit/labels`, a JSON list) and beside it
 (`<stem>.labels.txt`).
 
-The graph is the one the ONNX export converts (`_common.pixel_graph`):
+The graph is the one the ONNX export converts (`_model.pixel_graph`):
 input `images`, float32 `(batch, height, width, 3)` RGB pixels in [0, 255]
 (the model's preprocessing inside); outputs `logits` and `probabilities`,
 float32 `(batch, classes)`. It is converted by `openvino.convert_model`
@@ -15,36 +15,40 @@ TensorFlow, and OpenVINO has no conversion for the `Bitcast` of keras_vit's
 fused LayerNorm; the export traces the standard ops instead.)
 """
 
+from __future__ import annotations
+
+import dataclasses
 import importlib
 import json
 import os
 import re
-import shutil
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from keras_vit.export._common import (
-    ExportReport,
-    as_images,
-    batched,
-    compare,
-    directory_size,
-    evaluate,
-    keras_latency_ms,
-    labels_beside,
-    median_ms,
-    model_class_names,
+from keras_vit import __version__
+from keras_vit.export._batches import batched
+from keras_vit.export._files import publish
+from keras_vit.export._images import Sampling, as_images
+from keras_vit.export._measure import compare
+from keras_vit.export._model import (
     model_image_size,
     output_kind,
     pixel_graph,
-    publish,
     reference_logits,
-    reject,
     require_tensorflow_backend,
-    temporary_path,
-    validation_data_for,
-    warn_kept,
 )
+from keras_vit.export._pipeline import (
+    ExportFormat,
+    check_file_path,
+    check_quantization,
+    export_verified,
+)
+from keras_vit.export._report import ExportReport
+
+if TYPE_CHECKING:
+    import keras
+    import tensorflow as tf
 
 QUANTIZATIONS = ("none", "float16")
 # What each mode must reach against Keras on the validation images at f32
@@ -70,17 +74,9 @@ def _require():
 
 
 def _version():
-    import openvino as ov
+    import openvino as ov  # optional: the [openvino] extra
 
     return ov.get_version().split("-")[0]
-
-
-def _check_quantization(quantization):
-    quantization = "none" if quantization is None else quantization
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"quantization={quantization!r}; allowed: {QUANTIZATIONS} "
-                         "(None means 'none').")
-    return quantization
 
 
 def convert(model, *, image_size=None, outputs="auto"):
@@ -90,7 +86,7 @@ def convert(model, *, image_size=None, outputs="auto"):
     batch; outputs `logits` and `probabilities` `(batch, classes)`."""
     require_tensorflow_backend()
     _require()
-    import openvino as ov
+    import openvino as ov  # optional: the [openvino] extra
 
     size = model_image_size(model, image_size)
     function = pixel_graph(model, size, outputs)
@@ -113,7 +109,7 @@ def convert(model, *, image_size=None, outputs="auto"):
 
 
 def _compile(path, precision="f32", num_threads=None):
-    import openvino as ov
+    import openvino as ov  # optional: the [openvino] extra
 
     config = {"INFERENCE_PRECISION_HINT": precision}
     if num_threads:
@@ -137,7 +133,7 @@ def run_openvino(path, images, *, num_threads=None, output="logits", precision="
 def bf16_support():
     """`(available, reason)`: whether OpenVINO runs bf16 on this CPU."""
     _require()
-    import openvino as ov
+    import openvino as ov  # optional: the [openvino] extra
 
     core = ov.Core()
     capabilities = list(core.get_property("CPU", "OPTIMIZATION_CAPABILITIES"))
@@ -174,7 +170,7 @@ def openvino_class_names(path):
     """The class names stored in an OpenVINO IR (`rt_info` `keras_vit/labels`),
     or None."""
     _require()
-    import openvino as ov
+    import openvino as ov  # optional: the [openvino] extra
 
     ov_model = ov.Core().read_model(str(path))
     if not ov_model.has_rt_info([RT_INFO, "labels"]):
@@ -199,10 +195,78 @@ def bin_path(path):
     return os.path.splitext(str(path))[0] + ".bin"
 
 
-def to_openvino(model, path, *, quantization=None, image_size=None, outputs="auto",
-                validation_data=None, validation_split=None, num_validation=2000,
-                num_threads=None, latency_repeats=20, check=True, verbose=True, seed=0,
-                data_dir=None, holdout=0.1, skip_corrupt=False):
+@dataclasses.dataclass
+class _OpenVINO(ExportFormat):
+    """The OpenVINO IR of `to_openvino`: the `.xml` and its `.bin` in one
+    temporary directory, class names in `rt_info`, run on the CPU at f32
+    (and measured at bf16 where the CPU has it)."""
+
+    kind: str = "logits"  # what the Keras model outputs (`output_kind`)
+
+    name = "openvino"
+    checks = CHECKS
+
+    def prepare(self, calibration):
+        self.ov_model = convert(self.model, image_size=self.size, outputs=self.outputs)
+
+    def write(self, temporary, names):
+        import openvino as ov  # optional: the [openvino] extra
+
+        height, width = self.size
+        info = {"image_size": json.dumps([height, width]),
+                "input": f"images: float32 (batch, {height}, {width}, 3) RGB pixels in "
+                         "[0, 255]",
+                "outputs": "logits, probabilities: float32 (batch, classes)",
+                "keras_output": self.kind, "keras_vit_version": __version__}
+        if names:
+            info["labels"] = json.dumps(list(names))
+        for key, value in info.items():
+            self.ov_model.set_rt_info(value, [RT_INFO, key])
+        xml = os.path.join(temporary, os.path.basename(self.path))
+        os.makedirs(temporary)
+        ov.save_model(self.ov_model, xml, compress_to_fp16=self.quantization == "float16")
+        return xml
+
+    def run(self, file, images):
+        return run_openvino(file, images, num_threads=self.num_threads)
+
+    def report_fields(self, file, images, reference):
+        height, width = self.size
+        return dict(
+            batch_size=1, runtime=f"OpenVINO {_version()} (CPU, f32)",
+            bf16=_measure_bf16(file, images, reference, self.num_threads),
+            signature={"inputs": {"images": f"float32 [batch, {height}, {width}, 3]"},
+                       "outputs": {"logits": "float32 [batch, classes]",
+                                   "probabilities": "float32 [batch, classes]"}})
+
+    def timed(self, file):
+        compiled = _compile(file, "f32", self.num_threads)
+        return lambda batch: compiled({"images": batch})
+
+    def judge(self, report):
+        passed = super().judge(report)
+        if report.bf16["available"]:
+            report.criteria += (f" and bf16 top-1 agreement >= "
+                                f"{100 * BF16_MIN_TOP1_AGREEMENT:g}%"
+                                + ("" if report.bf16["passed"] else " MISSED"))
+            report.passed = passed = passed and report.bf16["passed"]
+        return passed
+
+    def put_in_place(self, temporary):
+        publish(os.path.join(temporary, os.path.basename(bin_path(self.path))),
+                bin_path(self.path))
+        publish(os.path.join(temporary, os.path.basename(self.path)), self.path)
+
+
+def to_openvino(model: keras.Model, path: str | os.PathLike, *,
+                quantization: str | None = None,
+                image_size: int | tuple[int, int] | None = None, outputs: str = "auto",
+                validation_data: str | np.ndarray | tf.data.Dataset | None = None,
+                validation_split: str | None = None, num_validation: int = 2000,
+                num_threads: int | None = None, latency_repeats: int = 20,
+                check: bool = True, verbose: bool = True, seed: int = 0,
+                data_dir: str | None = None, holdout: float = 0.1,
+                skip_corrupt: bool = False) -> ExportReport:
     """Exports `model` to an OpenVINO IR (`path`, a `.xml`, and its weights
     `<stem>.bin`), verifies it with the OpenVINO runtime, then puts it at
     `path`.
@@ -215,7 +279,7 @@ def to_openvino(model, path, *, quantization=None, image_size=None, outputs="aut
     `<stem>.labels.txt`.
 
     Both files are written to a temporary directory beside `path`
-    (`.<name>.tmp-<random>`), compiled for the CPU at f32 inference
+    (`.<name>.tmp-<host>-<pid>-<random>`), compiled for the CPU at f32 inference
     precision and run on the validation images; the logits are compared
     with the Keras model's on the same pixels. Where the CPU has bf16
     (AVX512_BF16 or AMX; OpenVINO then runs bf16 by default) the same file
@@ -265,73 +329,16 @@ def to_openvino(model, path, *, quantization=None, image_size=None, outputs="aut
     >>> compiled = openvino.Core().compile_model("vit.xml", "CPU")  # doctest: +SKIP
     >>> logits = compiled({"images": float32_pixels})["logits"]  # doctest: +SKIP
     """
-    path = str(path)
-    if not path.endswith(".xml"):
-        raise ValueError(f"path={path!r}: an OpenVINO IR file name ends with '.xml' "
-                         "(its weights go to the .bin beside it).")
-    if os.path.isdir(path):
-        raise ValueError(f"path={path!r} is a directory; give a .xml file name.")
+    path = check_file_path(path, ".xml", "an OpenVINO IR file name",
+                           " (its weights go to the .bin beside it)")
     require_tensorflow_backend()
-    quantization = _check_quantization(quantization)
+    quantization = check_quantization(quantization, QUANTIZATIONS)
     _require()  # before the conversion: an unverifiable file is never written
-    import openvino as ov
-
-    import keras_vit
-
     size = model_image_size(model, image_size)
     kind = output_kind(model, outputs)
-    validation = validation_data_for(validation_data, size, num_validation, validation_split,
-                                     seed=seed, data_dir=data_dir, holdout=holdout,
-                                     skip_corrupt=skip_corrupt)
-    ov_model = convert(model, image_size=size, outputs=outputs)
-    names = model_class_names(model)
-    info = {"image_size": json.dumps(list(size)),
-            "input": f"images: float32 (batch, {size[0]}, {size[1]}, 3) RGB pixels in "
-                     "[0, 255]",
-            "outputs": "logits, probabilities: float32 (batch, classes)",
-            "keras_output": kind, "keras_vit_version": keras_vit.__version__}
-    if names:
-        info["labels"] = json.dumps(list(names))
-    for key, value in info.items():
-        ov_model.set_rt_info(value, [RT_INFO, key])
-    temporary = temporary_path(path)
-    xml = os.path.join(temporary, os.path.basename(path))
-    try:
-        os.makedirs(temporary)
-        ov.save_model(ov_model, xml, compress_to_fp16=quantization == "float16")
-        images = validation.images
-        reference = reference_logits(model, images, outputs)
-        max_diff, agreement, max_logit = compare(
-            reference, run_openvino(xml, images, num_threads=num_threads))
-        bf16 = _measure_bf16(xml, images, reference, num_threads)
-        compiled = _compile(xml, "f32", num_threads)
-        one = np.asarray(images[:1], "float32")
-        report = ExportReport(
-            format="openvino", path=path, quantization=quantization,
-            size_bytes=directory_size(temporary), validation=validation.info,
-            max_abs_diff=max_diff, top1_agreement=agreement, max_abs_logit=max_logit,
-            batch_size=1, runtime=f"OpenVINO {_version()} (CPU, f32)", bf16=bf16,
-            latency_ms=median_ms(lambda: compiled({"images": one}), latency_repeats),
-            keras_latency_ms=keras_latency_ms(model, one, latency_repeats),
-            signature={"inputs": {"images": f"float32 [batch, {size[0]}, {size[1]}, 3]"},
-                       "outputs": {"logits": "float32 [batch, classes]",
-                                   "probabilities": "float32 [batch, classes]"}})
-        passed = evaluate(report, **CHECKS[quantization])
-        if bf16["available"]:
-            report.criteria += (f" and bf16 top-1 agreement >= "
-                                f"{100 * BF16_MIN_TOP1_AGREEMENT:g}%"
-                                + ("" if bf16["passed"] else " MISSED"))
-            report.passed = passed = passed and bf16["passed"]
-        if not passed and check:
-            reject(report, file=temporary)
-        publish(os.path.join(temporary, os.path.basename(bin_path(path))), bin_path(path))
-        publish(xml, path)
-        report.labels = labels_beside(names, path)
-    finally:
-        if os.path.lexists(temporary):
-            shutil.rmtree(temporary)
-    if not passed:
-        warn_kept(report)
-    if verbose:
-        print(report)
-    return report
+    fmt = _OpenVINO(model, path, quantization, size, outputs, num_threads, kind=kind)
+    sampling = Sampling(validation_data=validation_data, num_validation=num_validation,
+                        validation_split=validation_split, seed=seed, data_dir=data_dir,
+                        holdout=holdout, skip_corrupt=skip_corrupt)
+    return export_verified(fmt, sampling, check=check, verbose=verbose,
+                           latency_repeats=latency_repeats)

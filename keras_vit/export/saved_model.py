@@ -3,35 +3,35 @@ a batch of uint8 images and returns logits, probabilities and the top k,
 with the class names as the asset `assets/labels.txt`; written under a
 temporary name, verified, then renamed into place."""
 
+from __future__ import annotations
+
+import dataclasses
 import os
-import shutil
 
 import keras
 import numpy as np
+import tensorflow as tf
 
-from keras_vit.export._common import (
-    ExportReport,
-    batched,
-    compare,
-    directory_size,
-    evaluate,
+from keras_vit import _compat
+from keras_vit.export._batches import batched
+from keras_vit.export._images import Sampling
+from keras_vit.export._labels import write_labels
+from keras_vit.export._model import (
     logits_and_probabilities,
-    model_class_names,
     model_classes,
     model_image_size,
     model_input_shape,
-    publish,
-    reference_logits,
-    reject,
     require_tensorflow_backend,
-    temporary_path,
-    validation_data_for,
-    warn_kept,
-    write_labels,
 )
+from keras_vit.export._pipeline import ExportFormat, export_verified
+from keras_vit.export._report import ExportReport
+from keras_vit.layers import BottleneckUnit, PatchEncoder, Patches, ResNetRoot
+from keras_vit.layers._fused import portable_graph
 
 LABELS_ASSET = "labels.txt"
-from keras_vit.layers._fused import portable_graph
+# What the reloaded SavedModel must reach against Keras on the validation
+# images: its graph is the Keras model's, so float32 rounding only.
+CHECKS = {"none": {"max_abs_diff": 1e-5, "min_top1_agreement": 1.0}}
 
 
 def _walk(model):
@@ -48,15 +48,13 @@ def dynamic_size_layout(model):
     not a keras_vit ViT. `multiple`: the pixel multiple each image side
     must be (the patch size), None for a hybrid, whose stem takes any size.
     """
-    from keras_vit.layers import BottleneckUnit, PatchEncoder, Patches, ResNetRoot
-
     layers = list(_walk(model))
-    encoder = next((l for l in layers if isinstance(l, PatchEncoder)), None)
-    patches = next((l for l in layers if isinstance(l, Patches)), None)
+    encoder = next((layer for layer in layers if isinstance(layer, PatchEncoder)), None)
+    patches = next((layer for layer in layers if isinstance(layer, Patches)), None)
     if encoder is None or patches is None or encoder.grid_size is None:
         return None, None
     stride = 1
-    if any(isinstance(l, ResNetRoot) for l in layers):
+    if any(isinstance(layer, ResNetRoot) for layer in layers):
         stride = 4
         for unit in layers:
             if isinstance(unit, BottleneckUnit):
@@ -86,8 +84,6 @@ def serving_function(model, *, resize=False, top_k=5, image_size=None, outputs="
     `(batch, k)`. A channel count other than 3, or another size without
     `resize`, fails with an error that says so.
     """
-    import tensorflow as tf
-
     if not isinstance(top_k, int) or top_k < 1:
         raise ValueError(f"top_k={top_k!r}; give a positive int.")
     dynamic = takes_any_size(model) and not resize
@@ -148,15 +144,72 @@ def _check_replaceable(path):
                          "(e.g. a version subdirectory such as served/1).")
 
 
-def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outputs="auto",
-                   validation_data=None, validation_split=None, num_validation=2000,
-                   check=True, verbose=True, seed=0, data_dir=None, holdout=0.1,
-                   skip_corrupt=False):
+@dataclasses.dataclass
+class _SavedModel(ExportFormat):
+    """The SavedModel of `to_saved_model`: a directory with the
+    `serving_default` signature and the class names as the asset
+    `assets/labels.txt`, reloaded with `tf.saved_model.load` and run on
+    uint8 pixels."""
+
+    serve: object = None  # serving_function(...)
+    spec: object = None
+
+    name = "saved_model"
+    checks = CHECKS
+
+    def write(self, temporary, names):
+        # Standard ops only, so that the file also converts (TFLite, ONNX, TF.js).
+        with portable_graph():
+            archive = keras.export.ExportArchive()
+            archive.track(self.model)
+            if names:
+                labels_dir = temporary + ".labels"  # the asset keeps its name: labels.txt
+                os.makedirs(labels_dir)
+                asset = tf.saved_model.Asset(
+                    write_labels(names, os.path.join(labels_dir, LABELS_ASSET)))
+                archive.track(asset)
+                # What tf.saved_model.load restores: `loaded.labels`.
+                _compat.attach_to_export_archive(archive, "labels", asset)
+            archive.add_endpoint("serving_default", self.serve, input_signature=[self.spec])
+            archive.write_out(temporary, verbose=False)
+        return temporary
+
+    def inputs(self, images):
+        return np.clip(np.round(images), 0, 255).astype("uint8").astype("float32")
+
+    def run(self, file, images):
+        self.loaded = tf.saved_model.load(file)  # kept: its signature reads its variables
+        signature = self.loaded.signatures["serving_default"]
+        pixels = images.astype("uint8")
+        return batched(lambda x: signature(images=tf.constant(x))["logits"].numpy(), pixels)
+
+    def report_fields(self, file, images, reference):
+        outputs = self.loaded.signatures["serving_default"].structured_outputs
+        return dict(batch_size=min(32, len(images)),
+                    signature={"inputs": {"images": f"uint8 {self.spec.shape.as_list()}"},
+                               "outputs": {k: f"{v.dtype.name} {v.shape.as_list()}"
+                                           for k, v in outputs.items()}})
+
+    def label_file(self, names):
+        return os.path.join(self.path, "assets", LABELS_ASSET) if names else None
+
+    def temporaries(self, temporary):
+        return [temporary, temporary + ".labels"]
+
+
+def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool = False,
+                   top_k: int = 5, image_size: int | tuple[int, int] | None = None,
+                   outputs: str = "auto",
+                   validation_data: str | np.ndarray | tf.data.Dataset | None = None,
+                   validation_split: str | None = None, num_validation: int = 2000,
+                   check: bool = True, verbose: bool = True, seed: int = 0,
+                   data_dir: str | None = None, holdout: float = 0.1,
+                   skip_corrupt: bool = False) -> ExportReport:
     """Writes a SavedModel with a `serving_default` signature, verifies it,
     then puts it at `path`.
 
     The SavedModel is written to a temporary directory beside `path`
-    (`.<name>.tmp-<random>`), reloaded with `tf.saved_model.load` and its
+    (`.<name>.tmp-<host>-<pid>-<random>`), reloaded with `tf.saved_model.load` and its
     signature run on the validation images; its logits are compared with
     the Keras model's on the same pixels. Only a verified SavedModel
     replaces what is at `path`; one that misses the bar is moved to
@@ -216,9 +269,6 @@ def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outpu
     >>> loaded.signatures["serving_default"](images=uint8_batch)["top_k_indices"]  # doctest: +SKIP
     >>> open(loaded.labels.asset_path.numpy()).read().split()  # doctest: +SKIP
     """
-    import keras
-    import tensorflow as tf
-
     require_tensorflow_backend()
     path = str(path)
     _check_replaceable(path)
@@ -227,52 +277,8 @@ def to_saved_model(model, path, *, resize=False, top_k=5, image_size=None, outpu
     size = model_image_size(model, image_size)
     serve, spec = serving_function(model, resize=resize, top_k=top_k, image_size=size,
                                    outputs=outputs)
-    validation = validation_data_for(validation_data, size, num_validation,
-                                     validation_split, seed=seed, data_dir=data_dir,
-                                     holdout=holdout, skip_corrupt=skip_corrupt)
-    names = model_class_names(model)
-    temporary = temporary_path(path)
-    labels_dir = temporary + ".labels"  # the asset keeps its file name: labels.txt
-    try:
-        # Standard ops only, so that the file also converts (TFLite, ONNX, TF.js).
-        with portable_graph():
-            archive = keras.export.ExportArchive()
-            archive.track(model)
-            if names:
-                os.makedirs(labels_dir)
-                asset = tf.saved_model.Asset(
-                    write_labels(names, os.path.join(labels_dir, LABELS_ASSET)))
-                archive.track(asset)
-                # What tf.saved_model.load restores: `loaded.labels`.
-                archive._tf_trackable.labels = asset
-            archive.add_endpoint("serving_default", serve, input_signature=[spec])
-            archive.write_out(temporary, verbose=False)
-        pixels = np.clip(np.round(validation.images), 0, 255).astype("uint8")
-        reference = reference_logits(model, pixels.astype("float32"), outputs)
-        loaded = tf.saved_model.load(temporary)
-        signature = loaded.signatures["serving_default"]
-        got = batched(lambda x: signature(images=tf.constant(x))["logits"].numpy(), pixels)
-        max_diff, agreement, max_logit = compare(reference, got)
-        report = ExportReport(
-            format="saved_model", path=path, quantization="none",
-            size_bytes=directory_size(temporary), validation=validation.info,
-            max_abs_diff=max_diff, top1_agreement=agreement, max_abs_logit=max_logit,
-            batch_size=min(32, len(pixels)),
-            signature={"inputs": {"images": f"uint8 {spec.shape.as_list()}"},
-                       "outputs": {k: f"{v.dtype.name} {v.shape.as_list()}"
-                                   for k, v in signature.structured_outputs.items()}})
-        passed = evaluate(report, max_abs_diff=1e-5, min_top1_agreement=1.0)
-        if not passed and check:
-            reject(report, file=temporary)
-        publish(temporary, path)
-        if names:
-            report.labels = os.path.join(path, "assets", LABELS_ASSET)
-    finally:
-        for leftover in (temporary, labels_dir):
-            if os.path.lexists(leftover):
-                shutil.rmtree(leftover)
-    if not passed:
-        warn_kept(report)
-    if verbose:
-        print(report)
-    return report
+    fmt = _SavedModel(model, path, "none", size, outputs, serve=serve, spec=spec)
+    sampling = Sampling(validation_data=validation_data, num_validation=num_validation,
+                        validation_split=validation_split, seed=seed, data_dir=data_dir,
+                        holdout=holdout, skip_corrupt=skip_corrupt)
+    return export_verified(fmt, sampling, check=check, verbose=verbose)

@@ -3,40 +3,51 @@ float32, float16, dynamic-range int8 or full int8, run and verified with
 `ai-edge-litert`, written atomically with TFLite Metadata inside (input
 normalization, label file: what MediaPipe Tasks' `ImageClassifier` needs,
 see `tflite_metadata`) and the class names beside them
-(`<stem>.labels.txt`)."""
+(`<stem>.labels.txt`).
+
+A `to_tflite` file in MediaPipe (`pip install mediapipe`), on one image:
+
+>>> import mediapipe as mp  # doctest: +SKIP
+>>> from mediapipe.tasks.python import vision  # doctest: +SKIP
+>>> classifier = vision.ImageClassifier.create_from_model_path("vit.tflite")  # doctest: +SKIP
+>>> result = classifier.classify(mp.Image.create_from_file("cat.jpg"))  # doctest: +SKIP
+>>> result.classifications[0].categories[0].category_name  # doctest: +SKIP
+'cat'
+"""
+
+from __future__ import annotations
 
 import collections
+import dataclasses
 import importlib
 import os
 import re
 import tempfile
 import warnings
+from collections.abc import Sequence
 
+import keras
 import numpy as np
+import tensorflow as tf
 
-from keras_vit.export._common import (
-    INT8_NEEDS_DATA,
-    ExportReport,
-    as_images,
-    calibration_data,
-    check_batch_size,
-    compare,
-    evaluate,
-    export_images,
-    keras_latency_ms,
-    labels_beside,
+from keras_vit import _compat
+from keras_vit.export._batches import check_batch_size
+from keras_vit.export._images import INT8_NEEDS_DATA, Sampling, as_images, calibration_data
+from keras_vit.export._measure import compare
+from keras_vit.export._model import (
     logits_and_probabilities,
-    median_ms,
-    model_class_names,
     model_image_size,
     output_kind,
-    publish,
     reference_logits,
-    reject,
     require_tensorflow_backend,
-    temporary_path,
-    warn_kept,
 )
+from keras_vit.export._pipeline import (
+    ExportFormat,
+    check_file_path,
+    check_quantization,
+    export_verified,
+)
+from keras_vit.export._report import ExportReport
 from keras_vit.export.tflite_metadata import (
     classifier_metadata,
     normalize,
@@ -50,7 +61,7 @@ from keras_vit.layers._fused import portable_graph
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
 # Full int8: these TFLite ops stay in float (measured on the quickstart's
-# digits ViT, see the README's Deploy section): quantizing Softmax and GELU
+# digits ViT, see docs/deploy.md): quantizing Softmax and GELU
 # outputs and the LayerNorm statistics is where ViTs lose accuracy.
 INT8_FLOAT_OPS = ("SOFTMAX", "GELU", "MEAN", "SQUARED_DIFFERENCE", "RSQRT")
 # What each mode must reach against Keras on the validation images.
@@ -71,7 +82,7 @@ RUNTIME_MISSING = ("Running and verifying TFLite files needs the LiteRT runtime:
 
 
 def _interpreter(model_path=None, model_content=None, num_threads=None, delegates=True):
-    try:
+    try:  # optional: the [export] extra
         from ai_edge_litert.interpreter import Interpreter, OpResolverType
     except ImportError:
         raise ImportError(RUNTIME_MISSING) from None
@@ -85,7 +96,7 @@ def _interpreter(model_path=None, model_content=None, num_threads=None, delegate
 def tflite_ops(model_path=None, model_content=None):
     """Op name -> count in a TFLite model (before any delegate)."""
     interpreter = _interpreter(model_path, model_content, delegates=False)
-    return dict(collections.Counter(op["op_name"] for op in interpreter._get_ops_details()))
+    return dict(collections.Counter(_compat.tflite_op_names(interpreter)))
 
 
 def run_tflite(model_path, images, *, num_threads=None, output="logits", normalize_input=True):
@@ -149,15 +160,8 @@ def convert(model, *, quantization="none", representative_data=None, batch_size=
     sample of `num_calibration` images of its `calibration_split`; an
     array or dataset on its first `num_calibration` images. Nothing is
     verified here (see `to_tflite`)."""
-    import keras
-    import tensorflow as tf
-    from tensorflow.lite.python.convert_phase import ConverterError
-
     require_tensorflow_backend()
-    quantization = "none" if quantization is None else quantization
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"quantization={quantization!r}; allowed: {QUANTIZATIONS} "
-                         "(None means 'none').")
+    quantization = check_quantization(quantization, QUANTIZATIONS)
     size = model_image_size(model, image_size)
     batch_size = check_batch_size(batch_size, size)
     call = logits_and_probabilities(model, outputs)
@@ -172,6 +176,7 @@ def convert(model, *, quantization="none", representative_data=None, batch_size=
             raise ValueError(f"representative_data holds {len(calibration)} images; "
                              f"int8 calibration needs at least batch_size={batch_size}.")
     float_ops = _float_ops(float_ops)
+    converter_error = _compat.tflite_converter_error()
 
     def serve(images):
         logits, probabilities = call(images)
@@ -197,7 +202,7 @@ def convert(model, *, quantization="none", representative_data=None, batch_size=
             if quantization == "dynamic":
                 return float16_constants(converter.convert())
             return converter.convert()
-        except ConverterError as error:
+        except converter_error as error:
             ops = _unsupported_ops(str(error))
             raise ValueError(
                 f"{model.name!r} cannot be exported to TFLite with built-in ops only: "
@@ -270,8 +275,6 @@ def float16_constants(content, min_elements=1024):
 
 
 def _convert_int8(converter, calibration, batch_size, float_ops):
-    import tensorflow as tf
-
     def representative_dataset():
         for start in range(0, len(calibration) - batch_size + 1, batch_size):
             yield [calibration[start:start + batch_size]]
@@ -314,26 +317,93 @@ def _report_metadata(meta, info):
             "packed_files": meta["packed_files"]}
 
 
-def to_tflite(model, path, *, quantization=None, representative_data=None, batch_size=1,
-              image_size=None, outputs="auto", float_ops="auto", validation_data=None,
-              validation_split=None, num_validation=2000, num_calibration=500,
-              calibration_split="train", num_threads=None, latency_repeats=20, check=True,
-              verbose=True, seed=0, data_dir=None, holdout=0.1, skip_corrupt=False,
-              metadata=True):
+@dataclasses.dataclass
+class _TFLite(ExportFormat):
+    """The LiteRT file of `to_tflite`: converted with its metadata inside,
+    checked for built-in ops only and for the metadata read back, run as
+    MediaPipe feeds it (pixels normalized as its metadata says)."""
+
+    batch_size: int = 1
+    float_ops: object = "auto"
+    num_calibration: int = 500
+    info: dict = None  # classifier_metadata(...); None: metadata=False
+
+    name = "tflite"
+    checks = CHECKS
+
+    def prepare(self, calibration):
+        content = convert(self.model, quantization=self.quantization,
+                          representative_data=None if calibration is None
+                          else calibration.images,
+                          batch_size=self.batch_size, image_size=self.size,
+                          outputs=self.outputs, float_ops=self.float_ops,
+                          num_calibration=self.num_calibration)
+        if self.info is not None:
+            content = with_classifier_metadata(content, self.info)
+        self.content = content
+
+    def write(self, temporary, names):
+        with open(temporary, "wb") as f:
+            f.write(self.content)
+        self.ops = tflite_ops(model_path=temporary)
+        foreign = sorted(op for op in self.ops if op.startswith("Flex") or op == "CUSTOM")
+        if foreign:
+            raise ValueError(f"{self.path} uses ops outside the TFLite built-ins: {foreign}.")
+        self.meta = read_tflite_metadata(temporary)  # what MediaPipe will read
+        if self.info is not None:
+            _check_metadata(self.meta, self.info)
+        return temporary
+
+    def inputs(self, images):
+        return normalize(images, self.meta)  # as MediaPipe feeds the graph
+
+    def run(self, file, images):
+        return run_tflite(file, images, num_threads=self.num_threads, normalize_input=False)
+
+    def report_fields(self, file, images, reference):
+        int8 = self.quantization == "int8"
+        height, width = self.size
+        return dict(
+            batch_size=self.batch_size, ops=self.ops, builtin_ops_only=True,
+            float_ops=_float_ops(self.float_ops) if int8 else None,
+            signature={"inputs": {"images": f"float32 [{self.batch_size}, {height}, "
+                                            f"{width}, 3]"},
+                       "outputs": {"logits": "float32", "probabilities": "float32"}},
+            metadata=_report_metadata(self.meta, self.info))
+
+    def timed(self, file):
+        runner = _interpreter(file, num_threads=self.num_threads).get_signature_runner(
+            "serving_default")
+        return lambda batch: runner(images=batch)
+
+    def latency_batch(self, images):
+        return np.resize(images, (self.batch_size, *images.shape[1:])).astype("float32")
+
+
+def to_tflite(model: keras.Model, path: str | os.PathLike, *, quantization: str | None = None,
+              representative_data: str | np.ndarray | tf.data.Dataset | None = None,
+              batch_size: int = 1, image_size: int | tuple[int, int] | None = None,
+              outputs: str = "auto", float_ops: str | Sequence[str] = "auto",
+              validation_data: str | np.ndarray | tf.data.Dataset | None = None,
+              validation_split: str | None = None, num_validation: int = 2000,
+              num_calibration: int = 500, calibration_split: str = "train",
+              num_threads: int | None = None, latency_repeats: int = 20, check: bool = True,
+              verbose: bool = True, seed: int = 0, data_dir: str | None = None,
+              holdout: float = 0.1, skip_corrupt: bool = False,
+              metadata: bool | dict = True) -> ExportReport:
     """Exports `model` to a LiteRT (TFLite) file, verifies it, then puts it
     at `path`.
 
-    The file is written under a temporary name in `path`'s directory
-    (`.<name>.tmp-<random>`), verified against Keras, and only then renamed
-    to `path`. An export that misses its bar (`CHECKS`) is moved to
-    `<path>.rejected` with its report as `<path>.rejected.json`; any error
-    (a missing LiteRT runtime included) leaves nothing at `path` and no
-    temporary file. The model's class names, when it has them, are written
-    beside it as `<stem>.labels.txt` (one per line, label order).
+    The file is written under a temporary name beside `path`, verified
+    against Keras, and only then renamed to `path`; one that misses its bar
+    (`CHECKS`) is moved to `<path>.rejected` with its report as
+    `<path>.rejected.json`; any error (a missing LiteRT runtime included)
+    leaves nothing at `path` and no temporary file. The model's class names,
+    when it has them, are written beside it as `<stem>.labels.txt`.
 
     The file carries TFLite Metadata (`metadata=True`, see
-    `keras_vit.export.tflite_metadata`), so MediaPipe Tasks'
-    `ImageClassifier` opens it: the input is an RGB image with
+    `keras_vit.export.tflite_metadata` and, for MediaPipe, this module's
+    docstring), so MediaPipe Tasks' `ImageClassifier` opens it: the input is an RGB image with
     `NormalizationOptions` (mean 0, std 1 when the model normalizes in its
     graph, as every keras_vit model built with `include_preprocessing=True`
     does), the outputs are `probabilities` (first) and `logits`, and the
@@ -380,14 +450,12 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
         check: raise `ExportVerificationError` when the export misses its
             mode's bar (`CHECKS`): fp32 max |logit diff| <= 1e-4 and 100%
             top-1 agreement; float16 / dynamic >= 99%; int8 >= 97%.
-            `check=False` still measures and reports (`passed`,
-            `criteria`), keeps the file at `path` and logs a warning when
-            the bar is missed.
+            `check=False` still measures and reports (`passed`, `criteria`),
+            keeps the file and logs a warning when the bar is missed.
         verbose: print the report.
         seed: the sampling seed (calibration and validation samples).
-        data_dir: TFDS data directory.
-        holdout: the held-out fraction of a folder without split
-            subfolders.
+        data_dir, holdout: a TFDS data directory; the held-out fraction of
+            a folder without split subfolders.
         skip_corrupt: leave image files that do not decode out of the
             calibration / validation samples (counted in the report) instead
             of a ValueError naming the first.
@@ -416,26 +484,10 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
     ('test', 0.994, 'vit.labels.txt')
     >>> keras_vit.export.read_tflite_metadata("vit.tflite")["normalization"]  # doctest: +SKIP
     {'mean': [0.0, 0.0, 0.0], 'std': [1.0, 1.0, 1.0]}
-
-    In MediaPipe (`pip install mediapipe`), on one image:
-
-    >>> import mediapipe as mp  # doctest: +SKIP
-    >>> from mediapipe.tasks.python import vision  # doctest: +SKIP
-    >>> classifier = vision.ImageClassifier.create_from_model_path("vit.tflite")  # doctest: +SKIP
-    >>> result = classifier.classify(mp.Image.create_from_file("cat.jpg"))  # doctest: +SKIP
-    >>> result.classifications[0].categories[0].category_name  # doctest: +SKIP
-    'cat'
     """
-    path = str(path)
-    if not path.endswith(".tflite"):
-        raise ValueError(f"path={path!r}: a TFLite file name ends with '.tflite'.")
-    if os.path.isdir(path):
-        raise ValueError(f"path={path!r} is a directory; give a .tflite file name.")
+    path = check_file_path(path, ".tflite", "a TFLite file name")
     require_tensorflow_backend()
-    quantization = "none" if quantization is None else quantization
-    if quantization not in QUANTIZATIONS:
-        raise ValueError(f"quantization={quantization!r}; allowed: {QUANTIZATIONS} "
-                         "(None means 'none').")
+    quantization = check_quantization(quantization, QUANTIZATIONS)
     size = model_image_size(model, image_size)
     batch_size = check_batch_size(batch_size, size)
     output_kind(model, outputs)
@@ -445,60 +497,11 @@ def to_tflite(model, path, *, quantization=None, representative_data=None, batch
         importlib.import_module("ai_edge_litert.interpreter")
     except ImportError:
         raise ImportError(RUNTIME_MISSING) from None
-    calibration, validation = export_images(
-        quantization, representative_data, validation_data, size,
-        num_calibration=num_calibration, num_validation=num_validation,
-        validation_split=validation_split, calibration_split=calibration_split, seed=seed,
-        data_dir=data_dir, holdout=holdout, skip_corrupt=skip_corrupt)
-    content = convert(model, quantization=quantization,
-                      representative_data=None if calibration is None else calibration.images,
-                      batch_size=batch_size, image_size=size, outputs=outputs,
-                      float_ops=float_ops, num_calibration=num_calibration)
-    if info is not None:
-        content = with_classifier_metadata(content, info)
-    temporary = temporary_path(path)
-    try:
-        with open(temporary, "wb") as f:
-            f.write(content)
-        ops = tflite_ops(model_path=temporary)
-        foreign = sorted(op for op in ops if op.startswith("Flex") or op == "CUSTOM")
-        if foreign:
-            raise ValueError(f"{path} uses ops outside the TFLite built-ins: {foreign}.")
-        meta = read_tflite_metadata(temporary)  # what MediaPipe will read
-        if info is not None:
-            _check_metadata(meta, info)
-        images = normalize(validation.images, meta)  # as MediaPipe feeds the graph
-        reference = reference_logits(model, images, outputs)
-        max_diff, agreement, max_logit = compare(
-            reference, run_tflite(temporary, images, num_threads=num_threads,
-                                  normalize_input=False))
-
-        interpreter = _interpreter(temporary, num_threads=num_threads)
-        runner = interpreter.get_signature_runner("serving_default")
-        batch = np.resize(images, (batch_size, *images.shape[1:])).astype("float32")
-        report = ExportReport(
-            format="tflite", path=path, quantization=quantization,
-            size_bytes=os.path.getsize(temporary), validation=validation.info,
-            max_abs_diff=max_diff, top1_agreement=agreement, max_abs_logit=max_logit,
-            calibration=calibration.info if quantization == "int8" else None,
-            batch_size=batch_size, ops=ops, builtin_ops_only=True,
-            float_ops=_float_ops(float_ops) if quantization == "int8" else None,
-            latency_ms=median_ms(lambda: runner(images=batch), latency_repeats),
-            keras_latency_ms=keras_latency_ms(model, batch, latency_repeats),
-            signature={"inputs": {"images": f"float32 [{batch_size}, {size[0]}, {size[1]}, 3]"},
-                       "outputs": {"logits": "float32", "probabilities": "float32"}},
-            metadata=_report_metadata(meta, info))
-        passed = evaluate(report, **CHECKS[quantization])
-        if not passed and check:
-            reject(report, file=temporary)
-        publish(temporary, path)
-        names = model_class_names(model)
-        report.labels = labels_beside(names, path)
-    finally:
-        if os.path.lexists(temporary):
-            os.remove(temporary)
-    if not passed:
-        warn_kept(report)
-    if verbose:
-        print(report)
-    return report
+    fmt = _TFLite(model, path, quantization, size, outputs, num_threads,
+                  batch_size=batch_size, float_ops=float_ops, num_calibration=num_calibration,
+                  info=info)
+    sampling = Sampling(representative_data, validation_data, num_calibration, num_validation,
+                        validation_split, calibration_split, seed, data_dir, holdout,
+                        skip_corrupt)
+    return export_verified(fmt, sampling, check=check, verbose=verbose,
+                           latency_repeats=latency_repeats)

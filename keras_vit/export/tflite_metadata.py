@@ -32,7 +32,6 @@ What `keras_vit.export.to_tflite` writes (unless `metadata=False`):
 From a shell: `python -m keras_vit.export vit.tflite` prints it as JSON.
 """
 
-import importlib
 import io
 import json
 import logging
@@ -41,7 +40,15 @@ import re
 import sys
 import zipfile
 
+import flatbuffers
+import keras
 import numpy as np
+from flatbuffers import number_types as N  # noqa: N812  the flatbuffers idiom
+from flatbuffers.table import Table
+
+from keras_vit import __version__, _compat
+from keras_vit import labels as labels_lib
+from keras_vit.export._model import model_classes
 
 logger = logging.getLogger("keras_vit")
 
@@ -73,24 +80,9 @@ _TENSOR_TYPES = {0: "float32", 1: "float16", 2: "int32", 3: "uint8", 4: "int64",
 _VALUE_PRESERVING = ("Resizing", "CenterCrop", "Cropping2D", "ZeroPadding2D")
 
 
-def _schema():
-    """The TFLite model schema (flatbuffers object API): LiteRT's, else
-    TensorFlow's."""
-    for name in ("ai_edge_litert.schema_py_generated",
-                 "tensorflow.lite.python.schema_py_generated"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    raise ImportError("Writing TFLite metadata needs the TFLite schema module of "
-                      "TensorFlow or of ai-edge-litert (pip install ai-edge-litert).")
-
-
 # --- what the metadata says -------------------------------------------------
 
 def _all_layers(model):
-    import keras
-
     for layer in model.layers:
         yield layer
         if isinstance(layer, keras.Model):
@@ -100,8 +92,6 @@ def _all_layers(model):
 def _input_normalization_layer(model):
     """The Normalization / Rescaling layer the model applies to its input
     first (inside nested models too), or None."""
-    import keras
-
     for layer in model.layers:
         if isinstance(layer, keras.layers.InputLayer):
             continue
@@ -183,38 +173,13 @@ def classifier_labels(model, num_classes, labels=None):
     """`(names, source)` for the label file: `labels` when given, else the
     model's class names, else the ImageNet-1k / ImageNet-21k names for a
     1000 / 21843-class head (downloaded once, see
-    `keras_vit.preprocessing.class_names`), else `class_<i>`."""
-    from keras_vit import labels as labels_lib
-    from keras_vit import preprocessing
-
-    if labels is not None:
-        if isinstance(labels, str) or not all(isinstance(n, str) for n in labels):
-            raise TypeError(f"metadata labels must be a list of strings; got {labels!r:.80}.")
-        names, source = list(labels), "given"
-    elif labels_lib.class_names(model):
-        names, source = list(labels_lib.class_names(model)), "model"
-    elif num_classes in preprocessing.LABEL_FILES:
-        source = "ImageNet-1k" if num_classes == 1000 else "ImageNet-21k"
-        try:
-            names = list(preprocessing.class_names(num_classes))
-        except Exception as error:  # noqa: BLE001 - offline, a mirror without the file
-            raise ValueError(
-                f"The {source} label file for the metadata of this {num_classes}-class "
-                f"head could not be loaded ({error}). Give the names: "
-                "metadata={'labels': [...]} or keras_vit.labels.set_class_names(model, "
-                "names), or export with metadata=False (keras-vit export: "
-                "--no-metadata).") from error
-    else:
-        names, source = [f"class_{i}" for i in range(num_classes)], "class_<i>"
-    if len(names) != num_classes:
-        raise ValueError(f"metadata labels has {len(names)} names; the model has "
-                         f"{num_classes} classes (one name per class, in label order).")
-    for name in names:
-        problem = labels_lib.label_line_problem(name)
-        if problem:
-            raise ValueError(f"Class name {name!r} holds {problem}; the label file "
-                             "has one name per line.")
-    return names, source
+    `keras_vit.preprocessing.class_names`), else `class_<i>`
+    (`keras_vit.labels.class_labels`, each name on one line)."""
+    return labels_lib.class_labels(
+        model, num_classes, labels, what="metadata labels", label_file=True,
+        unavailable=("the metadata", "Give the names: metadata={'labels': [...]} or "
+                     "keras_vit.labels.set_class_names(model, names), or export with "
+                     "metadata=False (keras-vit export: --no-metadata)."))
 
 
 def _options(metadata):
@@ -243,13 +208,9 @@ def classifier_metadata(model, *, image_size, quantization="none", metadata=True
     dict overriding `name`, `description`, `version`, `author`, `license`,
     `labels` (class names) and `normalization` (`"auto"` or `(mean, std)`,
     see `input_normalization`)."""
-    import keras_vit
-
     if metadata is False or metadata is None:
         return None
     options = _options(metadata)
-    from keras_vit.export._common import model_classes
-
     num_classes = model_classes(model)
     mean, std, how = input_normalization(model, options.get("normalization", "auto"))
     names, source = classifier_labels(model, num_classes, options.get("labels"))
@@ -267,7 +228,7 @@ def classifier_metadata(model, *, image_size, quantization="none", metadata=True
     return {
         "name": options.get("name") or model.name,
         "description": description,
-        "version": options.get("version") or f"keras_vit {keras_vit.__version__}",
+        "version": options.get("version") or f"keras_vit {__version__}",
         "author": options.get("author"), "license": options.get("license"),
         "image_size": (height, width), "mean": mean, "std": std, "normalization_source": how,
         "labels": names, "labels_source": source,
@@ -283,8 +244,6 @@ class _Writer:
     """The few flatbuffers builder calls metadata_schema.fbs needs."""
 
     def __init__(self):
-        import flatbuffers
-
         self.b = flatbuffers.Builder(1024)
 
     def string(self, text):
@@ -358,8 +317,8 @@ def metadata_buffer(info):
     content = w.table(3, u8_0=IMAGE_PROPERTIES, f1=image)
     normalization = w.table(2, f0=w.floats(mean), f1=w.floats(std))
     units = w.tables([w.table(2, u8_0=NORMALIZATION_OPTIONS, f1=normalization)])
-    maximum = w.floats([(255.0 - m) / s for m, s in zip(mean, std)])
-    minimum = w.floats([(0.0 - m) / s for m, s in zip(mean, std)])
+    maximum = w.floats([(255.0 - m) / s for m, s in zip(mean, std, strict=True)])
+    minimum = w.floats([(0.0 - m) / s for m, s in zip(mean, std, strict=True)])
     stats = w.table(2, f0=maximum, f1=minimum)
     image_tensor = w.table(7, f0=w.string("image"), f1=w.string(info["input_description"]),
                            f3=content, f4=units, f5=stats)
@@ -402,15 +361,13 @@ def _aligned_buffer_class(schema):
 def unpack_model(content):
     """A TFLite flatbuffer as the schema's object API `ModelT` (constant data
     as NumPy views of `content`)."""
-    schema = _schema()
+    schema = _compat.tflite_schema()
     return schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))
 
 
 def pack_model(model, size_hint=0):
     """`ModelT` back to TFLite flatbuffer bytes, constant data 16-byte aligned."""
-    import flatbuffers
-
-    aligned = _aligned_buffer_class(_schema())
+    aligned = _aligned_buffer_class(_compat.tflite_schema())
     for buffer in model.buffers or []:
         buffer.__class__ = aligned
     builder = flatbuffers.Builder(size_hint + 4096)
@@ -435,7 +392,7 @@ def add_metadata(content, metadata, files):
     ({name: bytes}) zipped after it, as `MetadataPopulator` does; the
     subgraph's outputs put in `OUTPUT_ORDER` (the signature's names, which
     `serving_default` keeps: only the order MediaPipe reads changes)."""
-    schema = _schema()
+    schema = _compat.tflite_schema()
     model = unpack_model(content)
     if any(buffer.offset > 1 for buffer in model.buffers or []):
         raise ValueError("This TFLite model keeps its weights outside the flatbuffer "
@@ -487,9 +444,6 @@ def with_classifier_metadata(content, info):
 # --- reading ------------------------------------------------------------------
 
 def _read_tables():
-    from flatbuffers import number_types as N
-    from flatbuffers.table import Table
-
     class T:
         def __init__(self, buf, pos):
             self.t = Table(buf, pos)
@@ -531,7 +485,7 @@ def _read_tables():
 def _parse_metadata(buf):
     """`ModelMetadata` flatbuffer -> dict (the fields this module writes, and
     the associated files and process units of any metadata)."""
-    T, N = _read_tables()
+    T, N = _read_tables()  # noqa: N806  Table, number types
     if bytes(buf[4:8]) != METADATA_IDENTIFIER:
         raise ValueError(f"The {METADATA_NAME} entry is not a TFLite Metadata flatbuffer "
                          f"(identifier {bytes(buf[4:8])!r}, expected {METADATA_IDENTIFIER!r}).")
@@ -616,7 +570,7 @@ def read_tflite_metadata(path):
     if len(content) < 8 or content[4:8] != TFLITE_IDENTIFIER:
         raise ValueError(f"{where} is not a TFLite model (no {TFLITE_IDENTIFIER!r} "
                          "file identifier).")
-    schema = _schema()
+    schema = _compat.tflite_schema()
     model = schema.Model.GetRootAsModel(content, 0)
     buf = None
     for i in range(model.MetadataLength()):

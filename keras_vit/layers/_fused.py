@@ -22,6 +22,8 @@ import threading
 import keras
 from keras import ops
 
+from keras_vit import _compat
+
 _state = threading.local()
 
 
@@ -54,13 +56,8 @@ def _onednn_tensorflow():
 def _in_xla_context():
     """True while tracing for XLA (`jit_compile=True`, TPUs): XLA needs
     the row count of `layer_norm`'s fused pattern as a compile-time
-    constant. Without TensorFlow's internal helper, assume XLA."""
-    try:
-        from tensorflow.python.ops import control_flow_util
-    except ImportError:
-        return True
-    graph = _tensorflow().compat.v1.get_default_graph()
-    return control_flow_util.GraphOrParentsInXlaContext(graph)
+    constant."""
+    return _compat.in_xla_context()
 
 
 def layer_norm(layer, x):

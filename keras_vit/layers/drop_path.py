@@ -4,7 +4,7 @@ with Stochastic Depth"), as used by AugReg's `sd` setting."""
 import keras
 from keras import ops
 
-from keras_vit.layers._utils import check_rate
+from keras_vit import _checks
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -29,7 +29,7 @@ class DropPath(keras.layers.Layer):
 
     def __init__(self, rate=0.0, seed=None, **kwargs):
         super().__init__(**kwargs)
-        self.rate = check_rate(rate, "rate")
+        self.rate = _checks.fraction(rate, "rate")
         self.seed = seed
         self.seed_generator = keras.random.SeedGenerator(seed)
         self.supports_masking = True

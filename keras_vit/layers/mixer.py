@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit import _checks
 from keras_vit.layers._fused import check_gelu, dense, layer_norm
-from keras_vit.layers._utils import check_positive_int, check_rate
 from keras_vit.layers.drop_path import DropPath
 
 
@@ -49,11 +49,11 @@ class MixerBlock(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.gelu = check_gelu(gelu)
-        self.tokens_mlp_dim = check_positive_int(tokens_mlp_dim, "tokens_mlp_dim")
-        self.channels_mlp_dim = check_positive_int(
+        self.tokens_mlp_dim = _checks.positive_int(tokens_mlp_dim, "tokens_mlp_dim")
+        self.channels_mlp_dim = _checks.positive_int(
             channels_mlp_dim, "channels_mlp_dim"
         )
-        self.drop_path_rate = check_rate(drop_path_rate, "drop_path_rate")
+        self.drop_path_rate = _checks.fraction(drop_path_rate, "drop_path_rate")
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         policy = self.dtype_policy
         self.norm1 = keras.layers.LayerNormalization(

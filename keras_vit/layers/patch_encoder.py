@@ -4,7 +4,7 @@ embedding (ViT paper, Eq. 1)."""
 import keras
 from keras import ops
 
-from keras_vit.layers._utils import check_positive_int, to_pair
+from keras_vit import _checks
 
 
 def _linear_coordinates(old, new):
@@ -116,14 +116,15 @@ class PatchEncoder(keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.hidden_size = check_positive_int(hidden_size, "hidden_size")
+        self.hidden_size = _checks.positive_int(hidden_size, "hidden_size")
         self.use_class_token = bool(use_class_token)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.position_initializer = keras.initializers.get(
             position_initializer
             or keras.initializers.RandomNormal(stddev=0.02)
         )
-        self.grid_size = None if grid_size is None else to_pair(grid_size, "grid_size")
+        self.grid_size = (None if grid_size is None
+                          else _checks.positive_int_pair(grid_size, "grid_size"))
 
     @property
     def num_prefix_tokens(self):

@@ -3,7 +3,8 @@
 import keras
 from keras import ops
 
-from keras_vit.layers._utils import checked_channels, to_pair
+from keras_vit import _checks
+from keras_vit.layers._utils import checked_channels
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -35,7 +36,7 @@ class Patches(keras.layers.Layer):
 
     def __init__(self, patch_size, **kwargs):
         super().__init__(**kwargs)
-        self.patch_size = to_pair(patch_size, "patch_size")
+        self.patch_size = _checks.positive_int_pair(patch_size, "patch_size")
 
     def _grid(self, input_shape):
         """`(grid_h, grid_w, channels)`; a grid side is None where the image

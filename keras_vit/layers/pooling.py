@@ -5,7 +5,7 @@ tokens, the keras.applications `pooling=` values)."""
 import keras
 from keras import ops
 
-from keras_vit.layers._utils import check_positive_int
+from keras_vit import _checks
 
 POOLING_MODES = ("token", "gap", "avg", "max")
 
@@ -40,10 +40,8 @@ class SequencePooling(keras.layers.Layer):
             raise ValueError(
                 f"Unknown pooling mode {mode!r}; allowed: {POOLING_MODES}."
             )
-        if num_prefix_tokens != 0:
-            check_positive_int(num_prefix_tokens, "num_prefix_tokens")
         self.mode = mode
-        self.num_prefix_tokens = int(num_prefix_tokens)
+        self.num_prefix_tokens = _checks.non_negative_int(num_prefix_tokens, "num_prefix_tokens")
         self.built = True
 
     def call(self, inputs):

@@ -5,7 +5,8 @@ Architecture"; Kolesnikov et al., "Big Transfer")."""
 import keras
 from keras import ops
 
-from keras_vit.layers._utils import checked_channels, check_positive_int, to_pair
+from keras_vit import _checks
+from keras_vit.layers._utils import checked_channels
 
 GROUPS = 32
 GROUP_NORM_EPSILON = 1e-6
@@ -125,7 +126,7 @@ class ResNetRoot(keras.layers.Layer):
                  standardization_epsilon=WEIGHT_STANDARDIZATION_EPSILON,
                  group_norm_epsilon=GROUP_NORM_EPSILON, **kwargs):
         super().__init__(**kwargs)
-        self.width = check_positive_int(width, "width")
+        self.width = _checks.positive_int(width, "width")
         self.standardization = standardization
         self.standardization_epsilon = float(standardization_epsilon)
         self.group_norm_epsilon = float(group_norm_epsilon)
@@ -190,8 +191,8 @@ class BottleneckUnit(keras.layers.Layer):
                  standardization_epsilon=WEIGHT_STANDARDIZATION_EPSILON,
                  group_norm_epsilon=GROUP_NORM_EPSILON, **kwargs):
         super().__init__(**kwargs)
-        self.features = check_positive_int(features, "features")
-        self.strides = to_pair(strides, "strides")
+        self.features = _checks.positive_int(features, "features")
+        self.strides = _checks.positive_int_pair(strides, "strides")
         self.standardization = standardization
         self.standardization_epsilon = float(standardization_epsilon)
         self.group_norm_epsilon = float(group_norm_epsilon)

@@ -3,8 +3,8 @@
 import keras
 from keras import ops
 
+from keras_vit import _checks
 from keras_vit.layers._fused import check_gelu, dense, layer_norm, softmax_attention
-from keras_vit.layers._utils import check_positive_int, check_rate
 from keras_vit.layers.drop_path import DropPath
 
 
@@ -69,13 +69,13 @@ class TransformerBlock(keras.layers.Layer):
     ):
         super().__init__(**kwargs)
         self.gelu = check_gelu(gelu)
-        self.num_heads = check_positive_int(num_heads, "num_heads")
-        self.mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
-        self.dropout_rate = check_rate(dropout_rate, "dropout_rate")
-        self.attention_dropout_rate = check_rate(
+        self.num_heads = _checks.positive_int(num_heads, "num_heads")
+        self.mlp_dim = _checks.positive_int(mlp_dim, "mlp_dim")
+        self.dropout_rate = _checks.fraction(dropout_rate, "dropout_rate")
+        self.attention_dropout_rate = _checks.fraction(
             attention_dropout_rate, "attention_dropout_rate"
         )
-        self.drop_path_rate = check_rate(drop_path_rate, "drop_path_rate")
+        self.drop_path_rate = _checks.fraction(drop_path_rate, "drop_path_rate")
         self.layer_norm_epsilon = float(layer_norm_epsilon)
 
         policy = self.dtype_policy

@@ -6,10 +6,15 @@ import os
 import shutil
 import tempfile
 
+import h5py
 import keras
 
+from keras_vit import _checks
+from keras_vit.errors import CheckpointMismatchError
+from keras_vit.labels import set_class_names
+from keras_vit.layers import ClassifierHead, SequencePooling
 from keras_vit.layers.preprocessing import ImageNormalization
-from keras_vit.weights.official import CheckpointMismatchError, load_official_weights
+from keras_vit.weights.official import _fmt, load_official_weights
 
 logger = logging.getLogger("keras_vit")
 
@@ -18,13 +23,7 @@ IMAGE_STD = 127.5
 
 
 def check_classes(classes):
-    if classes is None:
-        return None
-    if isinstance(classes, bool) or not isinstance(classes, int):
-        raise TypeError(f"`classes` must be a positive int or None, got {classes!r}.")
-    if classes <= 0:
-        raise ValueError(f"`classes` must be a positive int or None, got {classes}.")
-    return classes
+    return _checks.positive_int(classes, "classes", or_none=True)
 
 
 # keras.applications' `pooling=`: the backbone's feature vector, a global
@@ -258,8 +257,6 @@ def classification_head(x, norm_name, pool, representation_size, include_top,
 
     `fc_norm=True` (timm's `gap` models): pool first, then the LayerNorm
     (named "fc_norm"); the sequence itself is not normalised."""
-    from keras_vit.layers import ClassifierHead, SequencePooling
-
     dtype = mixed_precision_head_dtype()
     if not fc_norm:
         x = keras.layers.LayerNormalization(
@@ -291,8 +288,6 @@ def finish(inputs, outputs, name, resolved):
         names = resolved.foreign.class_names
         if names and "head/" not in resolved.dropped \
                 and model.output_shape[-1] == len(names):
-            from keras_vit.labels import set_class_names
-
             set_class_names(model, names)  # the config's id2label / label_names
         return model
     load_official_weights(model, resolved.params, resolved.source,
@@ -302,8 +297,6 @@ def finish(inputs, outputs, name, resolved):
 
 def _h5_arrays(path):
     """{dataset path: shape} of a Keras weights file (its optimizer aside)."""
-    import h5py
-
     arrays = {}
     with h5py.File(path, "r") as f:
         f.visititems(lambda name, item: arrays.__setitem__(name, item.shape)
@@ -327,8 +320,6 @@ def check_keras_weights(model, path):
     misshaped = sorted(f"{k}: file {found[k]}, model {wanted[k]}"
                        for k in set(wanted) & set(found) if found[k] != wanted[k])
     if missing or unexpected or misshaped:
-        from keras_vit.weights.official import _fmt
-
         parts = [f"{len(x)} {what} ({_fmt(x, 5)})" for x, what in (
             (unexpected, "arrays in the file that the model does not have"),
             (missing, "arrays of the model missing from the file"),

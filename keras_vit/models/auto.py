@@ -1,131 +1,27 @@
 """Build the model a checkpoint describes: an official `.npz` from its keys
-alone, a timm / transformers checkpoint from its config.json and shapes."""
+alone, a timm / transformers checkpoint from its config.json and shapes.
+Reading the architecture off a checkpoint is `keras_vit.weights.architecture`'s
+(`architecture_from_checkpoint` is importable from here too)."""
+
+from __future__ import annotations
 
 import os
-import re
+from typing import TYPE_CHECKING, Any
 
-from keras_vit.models.variants import find_variant
-from keras_vit.weights.official import (
-    POSEMB_KEY,
-    CheckpointMismatchError,
-    describe,
-    read_checkpoint,
-)
+from keras_vit.errors import CheckpointMismatchError
+from keras_vit.models.mixer import MLPMixer
+from keras_vit.models.vit import VisionTransformer
+from keras_vit.weights import hub
+from keras_vit.weights.architecture import architecture_from_checkpoint
+from keras_vit.weights.npz import read_checkpoint
 
+if TYPE_CHECKING:
+    import keras
 
-def architecture_from_checkpoint(params):
-    """Reads the builder arguments off official checkpoint arrays.
-
-    Returns `(family, config)`: `("vit", VisionTransformer kwargs)` or
-    `("mixer", MLPMixer kwargs)`; head, pre_logits and resolution are left to
-    the builder, which reads them from the checkpoint too.
-
-    Raises `CheckpointMismatchError` when the arrays are not those of an
-    official ViT / hybrid / Mixer checkpoint.
-    """
-    try:
-        return _architecture(params)
-    except KeyError as error:
-        raise CheckpointMismatchError(
-            f"Cannot read the architecture off this checkpoint: it lacks "
-            f"{error.args[0]!r}, which every official "
-            f"{'Mixer' if describe(params).family == 'mixer' else 'ViT'} "
-            "checkpoint has."
-        ) from None
+__all__ = ["architecture_from_checkpoint", "model_from_checkpoint"]
 
 
-def _architecture(params):
-    info = describe(params)
-    if info.family == "mixer":
-        stem = params["stem/kernel"]
-        blocks = {int(m.group(1)) for k in params
-                  if (m := re.match(r"MixerBlock_(\d+)/", k))}
-        return "mixer", dict(
-            patch_size=tuple(stem.shape[:2]), hidden_size=int(stem.shape[-1]),
-            num_blocks=len(blocks),
-            tokens_mlp_dim=int(params["MixerBlock_0/token_mixing/Dense_0/kernel"].shape[-1]),
-            channels_mlp_dim=int(params["MixerBlock_0/channel_mixing/Dense_0/kernel"].shape[-1]),
-        )
-    embedding = params["embedding/kernel"]
-    blocks = {int(m.group(1)) for k in params
-              if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))}
-    query = params["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"]
-    config = dict(
-        patch_size=tuple(embedding.shape[:2]), hidden_size=int(embedding.shape[-1]),
-        num_layers=len(blocks), num_heads=int(query.shape[1]),
-        mlp_dim=int(params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"].shape[-1]),
-        classifier=info.classifier,
-    )
-    if "conv_root/kernel" in params:
-        units = {}
-        for key in params:
-            m = re.match(r"block(\d+)/unit(\d+)/", key)
-            if m:
-                stage, unit = int(m.group(1)), int(m.group(2))
-                units[stage] = max(units.get(stage, 0), unit)
-        config["resnet_layers"] = tuple(units[s] for s in sorted(units))
-        config["resnet_width"] = int(params["conv_root/kernel"].shape[-1]) // 64
-    assert POSEMB_KEY in params  # describe() said "vit"
-    return "vit", config
-
-
-def checkpoint_variant(params):
-    """The named `Variant` (e.g. `ViTB16`) whose architecture the official
-    checkpoint arrays have, or None."""
-    family, config = architecture_from_checkpoint(params)
-    config = {k: v for k, v in config.items() if k != "classifier"}
-    return find_variant(family, config)
-
-
-def _patch(size):
-    return str(size[0]) if size[0] == size[1] else f"{size[0]}x{size[1]}"
-
-
-def describe_architecture(params):
-    """One phrase saying what official checkpoint arrays describe, for
-    messages, e.g. "a ViT-B/16 (keras_vit.ViTB16: 12 blocks, width 768,
-    patch 16) with a 1000-class head".
-
-    Raises `CheckpointMismatchError` when the arrays are not a complete
-    official ViT / Mixer checkpoint.
-    """
-    info = describe(params)
-    family, config = architecture_from_checkpoint(params)
-    variant = checkpoint_variant(params)
-    shape = [f"{config.get('num_layers', config.get('num_blocks'))} blocks",
-             f"width {config['hidden_size']}"]
-    if variant is None:
-        if family == "vit":
-            shape += [f"{config['num_heads']} heads", f"MLP {config['mlp_dim']}"]
-        else:
-            shape += [f"token MLP {config['tokens_mlp_dim']}",
-                      f"channel MLP {config['channels_mlp_dim']}"]
-    shape.append(f"patch {_patch(config['patch_size'])}")
-    if "resnet_layers" in config:
-        stages = config["resnet_layers"]
-        shape.insert(0, f"ResNet stages {stages}" if stages else "ResNet stem")
-    if family == "vit" and info.classifier == "gap":
-        shape.append("classifier 'gap'")
-    if variant is not None:
-        name = variant.official_name.replace("_", "/")
-        article = "an" if name.startswith("R") else "a"  # "an R50+ViT-B/16"
-        what = f"{article} {name} (keras_vit.{variant.function}: {', '.join(shape)})"
-    elif family == "mixer":
-        what = f"a Mixer ({', '.join(shape)})"
-    elif "resnet_layers" in config:
-        what = f"a hybrid R+ViT ({', '.join(shape)})"
-    else:
-        what = f"a ViT ({', '.join(shape)})"
-    if info.classes is None:
-        what += " without a classification head"
-    else:
-        what += f" with a {info.classes}-class head"
-    if info.representation_size:
-        what += f" and a {info.representation_size}-unit pre_logits layer"
-    return what
-
-
-def model_from_checkpoint(path, **kwargs):
+def model_from_checkpoint(path: str | os.PathLike, **kwargs: Any) -> keras.Model:
     """Builds and loads the ViT / hybrid / Mixer stored in a checkpoint.
 
     Args:
@@ -162,10 +58,6 @@ def model_from_checkpoint(path, **kwargs):
     model = keras_vit.model_from_checkpoint("hf://google/vit-base-patch16-224")
     ```
     """
-    from keras_vit.models.mixer import MLPMixer
-    from keras_vit.models.vit import VisionTransformer
-    from keras_vit.weights import hub
-
     foreign = hub.resolve_hub(path) if isinstance(path, (str, os.PathLike)) else None
     if foreign is None:
         family, config = architecture_from_checkpoint(read_checkpoint(path))

@@ -8,37 +8,42 @@ images ─► (x - 127.5) / 127.5 ─► Patches ─► Dense "stem" ─► Mixe
 ```
 """
 
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+
 import keras
 
+from keras_vit import _checks
 from keras_vit.layers import MixerBlock, Patches
-from keras_vit.layers._utils import check_positive_int, check_rate, to_pair
 from keras_vit.models import _common
-from keras_vit.models.variants import MIXER_VARIANTS, find_variant
+from keras_vit.variants import MIXER_VARIANTS, find_variant
 from keras_vit.models.vit import named_model_builder
 from keras_vit.weights.resolve import resolve_weights
 
 
 def MLPMixer(
-    patch_size,
-    hidden_size,
-    num_blocks,
-    tokens_mlp_dim,
-    channels_mlp_dim,
-    drop_path_rate=0.0,
-    include_top=True,
-    weights=None,
-    input_tensor=None,
-    input_shape=None,
-    pooling=None,
-    classes=None,
-    classifier_activation="softmax",
-    include_preprocessing=True,
-    name=None,
-    gelu=None,
-    layer_norm_epsilon=None,
-    image_mean=None,
-    image_std=None,
-):
+    patch_size: int | tuple[int, int],
+    hidden_size: int,
+    num_blocks: int,
+    tokens_mlp_dim: int,
+    channels_mlp_dim: int,
+    drop_path_rate: float = 0.0,
+    include_top: bool = True,
+    weights: str | os.PathLike | None = None,
+    input_tensor: keras.KerasTensor | None = None,
+    input_shape: tuple[int, int, int] | None = None,
+    pooling: str | None = None,
+    classes: int | None = None,
+    classifier_activation: str | Callable | None = "softmax",
+    include_preprocessing: bool = True,
+    name: str | None = None,
+    gelu: str | None = None,
+    layer_norm_epsilon: float | None = None,
+    image_mean: float | Sequence[float] | None = None,
+    image_std: float | Sequence[float] | None = None,
+) -> keras.Model:
     """Builds an MLP-Mixer.
 
     Reference: Tolstikhin et al., "MLP-Mixer: An all-MLP Architecture for
@@ -84,12 +89,12 @@ def MLPMixer(
     >>> features.output_shape
     (None, 48)
     """
-    patch = to_pair(patch_size, "patch_size")
-    hidden_size = check_positive_int(hidden_size, "hidden_size")
-    num_blocks = check_positive_int(num_blocks, "num_blocks")
-    tokens_mlp_dim = check_positive_int(tokens_mlp_dim, "tokens_mlp_dim")
-    channels_mlp_dim = check_positive_int(channels_mlp_dim, "channels_mlp_dim")
-    check_rate(drop_path_rate, "drop_path_rate")
+    patch = _checks.positive_int_pair(patch_size, "patch_size")
+    hidden_size = _checks.positive_int(hidden_size, "hidden_size")
+    num_blocks = _checks.positive_int(num_blocks, "num_blocks")
+    tokens_mlp_dim = _checks.positive_int(tokens_mlp_dim, "tokens_mlp_dim")
+    channels_mlp_dim = _checks.positive_int(channels_mlp_dim, "channels_mlp_dim")
+    _checks.fraction(drop_path_rate, "drop_path_rate")
     classes = _common.check_classes(classes)
     pooling = _common.check_pooling(pooling, include_top, ("gap",))
 
@@ -136,7 +141,7 @@ def MLPMixer(
     return _common.finish(inputs, x, name or "mlp_mixer", resolved)
 
 
-def _named(key):
+def _named(key: str) -> Callable[..., keras.Model]:
     return named_model_builder(
         MIXER_VARIANTS[key], MLPMixer, ("drop_path_rate",),
         "MLP-Mixer (Tolstikhin et al., 2021).",

@@ -10,8 +10,15 @@ images ─► (x - 127.5) / 127.5 ─► [ResNet root + stages] ─► Patches
 ```
 """
 
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
 import keras
 
+from keras_vit import _checks
 from keras_vit.layers import (
     BottleneckUnit,
     PatchEncoder,
@@ -19,44 +26,50 @@ from keras_vit.layers import (
     ResNetRoot,
     TransformerBlock,
 )
-from keras_vit.layers._utils import check_positive_int, check_rate, to_pair
 from keras_vit.layers.resnet import resnet_arithmetic as resnet_arithmetic_args
 from keras_vit.models import _common
-from keras_vit.models.variants import VIT_VARIANTS, effective_patch_size, find_variant
+from keras_vit.variants import VIT_VARIANTS, Variant, effective_patch_size, find_variant
+from keras_vit.weights.registry import (
+    architecture_for,
+    available_weights,
+    families_for,
+    family_of,
+    imagenet_choice,
+)
 from keras_vit.weights.resolve import resolve_weights
 
 CLASSIFIERS = ("token", "gap")
 
 
 def VisionTransformer(
-    patch_size,
-    hidden_size,
-    num_layers,
-    num_heads,
-    mlp_dim,
-    classifier="token",
-    representation_size=None,
-    dropout_rate=0.0,
-    attention_dropout_rate=0.0,
-    drop_path_rate=0.0,
-    resnet_layers=None,
-    resnet_width=1,
-    include_top=True,
-    weights=None,
-    input_tensor=None,
-    input_shape=None,
-    pooling=None,
-    classes=None,
-    classifier_activation="softmax",
-    include_preprocessing=True,
-    name=None,
-    gelu=None,
-    layer_norm_epsilon=None,
-    fc_norm=None,
-    resnet_arithmetic=None,
-    image_mean=None,
-    image_std=None,
-):
+    patch_size: int | tuple[int, int],
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    mlp_dim: int,
+    classifier: str = "token",
+    representation_size: int | None = None,
+    dropout_rate: float = 0.0,
+    attention_dropout_rate: float = 0.0,
+    drop_path_rate: float = 0.0,
+    resnet_layers: tuple[int, ...] | list[int] | None = None,
+    resnet_width: int = 1,
+    include_top: bool = True,
+    weights: str | os.PathLike | None = None,
+    input_tensor: keras.KerasTensor | None = None,
+    input_shape: tuple[int | None, int | None, int] | None = None,
+    pooling: str | None = None,
+    classes: int | None = None,
+    classifier_activation: str | Callable | None = "softmax",
+    include_preprocessing: bool = True,
+    name: str | None = None,
+    gelu: str | None = None,
+    layer_norm_epsilon: float | None = None,
+    fc_norm: bool | None = None,
+    resnet_arithmetic: str | None = None,
+    image_mean: float | Sequence[float] | None = None,
+    image_std: float | Sequence[float] | None = None,
+) -> keras.Model:
     """Builds a Vision Transformer or an R+ViT hybrid.
 
     Reference: Dosovitskiy et al., "An Image is Worth 16x16 Words:
@@ -139,11 +152,11 @@ def VisionTransformer(
     >>> model.output_shape
     (None, 10)
     """
-    patch = to_pair(patch_size, "patch_size")
-    hidden_size = check_positive_int(hidden_size, "hidden_size")
-    num_layers = check_positive_int(num_layers, "num_layers")
-    num_heads = check_positive_int(num_heads, "num_heads")
-    mlp_dim = check_positive_int(mlp_dim, "mlp_dim")
+    patch = _checks.positive_int_pair(patch_size, "patch_size")
+    hidden_size = _checks.positive_int(hidden_size, "hidden_size")
+    num_layers = _checks.positive_int(num_layers, "num_layers")
+    num_heads = _checks.positive_int(num_heads, "num_heads")
+    mlp_dim = _checks.positive_int(mlp_dim, "mlp_dim")
     if hidden_size % num_heads:
         raise ValueError(
             f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}."
@@ -153,18 +166,18 @@ def VisionTransformer(
             f"Unknown classifier={classifier!r}; allowed: {CLASSIFIERS}."
         )
     if representation_size is not None:
-        check_positive_int(representation_size, "representation_size")
+        _checks.positive_int(representation_size, "representation_size")
     for rate_name, rate in (("dropout_rate", dropout_rate),
                             ("attention_dropout_rate", attention_dropout_rate),
                             ("drop_path_rate", drop_path_rate)):
-        check_rate(rate, rate_name)
+        _checks.fraction(rate, rate_name)
     if resnet_layers is not None:
         if not isinstance(resnet_layers, (tuple, list)):
             raise TypeError(
                 f"`resnet_layers` must be None or a tuple of ints, got {resnet_layers!r}."
             )
-        resnet_layers = tuple(check_positive_int(n, "resnet_layers") for n in resnet_layers)
-        check_positive_int(resnet_width, "resnet_width")
+        resnet_layers = tuple(_checks.positive_int(n, "resnet_layers") for n in resnet_layers)
+        _checks.positive_int(resnet_width, "resnet_width")
     classes = _common.check_classes(classes)
     pooling = _common.check_pooling(pooling, include_top, CLASSIFIERS)
     if pooling == "token" and classifier != "token":
@@ -262,11 +275,12 @@ _NAMED_DOC = """Builds {description} ({params}).
     """
 
 
-def default_name(variant):
+def default_name(variant: Variant) -> str:
     return variant.official_name.lower().replace("+", "_").replace("-", "_")
 
 
-def apply_family_architecture(variant, weights, kwargs):
+def apply_family_architecture(variant: Variant, weights: str | os.PathLike | None,
+                              kwargs: dict) -> dict:
     """`kwargs` with the builder settings the files of `weights` need (a
     family's `architecture`, e.g. `weights="gsam"` ViTs: `classifier="gap",
     representation_size=None`) where the user did not pass them.
@@ -274,8 +288,6 @@ def apply_family_architecture(variant, weights, kwargs):
     Raises:
         ValueError: the user passed a conflicting value.
     """
-    from keras_vit.weights.registry import architecture_for, family_of
-
     settings = architecture_for(weights, variant)
     if not settings:
         return kwargs
@@ -294,23 +306,23 @@ def apply_family_architecture(variant, weights, kwargs):
     return kwargs
 
 
-def named_model_builder(variant, builder, allowed_kwargs, summary):
+def named_model_builder(variant: Variant, builder: Callable[..., keras.Model],
+                        allowed_kwargs: Sequence[str], summary: str
+                        ) -> Callable[..., keras.Model]:
     """Makes the one-line named function (`ViTB16`, `MixerB16`, ...).
 
     The function takes the keras.applications arguments plus
     `allowed_kwargs`; a registered `weights=` name whose family declares an
     `architecture` sets those arguments (see `apply_family_architecture`).
     """
-    from keras_vit.weights.registry import (
-        available_weights,
-        families_for,
-        imagenet_choice,
-    )
 
-    def build(include_top=True, weights=None, input_tensor=None,
-              input_shape=None, pooling=None, classes=None,
-              classifier_activation="softmax", include_preprocessing=True,
-              name=None, **kwargs):
+    def build(include_top: bool = True, weights: str | os.PathLike | None = None,
+              input_tensor: keras.KerasTensor | None = None,
+              input_shape: tuple[int | None, int | None, int] | None = None,
+              pooling: str | None = None, classes: int | None = None,
+              classifier_activation: str | Callable | None = "softmax",
+              include_preprocessing: bool = True, name: str | None = None,
+              **kwargs: Any) -> keras.Model:
         unknown = sorted(set(kwargs) - set(allowed_kwargs))
         if unknown:
             raise TypeError(
@@ -353,7 +365,7 @@ def named_model_builder(variant, builder, allowed_kwargs, summary):
     return build
 
 
-def _named(key):
+def _named(key: str) -> Callable[..., keras.Model]:
     return named_model_builder(
         VIT_VARIANTS[key], VisionTransformer, REGULARIZATION_ARGS,
         "Vision Transformer (Dosovitskiy et al., 2021).",

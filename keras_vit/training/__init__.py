@@ -11,7 +11,7 @@ from keras_vit._lazy import attach
 
 # Eager (its module imports only os at load): the function must shadow its own
 # submodule's name, which importing the submodule would bind here.
-from keras_vit.training.quickstart import quickstart
+from keras_vit.training.quickstart import quickstart  # noqa: F401
 
 _EXPORTS = {
     "BestModelCheckpoint": "callbacks", "TerminateOnNaNWithAdvice": "callbacks",

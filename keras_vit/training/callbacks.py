@@ -7,6 +7,7 @@ import os
 
 import keras
 
+from keras_vit import _compat
 from keras_vit._saving import host_values, save_atomically
 
 logger = logging.getLogger("keras_vit")
@@ -120,14 +121,13 @@ class BestModelCheckpoint(keras.callbacks.Callback):
         os.replace(self.state_path + ".tmp", self.state_path)
 
 
-class BackupAndRestore(keras.callbacks.BackupAndRestore):
+class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestore):
     """Keras' `BackupAndRestore`, whose backup every process of a
     multi-process JAX job can write, also when the model's variables are
     split over several processes' devices (`_saving.host_values`)."""
 
-    def _save_model(self):
-        with host_values(self.model):
-            super()._save_model()
+    def saving_context(self):
+        return host_values(self.model)
 
 
 def default_callbacks(out, monitor="val_accuracy", model=None):

@@ -48,6 +48,8 @@ import re
 
 import keras
 
+from keras_vit.training.strategy import is_multi_worker
+
 KINDS = ("auto", "data", "none")
 SPEC_HELP = "auto, data, model:N (N devices per model replica) or none"
 ENV = {"coordinator": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
@@ -131,7 +133,7 @@ def initialize_processes(coordinator=None, num_processes=None, process_id=None):
     if not re.fullmatch(r"[^\s:,]+:\d+(,[^\s:,]+:\d+)*", coordinator):
         raise ValueError(f"coordinator={coordinator!r}; give HOST:PORT (the address of "
                          "process 0), e.g. 10.0.0.1:1234.")
-    import jax
+    import jax  # the JAX backend only
 
     if jax.distributed.is_initialized():  # already joined (a second train() call)
         return num_processes
@@ -217,8 +219,6 @@ def describe(distribution=None, strategy=None):
     """`{"backend", "kind", "devices", "processes"}` for the final JSON line."""
     backend = keras.backend.backend()
     if strategy is not None:
-        from keras_vit.training.strategy import is_multi_worker
-
         processes = 1
         if is_multi_worker(strategy):
             cluster = strategy.cluster_resolver.cluster_spec().as_dict()
@@ -227,7 +227,7 @@ def describe(distribution=None, strategy=None):
                 "devices": int(strategy.num_replicas_in_sync), "processes": processes}
     processes = 1
     if backend == "jax":
-        import jax
+        import jax  # the JAX backend only
 
         processes = jax.process_count()
     if distribution is None:

@@ -9,7 +9,19 @@ dynamic-range int8 weights and verified against Keras on the 360 test
 digits (`keras_vit.export.to_tflite`).
 """
 
+import json
 import os
+import subprocess
+import sys
+import time
+
+import keras_vit
+
+# This module loads nothing heavy: `keras_vit.training` imports it at load
+# (its `quickstart` function shadows the module's name there), and
+# `import keras_vit` loads `keras_vit.training` without TensorFlow. So
+# TensorFlow, Keras, scikit-learn and the keras_vit modules that load them
+# are imported inside the functions ("heavy").
 
 QUICKSTART_MODEL = dict(patch_size=4, hidden_size=64, num_layers=4, num_heads=4,
                         mlp_dim=128, classifier="gap")
@@ -17,8 +29,8 @@ QUICKSTART_MODEL = dict(patch_size=4, hidden_size=64, num_layers=4, num_heads=4,
 
 def write_digits(root, size=32):
     """Writes `root/{train,test}/<digit>/<i>.png`; returns the counts."""
-    import tensorflow as tf
-    from sklearn.datasets import load_digits
+    import tensorflow as tf  # heavy (see the top)
+    from sklearn.datasets import load_digits  # scikit-learn: the `train` extra
     from sklearn.model_selection import train_test_split
 
     marker = os.path.join(root, "DONE")
@@ -47,10 +59,9 @@ def quickstart(out="runs/quickstart", epochs=40, verbose=1, export_tflite=True, 
     `seed` seeds the initial weights too (`keras.utils.set_random_seed`),
     so a run repeats the README's number (unseeded, the test accuracy of
     the 40 epochs ranges over about two points)."""
-    import keras
+    import keras  # heavy (see the top)
 
-    import keras_vit
-    from keras_vit.training.trainer import train
+    from keras_vit.training.trainer import train  # heavy (see the top)
 
     data_dir = os.path.join(out, "digits")
     counts = write_digits(data_dir)
@@ -68,14 +79,12 @@ def quickstart(out="runs/quickstart", epochs=40, verbose=1, export_tflite=True, 
     results["train_examples"], results["test_examples"] = counts["train"], counts["test"]
     results["parameters"] = int(model.count_params())
     if export_tflite:
-        import time
-
         start = time.perf_counter()
         path = os.path.join(out, "model_dynamic_int8.tflite")
         arguments = {"quantization": "dynamic", "validation_data": f"folder:{data_dir}",
                      "validation_split": "test", "num_validation": counts["test"]}
         if keras.backend.backend() == "tensorflow":
-            from keras_vit.export import to_tflite
+            from keras_vit.export import to_tflite  # heavy (see the top)
 
             report = to_tflite(model, path, verbose=False, **arguments).to_dict()
         else:  # TFLite conversion needs TensorFlow: the saved model.keras, exported there
@@ -102,10 +111,6 @@ print(to_tflite(model, sys.argv[2], verbose=False, **json.loads(sys.argv[3])).to
 def _export_in_tensorflow(model_path, path, arguments):
     """`to_tflite(load_model(model_path), path, **arguments)` in a fresh
     process on the TensorFlow backend; its report as a dict."""
-    import json
-    import subprocess
-    import sys
-
     env = dict(os.environ, KERAS_BACKEND="tensorflow")
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     result = subprocess.run([sys.executable, "-c", _EXPORT, model_path, path,

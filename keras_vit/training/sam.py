@@ -28,6 +28,8 @@ Backends:
 
 import keras
 
+from keras_vit import _checks, _compat
+
 
 def check_backend(rho):
     """SAM's train steps are TensorFlow's and JAX's: one sentence elsewhere."""
@@ -61,11 +63,9 @@ class SAMModel(keras.Model):
 
     def __init__(self, model, rho=0.05, epsilon=1e-12, **kwargs):
         super().__init__(**kwargs)
-        if not isinstance(rho, (int, float)) or isinstance(rho, bool) or rho <= 0:
-            raise ValueError(f"SAM rho must be a positive float, got {rho!r}.")
+        self.rho = _checks.positive_float(rho, "rho", "the SAM radius")
         check_backend(rho)
         self.model = model
-        self.rho = float(rho)
         self.epsilon = float(epsilon)
         if getattr(model, "built", False):
             self.built = True  # its weights are the inner model's, all created
@@ -79,10 +79,7 @@ class SAMModel(keras.Model):
         else:
             with keras.StatelessScope(state_mapping=list(zip(self.trainable_variables, values))):
                 y_pred = self(x, training=True)
-        # Keras' own train_step uses the private `_compute_loss` (it scales the
-        # loss for distribution); fall back to the public one.
-        compute = getattr(self, "_compute_loss", self.compute_loss)
-        loss = compute(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+        loss = _compat.compute_loss(self, x, y, y_pred, sample_weight, training=True)
         return loss, y_pred
 
     def train_step(self, *args):
@@ -91,20 +88,15 @@ class SAMModel(keras.Model):
         return self._tf_train_step(*args)
 
     def _tf_train_step(self, data):
-        import tensorflow as tf
+        import tensorflow as tf  # the TensorFlow backend only
 
         x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
         variables = self.trainable_variables
         with tf.GradientTape() as tape:
             loss, y_pred = self._loss(x, y, sample_weight)
             scaled = self.optimizer.scale_loss(loss)
-        tracker = getattr(self, "_loss_tracker", None)
-        if tracker is not None:  # the "loss" that fit() logs: at w, not w + e
-            from keras.src.losses import loss as loss_module
-
-            batch = tf.shape(tf.nest.flatten(x)[0])[0]
-            tracker.update_state(loss_module.unscale_loss_for_distribution(loss),
-                                 sample_weight=batch)
+        # the "loss" that fit() logs: at w, not w + e
+        _compat.update_loss_tracker(self, loss, tf.shape(tf.nest.flatten(x)[0])[0])
         grads = tape.gradient(scaled, variables)
         grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
                  for g, v in zip(grads, variables)]
@@ -125,7 +117,7 @@ class SAMModel(keras.Model):
         the state out, nothing assigned. The logged loss and the metrics are
         those at `w`; the dropout seeds advance as in the TensorFlow step
         (the perturbed pass's own updates are dropped)."""
-        import jax
+        import jax  # the JAX backend only
         import jax.numpy as jnp
 
         trainable, non_trainable, optimizer_variables, metrics_variables = state
@@ -144,8 +136,8 @@ class SAMModel(keras.Model):
                                optimizer_variables=optimizer_variables)
         trainable, optimizer_variables = self.optimizer.stateless_apply(
             optimizer_variables, sam_grads, trainable)
-        logs, metrics_variables = self._update_metrics_variables(
-            metrics_variables, unscaled_loss, x, y, y_pred, sample_weight)
+        logs, metrics_variables = _compat.update_metrics_variables(
+            self, metrics_variables, unscaled_loss, x, y, y_pred, sample_weight)
         return logs, (trainable, non_trainable, optimizer_variables, metrics_variables)
 
     def get_config(self):

@@ -6,6 +6,8 @@ import math
 import keras
 from keras import ops
 
+from keras_vit import _checks
+
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
@@ -53,9 +55,7 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         self.warmup_steps = int(warmup_steps)
         self.decay = decay
         self.linear_end = float(linear_end)
-        self.steps_per_update = int(steps_per_update)
-        if self.steps_per_update < 1:
-            raise ValueError(f"steps_per_update={steps_per_update} must be >= 1.")
+        self.steps_per_update = _checks.positive_int(steps_per_update, "steps_per_update")
 
     def __call__(self, step):
         step = ops.cast(step, "float32")

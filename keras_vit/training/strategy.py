@@ -6,6 +6,8 @@ import os
 
 import tensorflow as tf
 
+from keras_vit import _compat
+
 logger = logging.getLogger("keras_vit")
 STRATEGIES = ("auto", "tpu", "multiworker", "mirrored", "default")
 
@@ -50,8 +52,8 @@ def get_strategy(name="auto"):
             logger.info("Strategy: TPUStrategy, %d replicas.", strategy.num_replicas_in_sync)
             return strategy
         if name == "tpu":
-            raise ValueError("strategy='tpu' but no TPU answered (TPU_NAME=%r)."
-                             % os.environ.get("TPU_NAME", ""))
+            raise ValueError("strategy='tpu' but no TPU answered "
+                             f"(TPU_NAME={os.environ.get('TPU_NAME', '')!r}).")
     if name == "multiworker" or (name == "auto" and _workers_in_tf_config() > 1):
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
         logger.info("Strategy: MultiWorkerMirroredStrategy, %d replicas.",
@@ -80,7 +82,7 @@ def uses_only_cpus(strategy):
 def is_multi_worker(strategy):
     """True for a `MultiWorkerMirroredStrategy` that spans several workers."""
     return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
-            and strategy.extended._in_multi_worker_mode())
+            and _compat.in_multi_worker_mode(strategy))
 
 
 def worker_task(strategy):
@@ -113,22 +115,13 @@ def prepare_model(model, strategy):
     if not is_multi_worker(strategy):
         return model
 
-    def maybe_symbolic_build(iterator=None, data_batch=None):
-        if iterator is not None:
-            for _, _, it in iterator:
-                data_batch = tf.nest.map_structure(
-                    lambda v: strategy.experimental_local_results(v)[0], next(it))
-                break
-        with strategy.scope():
-            model._symbolic_build(data_batch=data_batch)
-
     def as_vectors(step):
         def wrapped(data):
             return tf.nest.map_structure(
                 lambda t: tf.reshape(t, [1]) if t.shape.rank == 0 else t, step(data))
         return wrapped
 
-    model._maybe_symbolic_build = maybe_symbolic_build
+    _compat.build_from_first_replica(model, strategy)
     model.train_step = as_vectors(model.train_step)
     model.test_step = as_vectors(model.test_step)
     return model

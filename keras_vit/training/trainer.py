@@ -3,6 +3,7 @@ recipe to a trained, saved model; what `keras-vit train` runs."""
 
 import contextlib
 import dataclasses
+import hashlib
 import logging
 import math
 import os
@@ -11,21 +12,31 @@ import sys
 import time
 
 import keras
+import numpy as np
+import tensorflow as tf
 
-from keras_vit import _checks
+import keras_vit
+from keras_vit import _checks, _compat
+from keras_vit import labels as labels_lib
+from keras_vit._console import json_dumps
 from keras_vit._saving import (
     host_values,
     keras_input_shape,
     load_keras_model,
     save_atomically,
 )
+from keras_vit.data import data_error, make_dataset
+from keras_vit.data.presets import Preset, auto_preset
+from keras_vit.data.sources import check_holdout
+from keras_vit.export._model import output_kind
+from keras_vit.labels import class_names
 from keras_vit.training import distribution as distribution_lib
 from keras_vit.training.callbacks import (
     BestModelCheckpoint,
     TerminateOnNaNWithAdvice,
     default_callbacks,
 )
-from keras_vit.training.recipes import get_recipe, make_optimizer
+from keras_vit.training.recipes import Recipe, get_recipe, make_optimizer
 from keras_vit.training.run_folder import open_run_folder
 from keras_vit.training.sam import SAMModel
 from keras_vit.training.sam import check_backend as check_sam_backend
@@ -35,6 +46,7 @@ from keras_vit.training.strategy import (
     uses_only_cpus,
     worker_task,
 )
+from keras_vit.variants import ALL_VARIANTS
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 logger = logging.getLogger("keras_vit")
@@ -50,9 +62,6 @@ def set_precision(precision):
 
 def _build_model(model, weights, classes, image_size, recipe, dropout_rate, drop_path_rate,
                  model_kwargs):
-    import keras_vit
-    from keras_vit.models.variants import ALL_VARIANTS
-
     if isinstance(model, (str, os.PathLike)) and str(model).endswith(".keras"):
         model = load_keras_model(model, "model")
     if isinstance(model, keras.Model):
@@ -136,8 +145,6 @@ def _model_identity(model):
         return {"name": model.name, "class": type(model).__name__,
                 "parameters": int(model.count_params())}
     if str(model).endswith(".keras"):
-        import hashlib
-
         digest = hashlib.sha256()
         with open(model, "rb") as f:
             for chunk in iter(lambda: f.read(1 << 20), b""):
@@ -156,8 +163,6 @@ def _data_identity(data):
 
 def _open_data(data, split, **kwargs):
     """`make_dataset(..., with_info=True)`; a missing split says which exist."""
-    from keras_vit.data import make_dataset
-
     return make_dataset(data, split, with_info=True, **kwargs)
 
 
@@ -193,7 +198,7 @@ def _distribution_row(distribution):
     if distribution is None:
         devices = []
         if keras.backend.backend() == "jax":
-            import jax
+            import jax  # the JAX backend only
 
             devices = jax.local_devices()[:1]
         kind = "one device"
@@ -206,8 +211,6 @@ def _distribution_row(distribution):
 
 
 def _strategy_row(strategy):
-    import tensorflow as tf
-
     try:  # the default strategy raises RuntimeError here
         devices = list(strategy.extended.worker_devices or ())
     except (RuntimeError, AttributeError):
@@ -253,15 +256,106 @@ def format_summary(summary):
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
 
 
-def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
-          image_size=None, batch_size=None, steps=None, epochs=None,
-          steps_per_epoch=None, learning_rate=None, sam_rho=None,
-          precision="float32", strategy="auto", jit_compile="auto", seed=0,
-          gradient_accumulation_steps=None, train_split="train",
-          val_split=None, preset=None, label_smoothing=None, dropout_rate=None,
-          drop_path_rate=None, data_dir=None, cache=False, model_kwargs=None,
-          skip_corrupt=False, holdout=0.1, verbose=1, distribution="auto",
-          coordinator=None, num_processes=None, process_id=None, overwrite=False):
+@dataclasses.dataclass(frozen=True)
+class TrainPlan:
+    """What one `train` call does, decided once before the first step from
+    its arguments, the recipe, the backend and the training split: the run
+    folder, the model, `fit` and the results read it, and nothing changes
+    it (a worker's own folder is a copy with another `out`). Its numbers
+    are checked when it is made.
+
+    >>> plan.batch_size, plan.steps_per_epoch, plan.updates  # doctest: +SKIP
+    (64, 50, 2000)
+    """
+
+    model: object               # a variant name, a `.keras` path or a keras.Model
+    data: object                # the `make_dataset` source
+    weights: object
+    recipe: Recipe
+    out: str
+    image_size: int
+    batch_size: int             # global, clipped to the training split
+    epochs: int
+    steps_per_epoch: int
+    updates: int                # optimizer updates of the whole run
+    gradient_accumulation_steps: int | None
+    learning_rate: float | None  # None: the recipe's
+    sam_rho: float | None
+    precision: str
+    strategy: object            # TensorFlow: a tf.distribute.Strategy; else None
+    distribution: object        # JAX: a keras.distribution.Distribution or None
+    jit_compile: object
+    seed: int | None
+    train_split: str
+    preset: object              # a preset name or a `keras_vit.data.Preset`
+    preset_reason: str
+    label_smoothing: float | None
+    dropout_rate: float | None
+    drop_path_rate: float | None
+    model_kwargs: dict | None
+    skip_corrupt: bool
+    holdout: float
+    verbose: int
+    overwrite: bool
+    start: float                # time.perf_counter() when `train` was called
+
+    def __post_init__(self):
+        for name in ("image_size", "batch_size", "epochs", "steps_per_epoch", "updates"):
+            _checks.positive_int(getattr(self, name), name)
+
+    @property
+    def named(self):
+        """Whether `model` is a variant name (built here, with `weights`)."""
+        return isinstance(self.model, str) and not self.model.endswith(".keras")
+
+
+@dataclasses.dataclass(frozen=True)
+class _Datasets:
+    """The pipelines of a run and what `make_dataset` says of them."""
+
+    train: object               # tf.data.Dataset, repeated
+    validation: object
+    info: object                # DatasetInfo of the training split
+    val_info: object
+
+
+def train(
+    model: str | os.PathLike | keras.Model,
+    data: str,
+    *,
+    weights: str | os.PathLike | None = None,
+    recipe: str | Recipe = "finetune",
+    out: str | os.PathLike = "runs/keras_vit",
+    image_size: int | None = None,
+    batch_size: int | None = None,
+    steps: int | None = None,
+    epochs: int | None = None,
+    steps_per_epoch: int | None = None,
+    learning_rate: float | None = None,
+    sam_rho: float | None = None,
+    precision: str = "float32",
+    strategy: str | tf.distribute.Strategy = "auto",
+    jit_compile: bool | str = "auto",
+    seed: int | None = 0,
+    gradient_accumulation_steps: int | None = None,
+    train_split: str = "train",
+    val_split: str | None = None,
+    preset: str | Preset | None = None,
+    label_smoothing: float | None = None,
+    dropout_rate: float | None = None,
+    drop_path_rate: float | None = None,
+    data_dir: str | None = None,
+    cache: bool | str = False,
+    model_kwargs: dict | None = None,
+    skip_corrupt: bool = False,
+    holdout: float = 0.1,
+    verbose: int = 1,
+    distribution: str = "auto",
+    coordinator: str | None = None,
+    num_processes: int | None = None,
+    process_id: int | None = None,
+    overwrite: bool = False,
+) -> dict:
     """Trains `model` on `data` with a recipe; returns a results dict.
 
     Prints a summary (model, parameters, weights, image size, classes and
@@ -349,57 +443,107 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
     model = keras.saving.load_model(results["model"])
     ```
     """
-    from keras_vit.data.presets import auto_preset
-    from keras_vit.data.sources import _check_holdout
-
     start = time.perf_counter()
     _checks.optional(_checks.positive_int, image_size=image_size, batch_size=batch_size,
                      steps=steps, epochs=epochs, steps_per_epoch=steps_per_epoch,
                      gradient_accumulation_steps=gradient_accumulation_steps)
     _checks.optional(_checks.positive_float, learning_rate=learning_rate, sam_rho=sam_rho)
-    _check_holdout(holdout)  # (the data layer's check: also for sources without a folder)
+    check_holdout(holdout)  # (the data layer's check: also for sources without a folder)
     recipe = get_recipe(recipe)
     set_precision(precision)
-    backend = keras.backend.backend()
-    distribution_lib.parse_spec(distribution)  # a bad spec fails before any work
-    if backend == "tensorflow":
-        distribution_lib.get_distribution(distribution)  # data/model:N raise: use strategy=
-        distribution_lib.initialize_processes(coordinator, num_processes, process_id)  # raises
-        distribution = None
-    else:
-        if not (strategy == "auto" or strategy == "default"):
-            raise ValueError(
-                f"strategy={strategy!r} is a TensorFlow tf.distribute strategy; on the "
-                f"{backend} backend give distribution= (keras-vit train --distribution "
-                f"{distribution_lib.SPEC_HELP}).")
-        if sam_rho:
-            check_sam_backend(sam_rho)  # before any work
-        distribution_lib.initialize_processes(coordinator, num_processes, process_id)
-        distribution = distribution_lib.get_distribution(distribution)
-        strategy = None
+    strategy, distribution = _strategy_or_distribution(
+        strategy, distribution, sam_rho, coordinator, num_processes, process_id)
     if seed is not None:
         keras.utils.set_random_seed(seed)
     if isinstance(strategy, str):
         strategy = get_strategy(strategy)
     image_size = _image_size_for(model, image_size) or recipe.image_size
-    batch_size = batch_size or recipe.batch_size
     if preset is None:
         preset, preset_reason = auto_preset(recipe.preset, image_size)
     else:
         preset_reason = "given"
-    common = dict(image_size=image_size, batch_size=batch_size, data_dir=data_dir,
-                  cache=cache, skip_corrupt=skip_corrupt, holdout=holdout)
-    train_ds, info = _open_data(data, train_split, training=True, preset=preset, seed=seed,
-                                repeat=True, **common)
-    clipped = _clip_batch_size(batch_size, info, distribution)
-    if clipped != batch_size:
-        batch_size = common["batch_size"] = clipped
-        train_ds, info = _open_data(data, train_split, training=True, preset=preset,
-                                    seed=seed, repeat=True, **common)
-    val_split, val_ds, val_info = _pick_val_split(
+    datasets, batch_size = _open_datasets(
+        data, train_split, val_split, distribution, preset=preset, seed=seed,
+        image_size=image_size, batch_size=batch_size or recipe.batch_size, data_dir=data_dir,
+        cache=cache, skip_corrupt=skip_corrupt, holdout=holdout)
+    steps_per_epoch, epochs, updates = _schedule(
+        datasets.info, batch_size, steps, epochs, steps_per_epoch, gradient_accumulation_steps)
+    plan = TrainPlan(
+        model=model, data=data, weights=weights, recipe=recipe, out=out,
+        image_size=image_size, batch_size=batch_size, epochs=epochs,
+        steps_per_epoch=steps_per_epoch, updates=updates,
+        gradient_accumulation_steps=gradient_accumulation_steps,
+        learning_rate=learning_rate, sam_rho=sam_rho, precision=precision,
+        strategy=strategy, distribution=distribution,
+        jit_compile=_jit_compile(jit_compile, strategy), seed=seed,
+        train_split=train_split, preset=preset, preset_reason=preset_reason,
+        label_smoothing=label_smoothing, dropout_rate=dropout_rate,
+        drop_path_rate=drop_path_rate, model_kwargs=model_kwargs,
+        skip_corrupt=skip_corrupt, holdout=holdout, verbose=verbose, overwrite=overwrite,
+        start=start)
+    if plan.named and weights is None and recipe.name == "finetune":
+        logger.warning(
+            "Fine-tuning %s without pretrained weights: the 'finetune' recipe (SGD, "
+            "few steps) expects a pretrained model, and random weights will learn little. "
+            "Pass weights (e.g. --weights imagenet21k) or use --recipe scratch.", model)
+
+    # JAX: the distribution is active from building the model to saving it
+    # (fit shards the batches, and every process's pipeline, under it).
+    scope = distribution.scope() if distribution is not None else contextlib.nullcontext()
+    with scope:
+        return _train_in_scope(plan, datasets)
+
+
+def _strategy_or_distribution(strategy, distribution, sam_rho, coordinator, num_processes,
+                              process_id):
+    """`(strategy, distribution)`: TensorFlow trains under a tf.distribute
+    strategy (a name still, or a Strategy) and no distribution; JAX and
+    torch under a keras.distribution (or None) and no strategy. Bad
+    specifications, and a multi-process job that cannot start, fail here,
+    before any work."""
+    backend = keras.backend.backend()
+    distribution_lib.parse_spec(distribution)  # a bad spec fails before any work
+    if backend == "tensorflow":
+        distribution_lib.get_distribution(distribution)  # data/model:N raise: use strategy=
+        distribution_lib.initialize_processes(coordinator, num_processes, process_id)  # raises
+        return strategy, None
+    if not (strategy == "auto" or strategy == "default"):
+        raise ValueError(
+            f"strategy={strategy!r} is a TensorFlow tf.distribute strategy; on the "
+            f"{backend} backend give distribution= (keras-vit train --distribution "
+            f"{distribution_lib.SPEC_HELP}).")
+    if sam_rho:
+        check_sam_backend(sam_rho)  # before any work
+    distribution_lib.initialize_processes(coordinator, num_processes, process_id)
+    return None, distribution_lib.get_distribution(distribution)
+
+
+def _open_datasets(data, train_split, val_split, distribution, *, preset, seed, **common):
+    """`(_Datasets, global batch size)`: the training pipeline (shuffled,
+    augmented by `preset`, repeated) and the validation one. A batch larger
+    than the training split is clipped to it (the training pipeline is then
+    opened again with that batch); under a JAX distribution each validation
+    batch is padded so that it splits over the replicas."""
+    def open_train():
+        return _open_data(data, train_split, training=True, preset=preset, seed=seed,
+                          repeat=True, **common)
+
+    train_ds, info = open_train()
+    batch_size = _clip_batch_size(common["batch_size"], info, distribution)
+    if batch_size != common["batch_size"]:
+        common["batch_size"] = batch_size
+        train_ds, info = open_train()
+    _, val_ds, val_info = _pick_val_split(
         data, val_split, train_split, lambda split: _open_data(data, split, **common))
     if distribution is not None:
         val_ds = _shardable_validation(val_ds, val_info, batch_size, distribution)
+    return _Datasets(train_ds, val_ds, info, val_info), batch_size
+
+
+def _schedule(info, batch_size, steps, epochs, steps_per_epoch, gradient_accumulation_steps):
+    """`(steps_per_epoch, epochs, updates)` of a run: by default an epoch
+    is the training split once (at most `steps` batches; 50 batches for a
+    split of unknown size), and `steps` make `epochs` (rounded up)."""
     if steps_per_epoch is None:
         per_epoch = (info.num_examples or 50 * batch_size) // batch_size
         steps_per_epoch = max(1, min(per_epoch, steps or per_epoch))
@@ -414,137 +558,146 @@ def train(model, data, *, weights=None, recipe="finetune", out="runs/keras_vit",
             f"but the whole run has {total_steps} batch(es): no optimizer update would "
             f"happen; give at most {total_steps} (--gradient-accumulation-steps), or more "
             "steps or epochs.")
-    if jit_compile == "auto":
-        if backend == "torch":  # as Keras' own "auto": torch.compile stays off
-            jit_compile = False
-        else:
-            jit_compile = True if strategy is None else not uses_only_cpus(strategy)
-    named = isinstance(model, str) and not model.endswith(".keras")
-    if named and weights is None and recipe.name == "finetune":
-        logger.warning(
-            "Fine-tuning %s without pretrained weights: the 'finetune' recipe (SGD, "
-            "few steps) expects a pretrained model, and random weights will learn little. "
-            "Pass weights (e.g. --weights imagenet21k) or use --recipe scratch.", model)
-
-    # JAX: the distribution is active from building the model to saving it
-    # (fit shards the batches, and every process's pipeline, under it).
-    scope = distribution.scope() if distribution is not None else contextlib.nullcontext()
-    with scope:
-        return _train_in_scope(**locals())
+    return steps_per_epoch, epochs, updates
 
 
-def _train_in_scope(*, model, data, weights, recipe, out, image_size, batch_size, steps,
-                    epochs, steps_per_epoch, learning_rate, sam_rho, precision, strategy,
-                    jit_compile, gradient_accumulation_steps, val_split, preset,
-                    preset_reason, label_smoothing, dropout_rate, drop_path_rate,
-                    model_kwargs, skip_corrupt, verbose, distribution, start, info,
-                    val_info, train_ds, val_ds, named, updates, seed, train_split, holdout,
-                    overwrite, **_):
-    """The rest of `train` (called with its local variables), under the JAX
-    distribution's scope when there is one."""
-    if strategy is not None:
-        is_chief, task_id = worker_task(strategy)
+def _jit_compile(jit_compile, strategy):
+    """`jit_compile="auto"` made True or False (see `train`)."""
+    if jit_compile != "auto":
+        return jit_compile
+    if keras.backend.backend() == "torch":  # as Keras' own "auto": torch.compile stays off
+        return False
+    return True if strategy is None else not uses_only_cpus(strategy)
+
+
+def _train_in_scope(plan, datasets):
+    """The rest of `train`, under the JAX distribution's scope when there
+    is one: the run folder (locked), then the model, `fit` and the files."""
+    if plan.strategy is not None:
+        is_chief, task_id = worker_task(plan.strategy)
     else:
         is_chief, task_id = _process_task()
     if not is_chief:  # every worker saves; only the chief's files are the run's
-        out = os.path.join(out, "workers", str(task_id))
-    config = {
-        "model": _model_identity(model), "weights": None if weights is None else str(weights),
-        "data": _data_identity(data), "train_split": train_split,
+        plan = dataclasses.replace(plan, out=os.path.join(plan.out, "workers", str(task_id)))
+    with open_run_folder(plan.out, _run_record(plan, datasets), overwrite=plan.overwrite,
+                         epochs=plan.epochs) as folder:
+        return _fit_and_save(plan, datasets, folder)
+
+
+def _run_record(plan, datasets):
+    """What `run.json` records of the run: a folder resumes only a run with
+    the same record."""
+    info, val_info = datasets.info, datasets.val_info
+    return {
+        "model": _model_identity(plan.model),
+        "weights": None if plan.weights is None else str(plan.weights),
+        "data": _data_identity(plan.data), "train_split": plan.train_split,
         "validation_split": val_info.split, "class_names": list(info.class_names),
         "images": {"train": info.num_examples, "validation": val_info.num_examples},
-        "image_size": image_size, "batch_size": batch_size, "epochs": epochs,
-        "steps_per_epoch": steps_per_epoch, "updates": updates,
-        "gradient_accumulation_steps": gradient_accumulation_steps,
-        "recipe": dataclasses.asdict(recipe), "learning_rate": learning_rate,
-        "sam_rho": sam_rho, "precision": precision, "seed": seed,
-        "preset": preset if isinstance(preset, str) else repr(preset),
-        "label_smoothing": label_smoothing, "dropout_rate": dropout_rate,
-        "drop_path_rate": drop_path_rate, "model_kwargs": model_kwargs, "holdout": holdout,
+        "image_size": plan.image_size, "batch_size": plan.batch_size, "epochs": plan.epochs,
+        "steps_per_epoch": plan.steps_per_epoch, "updates": plan.updates,
+        "gradient_accumulation_steps": plan.gradient_accumulation_steps,
+        "recipe": dataclasses.asdict(plan.recipe), "learning_rate": plan.learning_rate,
+        "sam_rho": plan.sam_rho, "precision": plan.precision, "seed": plan.seed,
+        "preset": plan.preset if isinstance(plan.preset, str) else repr(plan.preset),
+        "label_smoothing": plan.label_smoothing, "dropout_rate": plan.dropout_rate,
+        "drop_path_rate": plan.drop_path_rate, "model_kwargs": plan.model_kwargs,
+        "holdout": plan.holdout,
     }
-    with open_run_folder(out, config, overwrite=overwrite, epochs=epochs) as folder:
-        return _fit_and_save(**locals())
 
 
-def _fit_and_save(*, model, data, weights, recipe, out, image_size, batch_size, epochs,
-                  steps_per_epoch, learning_rate, sam_rho, precision, strategy, jit_compile,
-                  gradient_accumulation_steps, preset, preset_reason, label_smoothing,
-                  dropout_rate, drop_path_rate, model_kwargs, skip_corrupt, verbose,
-                  distribution, start, info, val_info, train_ds, val_ds, named, updates,
-                  folder, **_):
-    """Builds, fits and saves, in the locked run folder `folder`."""
-    from keras_vit import labels as labels_lib
-
-    # TensorFlow: the model and its optimizer are made under the strategy.
-    with strategy.scope() if strategy is not None else contextlib.nullcontext():
-        net = _build_model(model, weights, info.num_classes, image_size, recipe,
-                           dropout_rate, drop_path_rate, model_kwargs)
-        distribution_lib.check_model_split(net, distribution)
-        _check_classes(net, info, data, names_must_match=False)
-        trainable = SAMModel(net, rho=sam_rho) if sam_rho else net
-        smoothing = recipe.label_smoothing if label_smoothing is None else label_smoothing
-        optimizer = make_optimizer(recipe, updates, learning_rate,
-                                   gradient_accumulation_steps)
+def _compiled_model(plan, info):
+    """`(model, what fit trains, optimizer)`: the model built (or loaded)
+    for the data's classes and compiled by the recipe; TensorFlow: under
+    the strategy, with its optimizer."""
+    with (plan.strategy.scope() if plan.strategy is not None
+          else contextlib.nullcontext()):
+        net = _build_model(plan.model, plan.weights, info.num_classes, plan.image_size,
+                           plan.recipe, plan.dropout_rate, plan.drop_path_rate,
+                           plan.model_kwargs)
+        distribution_lib.check_model_split(net, plan.distribution)
+        _check_classes(net, info, plan.data, names_must_match=False)
+        trainable = SAMModel(net, rho=plan.sam_rho) if plan.sam_rho else net
+        smoothing = (plan.recipe.label_smoothing if plan.label_smoothing is None
+                     else plan.label_smoothing)
+        optimizer = make_optimizer(plan.recipe, plan.updates, plan.learning_rate,
+                                   plan.gradient_accumulation_steps)
         trainable.compile(
             optimizer=optimizer,
             loss=keras.losses.CategoricalCrossentropy(from_logits=True,
                                                       label_smoothing=smoothing),
             # Padded validation batches (JAX) carry sample weights: accuracy
             # weighted, so that the padding counts for nothing.
-            **({"weighted_metrics": ["accuracy"]} if distribution is not None
+            **({"weighted_metrics": ["accuracy"]} if plan.distribution is not None
                else {"metrics": ["accuracy"]}),
-            jit_compile=jit_compile)
-    names_inside = labels_lib.set_class_names(net, info.class_names)
-    if strategy is not None:
-        prepare_model(trainable, strategy)
-        strategy_row = _strategy_row(strategy)
-    else:
-        strategy_row = _distribution_row(distribution)
-    distribution_row = distribution_lib.describe(distribution, strategy)
-    _check_free_space(out, net, recipe)
-    data_rows = {"train": _split_row(info), "validation": _split_row(val_info)}
-    summary = {
-        "model": model if isinstance(model, str) else net.name,
+            jit_compile=plan.jit_compile)
+    return net, trainable, optimizer
+
+
+def _summary(plan, net, datasets, strategy_row, distribution_row, folder):
+    """What `train` prints before the first step (`format_summary`) and
+    returns as `results["summary"]`."""
+    recipe, info = plan.recipe, datasets.info
+    return {
+        "model": plan.model if isinstance(plan.model, str) else net.name,
         "parameters": int(net.count_params()),
-        "weights": (str(weights) if weights is not None else
-                    "random initialisation" if named else "those of the model given"),
-        "image_size": image_size, "classes": info.num_classes,
-        "class_names": list(info.class_names), "data": data_rows,
-        "preset": preset if isinstance(preset, str) else preset.name,
-        "preset_reason": preset_reason, "batch_size": batch_size,
-        "gradient_accumulation_steps": gradient_accumulation_steps,
-        "epochs": epochs, "steps_per_epoch": steps_per_epoch, "recipe": recipe.name,
-        "optimizer": recipe.optimizer,
-        "learning_rate": learning_rate if learning_rate is not None else recipe.learning_rate,
-        "warmup_steps": recipe.warmup_for(updates), "decay": recipe.decay,
-        "sam_rho": sam_rho, "precision": precision, "strategy": strategy_row,
-        "distribution": distribution_row, "out": out, "run": folder.describe(),
+        "weights": (str(plan.weights) if plan.weights is not None else
+                    "random initialisation" if plan.named else "those of the model given"),
+        "image_size": plan.image_size, "classes": info.num_classes,
+        "class_names": list(info.class_names),
+        "data": {"train": _split_row(info), "validation": _split_row(datasets.val_info)},
+        "preset": plan.preset if isinstance(plan.preset, str) else plan.preset.name,
+        "preset_reason": plan.preset_reason, "batch_size": plan.batch_size,
+        "gradient_accumulation_steps": plan.gradient_accumulation_steps,
+        "epochs": plan.epochs, "steps_per_epoch": plan.steps_per_epoch,
+        "recipe": recipe.name, "optimizer": recipe.optimizer,
+        "learning_rate": (plan.learning_rate if plan.learning_rate is not None
+                          else recipe.learning_rate),
+        "warmup_steps": recipe.warmup_for(plan.updates), "decay": recipe.decay,
+        "sam_rho": plan.sam_rho, "precision": plan.precision, "strategy": strategy_row,
+        "distribution": distribution_row, "out": plan.out, "run": folder.describe(),
         "resumed_epoch": folder.resumed_epoch, "run_started": folder.started,
     }
-    if verbose:
-        print(f"keras-vit train: {summary['model']} on {data}\n{format_summary(summary)}",
-              file=sys.stderr, flush=True)
+
+
+def _fit_and_save(plan, datasets, folder):
+    """Builds, fits and saves, in the locked run folder `folder`."""
+    info, val_info, out = datasets.info, datasets.val_info, plan.out
+    net, trainable, optimizer = _compiled_model(plan, info)
+    names_inside = labels_lib.set_class_names(net, info.class_names)
+    if plan.strategy is not None:
+        prepare_model(trainable, plan.strategy)
+        strategy_row = _strategy_row(plan.strategy)
+    else:
+        strategy_row = _distribution_row(plan.distribution)
+    distribution_row = distribution_lib.describe(plan.distribution, plan.strategy)
+    _check_free_space(out, net, plan.recipe)
+    summary = _summary(plan, net, datasets, strategy_row, distribution_row, folder)
+    if plan.verbose:
+        print(f"keras-vit train: {summary['model']} on {plan.data}\n"
+              f"{format_summary(summary)}", file=sys.stderr, flush=True)
     callbacks = default_callbacks(out, model=net)
     nan_guard = next(c for c in callbacks if isinstance(c, TerminateOnNaNWithAdvice))
     best = next(c for c in callbacks if isinstance(c, BestModelCheckpoint))
     moved = WeightsMoved()
     callbacks.insert(1, moved)  # after BackupAndRestore: compares the restored weights
     try:
-        history = trainable.fit(train_ds, epochs=epochs, steps_per_epoch=steps_per_epoch,
-                                validation_data=val_ds, callbacks=callbacks,
-                                shuffle=False, verbose=verbose)
+        history = trainable.fit(datasets.train, epochs=plan.epochs,
+                                steps_per_epoch=plan.steps_per_epoch,
+                                validation_data=datasets.validation, callbacks=callbacks,
+                                shuffle=False, verbose=plan.verbose)
         if nan_guard.stopped_at is None:
-            val_loss, val_accuracy = trainable.evaluate(val_ds, verbose=0)
+            val_loss, val_accuracy = trainable.evaluate(datasets.validation, verbose=0)
     except Exception as error:  # a corrupt file: one sentence naming it
         _raise_data_error(error)
         raise
     final = os.path.join(out, "model.keras")
     if nan_guard.stopped_at is not None:
         folder.finish("diverged", diverged_at=list(nan_guard.stopped_at))
-        _raise_diverged(nan_guard.stopped_at, final, best, history=history, start=start,
-                        epochs=epochs, steps_per_epoch=steps_per_epoch, out=out)
+        _raise_diverged(nan_guard.stopped_at, final, best, history=history, start=plan.start,
+                        epochs=plan.epochs, steps_per_epoch=plan.steps_per_epoch, out=out)
     if history.epoch and moved.changed is False:
-        raise ValueError(_unmoved_message(optimizer, updates, trainable))
+        raise ValueError(_unmoved_message(optimizer, plan.updates, trainable))
     save_atomically(net, final)
     labels_path = os.path.join(out, "labels.txt")
     with open(labels_path, "w", encoding="utf-8") as f:
@@ -556,26 +709,26 @@ def _fit_and_save(*, model, data, weights, recipe, out, image_size, batch_size, 
     results = {
         "status": "completed",
         "val_accuracy": float(val_accuracy), "val_loss": float(val_loss),
-        "seconds": round(time.perf_counter() - start, 1),
-        "epochs": epochs, "steps_per_epoch": steps_per_epoch,
+        "seconds": round(time.perf_counter() - plan.start, 1),
+        "epochs": plan.epochs, "steps_per_epoch": plan.steps_per_epoch,
         "epochs_run_now": len(history.epoch), "first_epoch_run_now":
             history.epoch[0] if history.epoch else None,
         "resumed": bool(folder.resumed_epoch), "run_record": os.path.join(out, "run.json"),
         "model": final, "best_model": best.path, "best": best.best,
         "log": os.path.join(out, "log.csv"), "labels": labels_path,
-        "recipe": recipe.name, "sam_rho": sam_rho,
-        "precision": precision, "replicas": distribution_row["devices"],
+        "recipe": plan.recipe.name, "sam_rho": plan.sam_rho,
+        "precision": plan.precision, "replicas": distribution_row["devices"],
         "distribution": distribution_row,
         "classes": info.num_classes, "class_names": list(info.class_names),
         "data": {k: {f: v[f] for f in ("split", "images", "classes")}
-                 for k, v in data_rows.items()},
-        "preset": summary["preset"], "image_size": image_size,
+                 for k, v in summary["data"].items()},
+        "preset": summary["preset"], "image_size": plan.image_size,
         "skipped_corrupt": ({"train": info.skipped_corrupt,
                              "validation": val_info.skipped_corrupt}
-                            if skip_corrupt else None),
+                            if plan.skip_corrupt else None),
         "summary": summary,
     }
-    if skip_corrupt and (info.skipped_corrupt or val_info.skipped_corrupt):
+    if plan.skip_corrupt and (info.skipped_corrupt or val_info.skipped_corrupt):
         logger.warning("Skipped corrupt, unreadable or too large image files: %d in "
                        "training, %d in validation (distinct files).",
                        info.skipped_corrupt, val_info.skipped_corrupt)
@@ -622,10 +775,6 @@ class WeightsMoved(keras.callbacks.Callback):
         self._before = None
 
     def _digests(self):
-        import hashlib
-
-        import numpy as np
-
         with host_values(self.model):
             return [hashlib.sha256(np.ascontiguousarray(
                 keras.ops.convert_to_numpy(v.value)).tobytes()).digest()
@@ -645,10 +794,8 @@ def _unmoved_message(optimizer, updates, model):
                 "layer is frozen); model.keras was not written.")
     schedule = optimizer.learning_rate_schedule if hasattr(
         optimizer, "learning_rate_schedule") else None
-    schedule = getattr(optimizer, "_learning_rate", None) if schedule is None else schedule
+    schedule = _compat.optimizer_learning_rate(optimizer) if schedule is None else schedule
     try:  # the schedule at (up to 1,000 of) the run's updates
-        import numpy as np
-
         every = getattr(schedule, "steps_per_update", 1)
         steps = np.unique(np.linspace(0, updates - 1, min(updates, 1000)).astype("int64"))
         peak = float(np.max(keras.ops.convert_to_numpy(schedule(steps * every))))
@@ -709,8 +856,6 @@ def _shardable_validation(dataset, info, batch_size, distribution):
     count, so that factor makes `val_loss` the mean over the real images
     exactly; the accuracy (a weighted metric then) is unchanged by it.
     """
-    import tensorflow as tf
-
     replicas = distribution.num_model_replicas
     if batch_size % replicas:
         raise ValueError(
@@ -740,15 +885,13 @@ def _process_task():
     """`(is_chief, process id)` of a JAX multi-process job (0 is the chief)."""
     if keras.backend.backend() != "jax":
         return True, 0
-    import jax
+    import jax  # the JAX backend only
 
     return jax.process_index() == 0, jax.process_index()
 
 
 def _raise_data_error(error):
     """Re-raises a TF pipeline error about the data as one ValueError."""
-    from keras_vit.data import data_error
-
     converted = data_error(error)
     if converted is not None:
         raise converted from None
@@ -764,8 +907,6 @@ def _check_classes(model, info, data, names_must_match=True):
             f"The model outputs {outputs} classes but {data} ({info.split}) has "
             f"{info.num_classes}: {', '.join(map(str, info.class_names[:10]))}"
             f"{', ...' if info.num_classes > 10 else ''}.")
-    from keras_vit.labels import class_names
-
     names = class_names(model)
     if names is not None and list(names) != list(info.class_names):
         different = [(i, a, b) for i, (a, b) in enumerate(zip(names, info.class_names))
@@ -794,8 +935,6 @@ def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
     >>> keras_vit.training.evaluate("runs/x/model.keras", "folder:data")  # doctest: +SKIP
     {'accuracy': 0.98, 'loss': 0.07, ...}
     """
-    from keras_vit.export._common import output_kind
-
     model = load_keras_model(model_path)
     size = image_size or model.input_shape[1]
     common = dict(image_size=size, batch_size=batch_size, data_dir=data_dir,
@@ -821,6 +960,4 @@ def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
 
 
 def print_json_line(results):
-    from keras_vit._console import json_dumps
-
     print(json_dumps(results))

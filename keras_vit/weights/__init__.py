@@ -1,6 +1,11 @@
 """Checkpoints: official registry, download, key mappings (official,
 timm, transformers, the Hugging Face Hub), posemb resizes.
 
+Reading comes before loading: `sniff` (what a file is), `npz` (reading an
+official `.npz`) and `architecture` (the model the arrays describe) use
+NumPy only; `official` maps the arrays onto a Keras model's weights. The
+error classes are `keras_vit.errors`'.
+
 The names load on first use (PEP 562), so `keras_vit.weights.registry`
 (pure Python) can be read without importing Keras or TensorFlow.
 """
@@ -13,11 +18,11 @@ _EXPORTS = {
     "CheckpointNotFoundError": "official",
     "CorruptCheckpointError": "official",
     "UnsupportedCheckpointError": "official",
-    "ACCEPTED_FORMATS": "official",
-    "sniff_checkpoint": "official",
+    "ACCEPTED_FORMATS": "sniff",
+    "sniff_checkpoint": "sniff",
     "load_official_weights": "official",
     "official_manifest": "official",
-    "read_checkpoint": "official",
+    "read_checkpoint": "npz",
     "save_official_weights": "official",
     "resize_position_embedding": "posemb",
     "resample_abs_pos_embed_timm": "posemb",

@@ -66,8 +66,12 @@ import time
 import urllib.error
 import urllib.request
 
+import filelock
+
 from keras_vit import _checks
+from keras_vit.errors import CorruptCheckpointError, NotAnNpzError, UnsupportedCheckpointError
 from keras_vit.weights import registry
+from keras_vit.weights.npz import _as_not_npz, read_checkpoint
 # The cache location is pure Python (registry), so `keras-vit download
 # --print-url` can say it without importing Keras.
 from keras_vit.weights.registry import CACHE_SUBDIR, cache_path, cache_root  # noqa: F401
@@ -347,12 +351,6 @@ def fetch_checkpoint(url, filename):
         ValueError: a bad `$KERAS_VIT_DOWNLOAD_TIMEOUT`,
             `$KERAS_VIT_DOWNLOAD_DEADLINE` or `$KERAS_VIT_MAX_DOWNLOAD_BYTES`.
     """
-    from keras_vit.weights.official import (
-        CorruptCheckpointError,
-        NotAnNpzError,
-        read_checkpoint,
-    )
-
     hint = offline_hint(url, filename)
 
     def read(path):
@@ -408,8 +406,6 @@ _ORIGIN_UNKNOWN = "origin unknown: no download record"
 def _check_cached_size(url, size):
     """A cached official file (copied in by hand, say) of another size than
     the official listing states is corrupt: downloaded again."""
-    from keras_vit.weights.official import CorruptCheckpointError
-
     expected = registry.expected_size(url)
     if expected is not None and not expected.allows(size):
         raise CorruptCheckpointError(
@@ -417,12 +413,6 @@ def _check_cached_size(url, size):
 
 
 def _read_download(url, path, read_checkpoint):
-    from keras_vit.weights.official import (
-        CorruptCheckpointError,
-        UnsupportedCheckpointError,
-        _as_not_npz,
-    )
-
     try:
         return read_checkpoint(path)
     except CorruptCheckpointError:  # NotAnNpzError included: downloaded again
@@ -495,8 +485,6 @@ class _CacheLock:
     time; waiting is said in a log line, then every 30 s."""
 
     def __init__(self, filename, url):
-        import filelock
-
         self._timeout_error = filelock.Timeout
         self.path = lock_path(filename)
         os.makedirs(os.path.dirname(self.path), exist_ok=True)

@@ -48,21 +48,25 @@ import struct
 
 import numpy as np
 
-from keras_vit.weights import timm as timm_format
-from keras_vit.weights import transformers as transformers_format
-from keras_vit.weights.official import (
-    POSEMB_KEY,
+from keras_vit.errors import (
     CheckpointMismatchError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
-    SAFETENSORS_MAX_HEADER,
     UnsupportedCheckpointError,
+)
+from keras_vit.layers import PatchEncoder, TransformerBlock
+from keras_vit.weights import timm as timm_format
+from keras_vit.weights import transformers as transformers_format
+from keras_vit.weights.architecture import describe
+from keras_vit.weights.download import WeightsDownloadError
+from keras_vit.weights.npz import POSEMB_KEY
+from keras_vit.weights.official import load_official_weights
+from keras_vit.weights.posemb import POSEMB_RESIZES, square_grid
+from keras_vit.weights.sniff import (
+    SAFETENSORS_MAX_HEADER,
     check_checkpoint_bytes,
-    describe,
-    load_official_weights,
     safetensors_header_length,
 )
-from keras_vit.weights.posemb import POSEMB_RESIZES, square_grid
 
 logger = logging.getLogger("keras_vit")
 # How each source library resizes position embeddings (`posemb.POSEMB_RESIZES`).
@@ -381,8 +385,6 @@ def download(uri):
             weights (only `pytorch_model.bin`, which keras_vit never
             unpickles).
     """
-    from keras_vit.weights.download import WeightsDownloadError
-
     hub = _huggingface_hub()
     import huggingface_hub.errors as errors  # a submodule, not an attribute
     repo, revision = parse_uri(uri)
@@ -507,8 +509,6 @@ class HubCheckpoint:
                 mapping rule knows) or mis-shaped keys, named as in the
                 checkpoint.
         """
-        from keras_vit.layers import PatchEncoder, TransformerBlock
-
         shape = model.input_shape
         if self.family == "vit" and isinstance(shape, tuple) and None in shape[1:3]:
             how = _RESIZE_HOW[self.format]
@@ -519,9 +519,10 @@ class HubCheckpoint:
                 f"resizes {how}, so at other sizes the model would not compute what "
                 f"{self.format} computes. Build one model per size, e.g. "
                 "input_shape=(384, 384, 3).")
-        blocks = [l for l in model.layers if isinstance(l, TransformerBlock)]
+        blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
         params = dict(self.convert(blocks[0].num_heads) if blocks else self.params)
-        encoder = next((l for l in model.layers if isinstance(l, PatchEncoder)), None)
+        encoder = next(
+            (layer for layer in model.layers if isinstance(layer, PatchEncoder)), None)
         posemb = params.get(POSEMB_KEY)
         if encoder is not None and posemb is not None and posemb.ndim == 3:
             params[POSEMB_KEY] = self._resize(posemb, encoder)

@@ -99,7 +99,7 @@ def _bicubic_matrix(old, new):
         src = (i + 0.5) * scale - 0.5
         base = int(np.floor(src))
         t = src - base
-        for k, offset in enumerate((-1, 0, 1, 2)):
+        for offset in (-1, 0, 1, 2):
             weight = _cubic(np.float64(t - offset), -0.75)
             matrix[i, min(max(base + offset, 0), old - 1)] += weight
     return matrix

@@ -28,7 +28,7 @@ official ImageNet-1k classifier with the best documented top-1 for the
 variant, at its own resolution (`IMAGENET_CHOICES`, with the number and
 where it is written).
 
->>> from keras_vit.models.variants import VIT_VARIANTS
+>>> from keras_vit.variants import VIT_VARIANTS
 >>> resolve("imagenet", VIT_VARIANTS["B/16"], "ViT-B_16").url.rsplit("/", 1)[-1]
 'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_384.npz'
 """
@@ -40,6 +40,8 @@ import math
 import os
 import re
 import urllib.parse
+
+from keras_vit.variants import ALL_VARIANTS
 
 OFFICIAL_BASE_URL = "https://storage.googleapis.com"
 MIRROR_ENV = "KERAS_VIT_MIRROR"
@@ -489,7 +491,8 @@ IMAGENET_CHOICES = {
         "S/16": ImagenetChoice("augreg+imagenet2012", 83.73, _README_AUGREG),
         "S/32": ImagenetChoice("augreg+imagenet2012", 79.58, _README_AUGREG),
         "B/8": ImagenetChoice("augreg+imagenet2012", 85.58,
-                              "vit_jax_augreg.ipynb recommended table: adapt_final_test 0.85578 at 224"),
+                              "vit_jax_augreg.ipynb recommended table: "
+                              "adapt_final_test 0.85578 at 224"),
         "B/16": ImagenetChoice("augreg+imagenet2012", 85.49, _README_AUGREG),
         "B/32": ImagenetChoice("augreg+imagenet2012", 83.59, _README_AUGREG),
         "L/16": ImagenetChoice("augreg+imagenet2012", 85.59, _README_AUGREG),
@@ -578,7 +581,7 @@ def resolve(weights, variant, model_description):
     Args:
         weights: a registered name (`keras-vit models` lists them),
             `"imagenet"`, or `"augreg:<filename>"`.
-        variant: the `keras_vit.models.variants.Variant`, or None for an
+        variant: the `keras_vit.variants.Variant`, or None for an
             architecture that is no named variant.
         model_description: the model's name in messages (`"ViT-B_16"`).
 
@@ -646,7 +649,7 @@ def _listing(valid):
     )
 
 
-# ------------------------------------------------------------ README tables
+# ------------------------------------------------- docs/models.md tables
 
 def _variant_keys(family, kind):
     keys = list(family.files)
@@ -654,8 +657,9 @@ def _variant_keys(family, kind):
 
 
 def weights_markdown():
-    """The README's checkpoint table, rendered from the registry (the README
-    holds it between `<!-- registry:weights -->` markers; a test compares)."""
+    """The checkpoint table of docs/models.md, rendered from the registry
+    (the page holds it between `<!-- registry:weights -->` markers; a test
+    compares)."""
     lines = ["| `weights=` | content | res. | classes | pre_logits | models |",
              "| --- | --- | ---: | ---: | --- | --- |"]
     for kind, table in (("vit", VIT_FAMILIES), ("mixer", MIXER_FAMILIES)):
@@ -673,10 +677,8 @@ def weights_markdown():
 
 
 def imagenet_markdown():
-    """The README's `weights="imagenet"` table, rendered from
+    """The `weights="imagenet"` table of docs/models.md, rendered from
     `IMAGENET_CHOICES` (between `<!-- registry:imagenet -->` markers)."""
-    from keras_vit.models.variants import ALL_VARIANTS
-
     lines = ["| model | `weights=\"imagenet\"` loads | res. | ImageNet top-1 | source |",
              "| --- | --- | ---: | ---: | --- |"]
     for function, variant in ALL_VARIANTS.items():

@@ -5,7 +5,9 @@ import os
 
 from keras_vit.weights import hub, registry
 from keras_vit.weights.download import cached_source, fetch_checkpoint
-from keras_vit.weights.official import describe, read_checkpoint, sniff_checkpoint
+from keras_vit.weights.architecture import describe
+from keras_vit.weights.npz import read_checkpoint
+from keras_vit.weights.sniff import sniff_checkpoint
 
 # Names with these endings are files, never registered names: a missing one
 # is "not found", not "unknown weights name".

@@ -34,7 +34,8 @@ import re
 
 import numpy as np
 
-from keras_vit.weights.official import POSEMB_KEY, CheckpointMismatchError
+from keras_vit.errors import CheckpointMismatchError
+from keras_vit.weights.npz import POSEMB_KEY
 
 FORMAT = "timm"
 

@@ -1,9 +1,10 @@
-"""The `keras-vit` command as a user runs it: a fresh process each time.
+"""The `keras-vit` console script (the `keras_vit_cli` launcher and
+`keras_vit._console`) as a user runs it: a fresh process each time.
 
 `--help` and argument errors must not import TensorFlow or Keras; every
-error is one `keras-vit: error:` line with exit status 2; `predict` of a
-trained model reports probabilities and the class names stored in it.
-This module imports no TensorFlow itself (the model is built in a child).
+error is one `keras-vit: error:` line with exit status 2 and nothing else on
+stderr (TensorFlow's native log lines filtered out); `predict` of a trained
+model reports probabilities and the class names stored in it.
 """
 
 import json
@@ -15,30 +16,29 @@ import sys
 import textwrap
 import time
 
+import keras
 import numpy as np
 import pytest
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+from conftest import REPO_ROOT as ROOT
+from conftest import process_env, run_cli_process, tiny_vit
+from data_helpers import write_digit_images
+from keras_vit import _checks, _console, labels
+
 COMMANDS = ["models", "download", "predict", "explain", "train", "evaluate", "export", "quickstart"]
 CLASS_NAMES = ["zero", "one", "two", "three", "four"]
-
-
-def _env():
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
-    env.pop("TF_CPP_MIN_LOG_LEVEL", None)
-    return env
+# The command must quiet TensorFlow itself: the children run without this.
+UNQUIET = {"TF_CPP_MIN_LOG_LEVEL": None}
 
 
 def python(code, **kw):
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True,
-                          text=True, env=_env(), cwd=kw.pop("cwd", ROOT), **kw)
+                          text=True, env=process_env(UNQUIET), cwd=kw.pop("cwd", ROOT), **kw)
 
 
-def keras_vit(*argv, cwd=None):
+def keras_vit(*argv):
     """`keras-vit ARGV...` through the console script's launcher module."""
-    return subprocess.run([sys.executable, "-m", "keras_vit_cli", *map(str, argv)],
-                          capture_output=True, text=True, env=_env(), cwd=cwd or ROOT)
+    return run_cli_process(*argv, launcher="keras_vit_cli", env=UNQUIET)
 
 
 def assert_one_error_line(result, *fragments, status=2):
@@ -79,8 +79,7 @@ def test_help_of_every_command_imports_neither_tensorflow_nor_keras():
 @pytest.mark.parametrize("launcher", ["keras_vit_cli", "keras_vit.cli", "keras_vit"])
 def test_help_process_is_fast_and_silent(launcher):
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", launcher, "--help"], capture_output=True,
-                            text=True, env=_env(), cwd=ROOT)
+    result = run_cli_process("--help", launcher=launcher, env=UNQUIET)
     seconds = time.perf_counter() - start
     assert result.returncode == 0 and result.stderr == ""
     assert "--verbose" in result.stdout and "--debug" in result.stdout
@@ -103,11 +102,18 @@ def test_models_json_without_tensorflow():
     assert result.stdout.strip() == "False False"
 
 
+def test_console_script_is_installed():
+    result = run_cli_process("models", "--json")
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["models"]
+
+
 def test_installed_console_script_is_the_lazy_launcher():
     script = shutil.which("keras-vit", path=os.path.dirname(sys.executable))
     if script is None or "keras_vit_cli" not in pathlib.Path(script).read_text():
         pytest.skip("the installed keras-vit script predates keras_vit_cli: pip install -e .")
-    result = subprocess.run([script, "--help"], capture_output=True, text=True, env=_env())
+    result = subprocess.run([script, "--help"], capture_output=True, text=True,
+                            env=process_env(UNQUIET))
     assert result.returncode == 0 and result.stderr == ""
 
 
@@ -134,7 +140,7 @@ def test_export_of_an_official_checkpoint():
 
 
 def test_predict_model_that_is_not_a_keras_file(tmp_path):
-    image = write_digits(tmp_path, 1)[0]
+    image = write_digit_images(tmp_path, 1)[0]
     assert_one_error_line(keras_vit("predict", image, "--model", "x.txt"),
                           "--model must be a .keras file", "'x.txt'")
     assert_one_error_line(keras_vit("predict", image, "--model", "x.npz"),
@@ -144,7 +150,7 @@ def test_predict_model_that_is_not_a_keras_file(tmp_path):
 
 
 def test_unknown_model(tmp_path):
-    image = write_digits(tmp_path, 1)[0]
+    image = write_digit_images(tmp_path, 1)[0]
     assert_one_error_line(keras_vit("predict", image, "--model", "ViTQ", "--weights", "x"),
                           "Unknown --model 'ViTQ'", "ViTB16")
 
@@ -166,43 +172,20 @@ def test_usage_errors_are_argparse_lines():
 
 # ------------------------------------------------------------ predict, trained model
 
-def write_digits(folder, count):
-    """Real images: scikit-learn's digit scans (8x8, upscaled) as PNG."""
-    from PIL import Image
-    from sklearn.datasets import load_digits
-
-    digits = load_digits()
-    paths = []
-    for i in range(count):
-        pixels = (digits.images[i] * (255 / 16)).astype("uint8")
-        rgb = np.repeat(pixels[:, :, None], 3, axis=2)
-        path = pathlib.Path(folder) / f"digit{i}_{digits.target[i]}.png"
-        Image.fromarray(rgb).resize((32, 32), Image.NEAREST).save(path)
-        paths.append(str(path))
-    return paths
-
-
 @pytest.fixture(scope="module")
 def trained_model(tmp_path_factory):
     """A tiny keras_vit ViT with a logits head, class names and a
     WarmupDecay optimizer, saved as a trained model would be."""
-    folder = tmp_path_factory.mktemp("trained")
-    path = folder / "model.keras"
-    result = python(f"""
-        import keras, numpy as np
-        import keras_vit
-        from keras_vit.training.schedules import WarmupDecay
-        model = keras_vit.VisionTransformer(
-            patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
-            input_shape=(32, 32, 3), classes={len(CLASS_NAMES)}, classifier_activation=None)
-        assert keras_vit.labels.set_class_names(model, {CLASS_NAMES!r})
-        model.compile(optimizer=keras.optimizers.AdamW(WarmupDecay(1e-3, 10, 2)),
-                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
-        x = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
-        model.fit(x, np.arange(4) % {len(CLASS_NAMES)}, epochs=1, verbose=0)
-        model.save({str(path)!r})
-    """)
-    assert result.returncode == 0, result.stderr
+    from keras_vit.training.schedules import WarmupDecay
+
+    path = tmp_path_factory.mktemp("trained") / "model.keras"
+    model = tiny_vit(classes=len(CLASS_NAMES), classifier_activation=None)
+    assert labels.set_class_names(model, CLASS_NAMES)
+    model.compile(optimizer=keras.optimizers.AdamW(WarmupDecay(1e-3, 10, 2)),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    x = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
+    model.fit(x, np.arange(4) % len(CLASS_NAMES), epochs=1, verbose=0)
+    model.save(path)
     return path
 
 
@@ -223,9 +206,9 @@ def test_import_keras_vit_registers_everything_for_load_model(trained_model):
 
 
 def test_predict_trained_model_probabilities_and_names(trained_model, tmp_path):
-    images = write_digits(tmp_path, 3)
+    images = write_digit_images(tmp_path, 3)
     (tmp_path / "sub").mkdir()
-    nested = write_digits(tmp_path / "sub", 1)
+    nested = write_digit_images(tmp_path / "sub", 1)
     (tmp_path / "notes.txt").write_text("ignored: not an image extension")
     result = keras_vit("predict", tmp_path, "--model", trained_model,
                        "--top", len(CLASS_NAMES), "--json")
@@ -246,7 +229,7 @@ def test_predict_trained_model_probabilities_and_names(trained_model, tmp_path):
 
 
 def test_predict_corrupt_file_fails_or_is_skipped(trained_model, tmp_path):
-    good = write_digits(tmp_path, 1)[0]
+    good = write_digit_images(tmp_path, 1)[0]
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
     assert_one_error_line(keras_vit("predict", good, bad, "--model", trained_model),
@@ -264,8 +247,6 @@ def test_predict_corrupt_file_fails_or_is_skipped(trained_model, tmp_path):
 def test_a_backend_that_is_not_installed_is_one_sentence(monkeypatch, backend, package):
     """KERAS_BACKEND=torch without PyTorch: Keras' import fails with "No
     module named 'torch'"; the CLI says what to install instead."""
-    from keras_vit import _console
-
     monkeypatch.setenv("KERAS_BACKEND", backend)
     with pytest.raises(ValueError, match=f"^KERAS_BACKEND={backend} but {backend} is not "
                                          f"installed; install {package} "):
@@ -275,33 +256,12 @@ def test_a_backend_that_is_not_installed_is_one_sentence(monkeypatch, backend, p
     _console._missing_backend(ModuleNotFoundError("No module named 'h5py'", name="h5py"))
 
 
-def test_fit_progress_is_a_line_per_epoch_unless_on_a_terminal():
-    """A log file or pipe gets `verbose=2` (no carriage returns and colour
-    codes); a terminal the live bar; --quiet always one line per epoch."""
-    from types import SimpleNamespace
-
-    from keras_vit.cli import _progress_verbosity
-
-    class Stream:
-        def __init__(self, tty):
-            self.tty = tty
-
-        def isatty(self):
-            return self.tty
-
-    for json_flag in (False, True):
-        for tty, quiet, expected in ((True, False, 1), (False, False, 2), (True, True, 2)):
-            stream = "stderr" if json_flag else "stdout"
-            with pytest.MonkeyPatch.context() as patch:
-                patch.setattr(sys, stream, Stream(tty))
-                assert _progress_verbosity(SimpleNamespace(json=json_flag, quiet=quiet)) == expected
-
-
 def test_a_warning_is_printed_once_after_a_root_handler_appears():
     """absl's `basicConfig` (the first TensorFlow log line, e.g. in
     tf.saved_model.save) used to make every keras_vit line print twice."""
     result = python("""
         import logging
+        import keras_vit_cli  # as the command starts (lazy: no TensorFlow to wait for)
         from keras_vit import _console
         _console.quiet()
         logging.basicConfig()  # what absl does
@@ -309,3 +269,10 @@ def test_a_warning_is_printed_once_after_a_root_handler_appears():
     """)
     lines = [line for line in result.stderr.splitlines() if "once" in line]
     assert lines == ["keras_vit: once"], result.stderr
+
+
+def test_json_lines_are_strict():
+    assert _console.json_dumps({"a": float("nan"), "b": [float("inf"), 1.5, np.float32(2)],
+                                "c": (np.float64("-inf"), 3)}) == \
+        '{"a": null, "b": [null, 1.5, 2.0], "c": [null, 3]}'
+    assert _checks.finite_or_none(True) is True

@@ -1,6 +1,6 @@
-"""keras.applications conventions: `pooling="avg"/"max"` feature vectors
-and `input_shape=(None, None, 3)` models that take any image size (position
-embeddings resized in the graph with the official algorithm)."""
+"""The model builders' keras.applications conventions: `pooling="avg"/"max"`
+feature vectors and `input_shape=(None, None, 3)` models that take any image
+size (position embeddings resized in the graph with the official algorithm)."""
 
 import re
 
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import predict
+from conftest import predict, run_cli
 from official_fixtures import Fixture, assert_close
 from keras_vit.layers import PatchEncoder, interpolate_position_embedding
 from keras_vit.weights.posemb import resize_position_embedding
@@ -75,7 +75,7 @@ def test_avg_and_max_have_no_pre_logits_token_and_gap_keep_it(tmp_path):
         **VIT, weights=path, include_top=False), images(2, 16, 16, 3))
     token = keras_vit.VisionTransformer(**VIT, weights=path, include_top=False,
                                         pooling="token")
-    assert token.output_shape == (None, 12) and "pre_logits" in [l.name for l in token.layers]
+    assert token.output_shape == (None, 12) and "pre_logits" in [layer.name for layer in token.layers]
     for pooling, reduce in (("avg", np.mean), ("max", np.max)):
         model = keras_vit.VisionTransformer(**VIT, weights=path, include_top=False,
                                             pooling=pooling)
@@ -274,11 +274,10 @@ def test_dynamic_model_exports_a_saved_model_that_serves_any_size(tmp_path):
         serve(images=tf.zeros((1, 30, 32, 3), tf.uint8))
 
 
-def test_cli_predict_and_inspect_take_a_model_of_any_size(tmp_path, capsys):
+def test_cli_predict_and_inspect_take_a_model_of_any_size(tmp_path):
     """`keras-vit predict` on a .keras model built with (None, None, 3)
     resizes images to the stored grid's size, or to --image-size;
     `keras_vit.inspect` works at the stored size."""
-    import io
     import json
 
     from PIL import Image
@@ -294,19 +293,19 @@ def test_cli_predict_and_inspect_take_a_model_of_any_size(tmp_path, capsys):
     photo = images(40, 56, 3).astype("uint8")
     Image.fromarray(photo).save(tmp_path / "photo.png")
     for extra, size in (([], 32), (["--image-size", "48"], 48)):
-        out = io.StringIO()
-        assert cli.main(["predict", str(tmp_path / "photo.png"), "--model",
-                         str(tmp_path / "any.keras"), "--json", *extra], out=out) == 0
-        result = json.loads(out.getvalue())
+        code, out, _ = run_cli("predict", tmp_path / "photo.png", "--model",
+                               tmp_path / "any.keras", "--json", *extra)
+        assert code == 0
+        result = json.loads(out)
         assert result["image_size"] == [size, size]
         resized = cli._resize([photo.astype("float32")], (size, size))
         expected = predict(model, resized)[0]
         got = {t["index"]: t["probability"] for t in result["predictions"][0]["top"]}
         np.testing.assert_allclose([got[i] for i in range(5)], expected, atol=1e-5)
-    assert cli.main(["predict", str(tmp_path / "photo.png"), "--model",
-                     str(tmp_path / "fixed.keras"), "--image-size", "48"],
-                    out=io.StringIO()) == 2
-    assert capsys.readouterr().err == (
+    code, _, err = run_cli("predict", tmp_path / "photo.png", "--model",
+                           tmp_path / "fixed.keras", "--image-size", "48")
+    assert code == 2
+    assert err == (
         "keras-vit: error: --image-size 48: the model takes 32x32 images; leave "
         "--image-size out.\n")
 

@@ -1,0 +1,155 @@
+"""Atomic writes: an export is written under a temporary name beside its
+target (`.<name>.tmp-<host>-<pid>-<random>`) and renamed into place only
+once verified; the temporaries of an export killed before its cleanup are
+removed by the next export to the same target."""
+
+import logging
+import os
+import re
+import secrets
+import shutil
+import socket
+
+logger = logging.getLogger("keras_vit")
+
+
+def remove_path(path):
+    """Removes a file, a link or a directory tree; nothing when none is there."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def _host():
+    """This machine's name as it appears in temporary names."""
+    return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())[:40] or "host"
+
+
+def _split_target(path):
+    return os.path.split(os.path.abspath(path.rstrip("/") or path))
+
+
+def _temporary_name(directory, name):
+    return os.path.join(directory,
+                        f".{name}.tmp-{_host()}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+def _writer_alive(host, pid):
+    """Whether the process that named a temporary may still be writing it:
+    one of another machine (or of this process) is taken as alive."""
+    if host != _host() or pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (OSError, OverflowError):  # another user's process, or no such pid number
+        return True
+    return True
+
+
+def _size(path):
+    if os.path.isdir(path) and not os.path.islink(path):
+        return sum(os.lstat(os.path.join(root, f)).st_size
+                   for root, _, files in os.walk(path) for f in files)
+    return os.lstat(path).st_size
+
+
+def directory_size(path):
+    """The bytes of a file, or of the files in a directory (links followed)."""
+    if os.path.isfile(path):
+        return os.path.getsize(path)
+    return sum(os.path.getsize(os.path.join(root, f))
+               for root, _, files in os.walk(path) for f in files)
+
+
+# `.<name>.tmp-` then this: the temporaries `temporary_path` names (and the
+# `.old` / `.labels` ones made from them).
+_TEMPORARY = re.compile(r"(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-[0-9a-f]{8}(\.old|\.labels)?")
+
+
+def _stale_temporaries(directory, name):
+    """The paths of `name`'s temporaries in `directory` whose writer is gone."""
+    prefix = f".{name}.tmp-"
+    try:
+        entries = sorted(e for e in os.listdir(directory) if e.startswith(prefix))
+    except OSError:
+        return []
+    stale = []
+    for entry in entries:
+        found = _TEMPORARY.fullmatch(entry[len(prefix):])
+        if found is not None and not _writer_alive(found["host"], int(found["pid"])):
+            stale.append(os.path.join(directory, entry))
+    return stale
+
+
+def _plural(count, one, many):
+    return f"{count} {one if count == 1 else many}"
+
+
+def remove_stale_temporaries(path):
+    """Removes the temporaries of export target `path` that an export
+    killed before its cleanup left behind, and logs one line saying how
+    many and the bytes freed; returns that count.
+
+    A temporary is `.<name>.tmp-<host>-<pid>-<random>` (or that with
+    `.old` / `.labels`) beside `path`: it is stale when it was made on this
+    machine by a process that is gone. Those of running processes (a
+    concurrent export to the same target) and of other machines are kept.
+
+    Example: after `kill -9` of an export to `vit.tflite`, this (or the
+    next export to it) logs "Removed 1 stale temporary of /data/vit.tflite
+    left by an export whose process is gone (83.1 MB freed)." and returns 1:
+
+    >>> remove_stale_temporaries("vit.tflite")  # doctest: +SKIP
+    1
+    """
+    directory, name = _split_target(path)
+    target = os.path.join(directory, name)
+    stale = _stale_temporaries(directory, name)
+    removed, freed, failed = 0, 0, []
+    for temporary in stale:
+        try:
+            size = _size(temporary)
+            remove_path(temporary)
+        except FileNotFoundError:  # removed meanwhile (another export's sweep)
+            continue
+        except OSError as error:
+            failed.append(f"{temporary} ({error.strerror or error})")
+            continue
+        removed, freed = removed + 1, freed + size
+    if removed:
+        logger.warning("Removed %s of %s left by an export whose process is gone (%.1f MB "
+                       "freed).", _plural(removed, "stale temporary", "stale temporaries"),
+                       target, freed / 1e6)
+    if failed:
+        logger.warning("Could not remove %s of %s: %s",
+                       _plural(len(failed), "stale temporary", "stale temporaries"), target,
+                       ", ".join(failed))
+    return removed
+
+
+def temporary_path(path):
+    """`.<name>.tmp-<host>-<pid>-<random>` in the directory of `path`
+    (created), once the stale temporaries of `path` are removed
+    (`remove_stale_temporaries`)."""
+    directory, name = _split_target(path)
+    os.makedirs(directory, exist_ok=True)
+    remove_stale_temporaries(path)
+    return _temporary_name(directory, name)
+
+
+def publish(temporary, path):
+    """Moves `temporary` to `path`, replacing what is there (a file or a
+    SavedModel directory) only now."""
+    path = path.rstrip("/") or path
+    if os.path.isdir(path) and not os.path.islink(path) or (
+            os.path.lexists(path) and os.path.isdir(temporary)):
+        old = _temporary_name(*_split_target(path)) + ".old"
+        os.replace(path, old)
+        os.replace(temporary, path)
+        remove_path(old)
+    else:
+        os.replace(temporary, path)
+

@@ -1,0 +1,165 @@
+"""What every export reads from the Keras model: the backend it runs on,
+its input shape and image size, its number of classes, whether it outputs
+logits or probabilities, its logits (in batches), and the traced pixel
+graph that ONNX and OpenVINO convert."""
+
+import keras
+import tensorflow as tf
+from keras import ops
+
+from keras_vit import _compat
+from keras_vit.export._batches import batched
+from keras_vit.layers._fused import portable_graph
+
+OUTPUT_KINDS = ("auto", "logits", "probabilities")
+
+
+def require_tensorflow_backend():
+    backend = keras.backend.backend()
+    if backend != "tensorflow":
+        raise ValueError(
+            f"keras_vit.export needs the TensorFlow backend; the Keras backend is "
+            f"{backend!r}. Run with KERAS_BACKEND=tensorflow (the .keras file "
+            "loads under any backend).")
+
+
+def _graph_inputs(model):
+    """The symbolic inputs of a Functional or Sequential model; None for a
+    subclassed model (its graph is its Python `call`)."""
+    try:
+        return model.inputs
+    except AttributeError:
+        return None
+
+
+def model_input_shape(model):
+    """`model.input_shape`; for a subclassed model, the shape it was built
+    or first called with. A ValueError when no shape is known."""
+    if _graph_inputs(model) is not None:
+        return model.input_shape
+    built = _compat.build_shapes(model) if isinstance(model, keras.layers.Layer) else None
+    shapes = list((built or {}).values())
+    if len(shapes) == 1 and isinstance(shapes[0], (tuple, list)):
+        return (None, *shapes[0][1:])
+    raise ValueError(
+        f"{model.name!r} ({type(model).__name__}) has no known input shape: a subclassed "
+        "model is built by its first call. Call it once on a batch of images, e.g. "
+        "model(np.zeros((1, 224, 224, 3))), or model.build((None, 224, 224, 3)), "
+        "before exporting.")
+
+
+def model_classes(model):
+    """The number of outputs (classes) of `model`."""
+    if _graph_inputs(model) is not None:
+        return int(model.output_shape[-1])
+    spec = model.compute_output_spec(keras.KerasTensor(model_input_shape(model)))
+    return int(spec.shape[-1])
+
+
+def model_image_size(model, image_size=None):
+    """(height, width) the model takes; `image_size` for models built with
+    a free input size."""
+    shape = model_input_shape(model)
+    if isinstance(shape, list) or len(shape) != 4:
+        raise ValueError(f"Export takes a model with one image input (batch, height, "
+                         f"width, channels); this one takes {shape}.")
+    if shape[-1] != 3:
+        raise ValueError(f"Export takes RGB models (3 input channels); this one takes "
+                         f"{shape[-1]}.")
+    if image_size is not None:
+        size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
+        if None not in shape[1:3] and tuple(shape[1:3]) != size:
+            raise ValueError(f"image_size={image_size} but the model is built for "
+                             f"{tuple(shape[1:3])}.")
+        return size
+    if None in shape[1:3]:
+        raise ValueError("The model takes any image size; pass image_size=(height, width) "
+                         "for the export.")
+    return tuple(shape[1:3])
+
+
+def output_kind(model, outputs="auto"):
+    """`"logits"` or `"probabilities"`: what `model`'s output is.
+
+    `"auto"` reads the last layer: a Dense with a softmax gives
+    probabilities, one without an activation gives logits; anything else is
+    ambiguous and must be named."""
+    if outputs not in OUTPUT_KINDS:
+        raise ValueError(f"outputs={outputs!r}; allowed: {OUTPUT_KINDS}.")
+    if outputs != "auto":
+        return outputs
+    if _graph_inputs(model) is None:
+        raise ValueError(
+            f"Cannot tell whether {model.name!r} outputs logits or probabilities: it is a "
+            f"subclassed model ({type(model).__name__}), whose last operation only its "
+            "call() knows; pass outputs='logits' or outputs='probabilities'.")
+    last = model.layers[-1]
+    activation = getattr(last, "activation", None)
+    name = getattr(activation, "__name__", None)
+    if isinstance(last, keras.layers.Dense) and name in ("softmax", "linear"):
+        return "probabilities" if name == "softmax" else "logits"
+    if last.name in ("pre_logits", "encoder_norm", "pool"):
+        raise ValueError(
+            f"{model.name!r} has no classification head: it outputs features of shape "
+            f"{tuple(model.output_shape[1:])} (built with include_top=False, or from a "
+            "checkpoint without a head). Give it one with classes=N and fine-tune it "
+            "(keras-vit train), or load a classifier checkpoint.")
+    raise ValueError(
+        f"Cannot tell whether {model.name!r} outputs logits or probabilities (its "
+        f"last layer is {type(last).__name__} {last.name!r}); pass outputs='logits' "
+        "or outputs='probabilities'.")
+
+
+def logits_and_probabilities(model, outputs="auto"):
+    """A function `images -> (logits, probabilities)` for `model`.
+
+    For a softmax head the logits are the head's pre-activation (the Dense
+    is re-applied without its softmax); for a model that outputs
+    probabilities through another layer, log-probabilities stand in for the
+    logits (they differ from logits by a constant per image)."""
+    kind = output_kind(model, outputs)
+    last = model.layers[-1]
+    head_is_softmax_dense = (isinstance(last, keras.layers.Dense)
+                             and getattr(last.activation, "__name__", None) == "softmax"
+                             and _graph_inputs(model) is not None)
+    if kind == "logits":
+        def call(images):
+            logits = ops.cast(model(images, training=False), "float32")
+            return logits, ops.softmax(logits, axis=-1)
+    elif head_is_softmax_dense:
+        features = keras.Model(model.inputs[0], last.input)  # Sequential has no .input
+
+        def call(images):
+            x = ops.cast(features(images, training=False), last.compute_dtype)
+            logits = ops.cast(ops.matmul(x, last.kernel) + last.bias, "float32")
+            return logits, ops.softmax(logits, axis=-1)
+    else:
+        def call(images):
+            probabilities = ops.cast(model(images, training=False), "float32")
+            return ops.log(ops.maximum(probabilities, 1e-30)), probabilities
+    return call
+
+
+def reference_logits(model, images, outputs="auto", batch=32):
+    """The Keras model's logits (see `logits_and_probabilities`), in batches."""
+    call = logits_and_probabilities(model, outputs)
+    return batched(lambda x: call(x)[0], images, batch)
+
+
+def pixel_graph(model, size, outputs="auto"):
+    """The traced TensorFlow function (a `ConcreteFunction`) that the ONNX
+    and OpenVINO exports convert: input `images`, float32 `(batch, height,
+    width, 3)` RGB pixels in [0, 255] with any batch (the model's own
+    preprocessing inside); outputs `logits` and `probabilities`, float32
+    `(batch, classes)` (see `logits_and_probabilities`). Traced with
+    standard ops only (`portable_graph`)."""
+    call = logits_and_probabilities(model, outputs)
+
+    def serve(images):
+        logits, probabilities = call(images)
+        return {"logits": logits, "probabilities": probabilities}
+
+    with portable_graph():
+        return tf.function(serve).get_concrete_function(
+            tf.TensorSpec((None, *size, 3), tf.float32, name="images"))
+

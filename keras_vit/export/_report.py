@@ -1,0 +1,221 @@
+"""The verification report of an export (`ExportReport`), the bars it is
+judged by, and what happens to a file that misses them: moved to
+`<path>.rejected` with its report, and an `ExportVerificationError`; with
+`check=False`, kept and a warning logged."""
+
+import dataclasses
+import logging
+import os
+
+from keras_vit._console import json_dumps
+from keras_vit.export._files import remove_path
+
+logger = logging.getLogger("keras_vit")
+
+
+class ExportVerificationError(ValueError):
+    """An export is further from the Keras model than its mode allows.
+
+    `report` holds the measured figures; the rejected file is kept next to
+    the requested path with a `.rejected` suffix for inspection, its report
+    beside it as `<path>.rejected.json`. Nothing is left at the requested
+    path."""
+
+    def __init__(self, message, report):
+        super().__init__(message)
+        self.report = report
+
+
+def _describe_row(info):
+    text = f"{info['images']} images"
+    if info.get("classes") is not None:
+        text += f", {info['classes']} classes"
+    source = info.get("source")
+    if info.get("split"):
+        text += f" ({source}, split {info['split']!r})"
+    elif source:
+        text += f" ({source})"
+    return text
+
+
+def _describe_bf16(bf16):
+    if not bf16.get("available"):
+        return f"not available ({bf16.get('reason')})"
+    return (f"max |logit diff| {bf16['max_abs_diff']:.3g}, top-1 agreement "
+            f"{100 * bf16['top1_agreement']:.2f}%")
+
+
+@dataclasses.dataclass
+class ExportReport:
+    """How far an export is from its Keras model, measured.
+
+    `max_abs_diff` and `top1_agreement` compare the export's logits with
+    the Keras model's on the validation images: `validation` is
+    `{"split", "images", "classes", "source"}` (source: a data source
+    string, `"given array"`, `"given tf.data.Dataset"`, `"calibration
+    images"` or `"random pixels"`); `calibration` says the same of the int8
+    calibration images (None for other modes). `labels` is the class-name
+    file written with the export (None when the model has no class names).
+    `passed` / `criteria`: the mode's bar and whether it was met (also with
+    `check=False`, which keeps a file that misses it). Latencies are
+    medians per batch of `batch_size`. `opset`: the ONNX opset; `runtime`:
+    what ran the verification (ONNX Runtime, OpenVINO); `bf16` (OpenVINO):
+    the same file at bf16 inference precision, `{"available": True,
+    "max_abs_diff", "top1_agreement", "passed"}`, or `{"available": False,
+    "reason"}` on a CPU without bf16.
+
+    Example (`report.to_dict()`, abridged):
+
+    ```
+    {"format": "tflite", "path": "vit.tflite", "quantization": "int8",
+     "calibration": {"split": "train", "images": 500, "classes": 10,
+                     "source": "folder:digits"},
+     "validation": {"split": "test", "images": 360, "classes": 10,
+                    "source": "folder:digits"},
+     "labels": "vit.labels.txt", "top1_agreement": 0.994, "passed": true,
+     "criteria": "top-1 agreement >= 97%", ...}
+    ```
+    """
+
+    format: str
+    path: str
+    quantization: str
+    size_bytes: int
+    validation: dict
+    max_abs_diff: float
+    top1_agreement: float
+    max_abs_logit: float | None = None
+    calibration: dict | None = None
+    labels: str | None = None
+    batch_size: int = 1
+    ops: dict[str, int] | None = None
+    builtin_ops_only: bool | None = None
+    float_ops: list[str] | None = None
+    latency_ms: float | None = None
+    keras_latency_ms: float | None = None
+    signature: dict | None = None
+    passed: bool | None = None
+    criteria: str | None = None
+    opset: int | None = None  # ONNX: the opset the file declares
+    runtime: str | None = None  # what ran the verification, e.g. "onnxruntime 1.22.0 (CPU)"
+    bf16: dict | None = None  # OpenVINO: the same file run at bf16 inference precision
+    metadata: dict | None = None  # TFLite: the TFLite Metadata inside the file (MediaPipe)
+
+    @property
+    def size_mb(self) -> float:
+        return self.size_bytes / 1e6
+
+    @property
+    def validation_images(self):
+        """How many images the export was verified on."""
+        return self.validation["images"]
+
+    def to_dict(self) -> dict:
+        data = dataclasses.asdict(self)
+        data["size_mb"] = round(self.size_mb, 3)
+        return data
+
+    def to_json(self) -> str:
+        return json_dumps(self.to_dict())
+
+    def __str__(self):
+        rows = [("format", self.format), ("path", self.path),
+                ("quantization", self.quantization),
+                ("size", f"{self.size_mb:.2f} MB")]
+        if self.ops is not None:
+            rows.append(("ops", f"{sum(self.ops.values())} ("
+                         + ", ".join(f"{k} {v}" for k, v in sorted(self.ops.items())) + ")"))
+            rows.append(("built-in ops only", "yes" if self.builtin_ops_only else "NO"))
+        if self.float_ops:
+            rows.append(("kept in float", ", ".join(self.float_ops)))
+        if self.opset is not None:
+            rows.append(("opset", str(self.opset)))
+        if self.labels:
+            rows.append(("labels", self.labels))
+        if self.metadata:
+            rows.append(("metadata", self.metadata["summary"]))
+        if self.runtime:
+            rows.append(("verified with", self.runtime))
+        if self.calibration:
+            rows.append(("calibration", _describe_row(self.calibration)))
+        rows.append(("validation", _describe_row(self.validation)))
+        rows.append(("max |logit diff| vs Keras", f"{self.max_abs_diff:.3g}"))
+        rows.append(("top-1 agreement with Keras", f"{100 * self.top1_agreement:.2f}%"))
+        if self.bf16 is not None:
+            rows.append(("bf16 inference", _describe_bf16(self.bf16)))
+        if self.latency_ms is not None:
+            rows.append(("median latency", f"{self.latency_ms:.2f} ms per batch of "
+                         f"{self.batch_size} (Keras: {self.keras_latency_ms:.2f} ms)"))
+        if self.criteria:
+            verdict = "passed" if self.passed else "FAILED"
+            if not self.passed and not self.path.endswith(".rejected"):
+                verdict += " (kept: check=False)"
+            rows.append(("check", f"{verdict}: {self.criteria}"))
+        width = max(len(k) for k, _ in rows)
+        return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
+
+
+def evaluate(report, max_abs_diff=None, min_top1_agreement=None):
+    """Sets `report.passed` and `report.criteria` (the bars, joined by
+    "and"; a missed one is marked "MISSED"); returns `report.passed`.
+
+    `max_abs_diff` scales with the logits above 1: the bar is
+    `max_abs_diff * max(1, max |Keras logit|)`, float32 rounding being
+    relative."""
+    rules, passed = [], True
+    if max_abs_diff is not None:
+        scale = max(1.0, report.max_abs_logit or 0.0)
+        ok = report.max_abs_diff <= max_abs_diff * scale
+        rules.append(f"max |diff| <= {max_abs_diff:g}"
+                     + (f" x max |logit| {scale:.3g}" if scale > 1 else "")
+                     + ("" if ok else " MISSED"))
+        passed &= ok
+    if min_top1_agreement is not None:
+        ok = report.top1_agreement >= min_top1_agreement
+        rules.append(f"top-1 agreement >= {100 * min_top1_agreement:g}%"
+                     + ("" if ok else " MISSED"))
+        passed &= ok
+    report.criteria, report.passed = " and ".join(rules), bool(passed)
+    return report.passed
+
+
+def _measured(report):
+    return (f"max |diff| {report.max_abs_diff:.3g}, top-1 agreement "
+            f"{100 * report.top1_agreement:.2f}% on {_describe_row(report.validation)}")
+
+
+def reject(report, file=None):
+    """Moves the export (`file`, default `report.path`) to
+    `<report.path>.rejected`, writes the report beside it as
+    `<report.path>.rejected.json` and raises `ExportVerificationError`."""
+    final = report.path.rstrip("/").rstrip(os.sep)
+    rejected = final + ".rejected"
+    remove_path(rejected)
+    os.replace(file or final, rejected)
+    report.path = rejected
+    report.labels = None
+    with open(rejected + ".json", "w") as f:
+        f.write(report.to_json() + "\n")
+    raise ExportVerificationError(
+        f"The {report.format} export ({report.quantization}) fails its check "
+        f"({report.criteria}): {_measured(report)}. Kept for inspection at {rejected} "
+        f"(its report: {rejected}.json); pass check=False (keras-vit export: --no-check) "
+        "to keep it", report)
+
+
+def check(report, max_abs_diff=None, min_top1_agreement=None, file=None):
+    """Sets `report.passed`/`criteria`; when the export falls short, moves
+    it (`file`, default `report.path`) to `<path>.rejected` with the report
+    as `<path>.rejected.json` and raises ExportVerificationError."""
+    if not evaluate(report, max_abs_diff, min_top1_agreement):
+        reject(report, file)
+    return report
+
+
+def warn_kept(report):
+    """Logs that an export missing its bar was kept (`check=False`)."""
+    logger.warning(
+        "The %s export (%s) at %s misses its check (%s): %s. Kept because check=False "
+        "(keras-vit export: --no-check).", report.format, report.quantization, report.path,
+        report.criteria, _measured(report))
+

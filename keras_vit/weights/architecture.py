@@ -1,0 +1,164 @@
+"""The architecture an official checkpoint describes, read from its keys
+and shapes alone: the family, head, pre_logits, classifier and grid
+(`describe`), the builder arguments (`architecture_from_checkpoint`), the
+named variant (`checkpoint_variant`) and one phrase for messages
+(`describe_architecture`). NumPy arrays in, plain values out: no Keras.
+
+>>> import numpy as np
+>>> describe({"MixerBlock_0/token_mixing/Dense_0/kernel": np.zeros((196, 256))}).grid
+(14, 14)
+"""
+
+import dataclasses
+import re
+
+from keras_vit.errors import CheckpointMismatchError
+from keras_vit.variants import find_variant
+from keras_vit.weights.npz import POSEMB_KEY
+from keras_vit.weights.posemb import square_grid
+
+
+@dataclasses.dataclass(frozen=True)
+class CheckpointInfo:
+    """What the builders need to know about a checkpoint before building."""
+
+    family: str                 # "vit" | "mixer"
+    classes: int                # head width, or None without a head
+    representation_size: int    # pre_logits width, or None
+    classifier: str             # "token" | "gap" (ViT)
+    grid: tuple                 # (gh, gw) the checkpoint was trained at
+
+
+def describe(params):
+    """Reads family, head, pre_logits, classifier and grid from the keys."""
+    head = params.get("head/kernel")
+    classes = int(head.shape[-1]) if head is not None else None
+    pre = params.get("pre_logits/kernel")
+    representation = int(pre.shape[-1]) if pre is not None else None
+    if POSEMB_KEY in params:
+        classifier = "token" if "cls" in params else "gap"
+        prefix = 1 if classifier == "token" else 0
+        tokens = params[POSEMB_KEY].shape[1] - prefix
+        return CheckpointInfo("vit", classes, representation, classifier,
+                              square_grid(tokens))
+    token_kernel = params.get("MixerBlock_0/token_mixing/Dense_0/kernel")
+    if token_kernel is not None:
+        return CheckpointInfo("mixer", classes, None, "gap",
+                              square_grid(int(token_kernel.shape[0])))
+    raise CheckpointMismatchError(
+        "Not an official ViT or Mixer checkpoint: it has neither "
+        f"{POSEMB_KEY!r} nor 'MixerBlock_0/token_mixing/Dense_0/kernel'. "
+        f"First keys: {sorted(params)[:8]}"
+    )
+
+
+def architecture_from_checkpoint(params):
+    """Reads the builder arguments off official checkpoint arrays.
+
+    Returns `(family, config)`: `("vit", VisionTransformer kwargs)` or
+    `("mixer", MLPMixer kwargs)`; head, pre_logits and resolution are left to
+    the builder, which reads them from the checkpoint too.
+
+    Raises `CheckpointMismatchError` when the arrays are not those of an
+    official ViT / hybrid / Mixer checkpoint.
+    """
+    try:
+        return _architecture(params)
+    except KeyError as error:
+        raise CheckpointMismatchError(
+            f"Cannot read the architecture off this checkpoint: it lacks "
+            f"{error.args[0]!r}, which every official "
+            f"{'Mixer' if describe(params).family == 'mixer' else 'ViT'} "
+            "checkpoint has."
+        ) from None
+
+
+def _architecture(params):
+    info = describe(params)
+    if info.family == "mixer":
+        stem = params["stem/kernel"]
+        blocks = {int(m.group(1)) for k in params
+                  if (m := re.match(r"MixerBlock_(\d+)/", k))}
+        return "mixer", dict(
+            patch_size=tuple(stem.shape[:2]), hidden_size=int(stem.shape[-1]),
+            num_blocks=len(blocks),
+            tokens_mlp_dim=int(params["MixerBlock_0/token_mixing/Dense_0/kernel"].shape[-1]),
+            channels_mlp_dim=int(params["MixerBlock_0/channel_mixing/Dense_0/kernel"].shape[-1]),
+        )
+    embedding = params["embedding/kernel"]
+    blocks = {int(m.group(1)) for k in params
+              if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))}
+    query = params["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"]
+    config = dict(
+        patch_size=tuple(embedding.shape[:2]), hidden_size=int(embedding.shape[-1]),
+        num_layers=len(blocks), num_heads=int(query.shape[1]),
+        mlp_dim=int(params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"].shape[-1]),
+        classifier=info.classifier,
+    )
+    if "conv_root/kernel" in params:
+        units = {}
+        for key in params:
+            m = re.match(r"block(\d+)/unit(\d+)/", key)
+            if m:
+                stage, unit = int(m.group(1)), int(m.group(2))
+                units[stage] = max(units.get(stage, 0), unit)
+        config["resnet_layers"] = tuple(units[s] for s in sorted(units))
+        config["resnet_width"] = int(params["conv_root/kernel"].shape[-1]) // 64
+    assert POSEMB_KEY in params  # describe() said "vit"
+    return "vit", config
+
+
+def checkpoint_variant(params):
+    """The named `Variant` (e.g. `ViTB16`) whose architecture the official
+    checkpoint arrays have, or None."""
+    family, config = architecture_from_checkpoint(params)
+    config = {k: v for k, v in config.items() if k != "classifier"}
+    return find_variant(family, config)
+
+
+def _patch(size):
+    return str(size[0]) if size[0] == size[1] else f"{size[0]}x{size[1]}"
+
+
+def describe_architecture(params):
+    """One phrase saying what official checkpoint arrays describe, for
+    messages, e.g. "a ViT-B/16 (keras_vit.ViTB16: 12 blocks, width 768,
+    patch 16) with a 1000-class head".
+
+    Raises `CheckpointMismatchError` when the arrays are not a complete
+    official ViT / Mixer checkpoint.
+    """
+    info = describe(params)
+    family, config = architecture_from_checkpoint(params)
+    variant = checkpoint_variant(params)
+    shape = [f"{config.get('num_layers', config.get('num_blocks'))} blocks",
+             f"width {config['hidden_size']}"]
+    if variant is None:
+        if family == "vit":
+            shape += [f"{config['num_heads']} heads", f"MLP {config['mlp_dim']}"]
+        else:
+            shape += [f"token MLP {config['tokens_mlp_dim']}",
+                      f"channel MLP {config['channels_mlp_dim']}"]
+    shape.append(f"patch {_patch(config['patch_size'])}")
+    if "resnet_layers" in config:
+        stages = config["resnet_layers"]
+        shape.insert(0, f"ResNet stages {stages}" if stages else "ResNet stem")
+    if family == "vit" and info.classifier == "gap":
+        shape.append("classifier 'gap'")
+    if variant is not None:
+        name = variant.official_name.replace("_", "/")
+        article = "an" if name.startswith("R") else "a"  # "an R50+ViT-B/16"
+        what = f"{article} {name} (keras_vit.{variant.function}: {', '.join(shape)})"
+    elif family == "mixer":
+        what = f"a Mixer ({', '.join(shape)})"
+    elif "resnet_layers" in config:
+        what = f"a hybrid R+ViT ({', '.join(shape)})"
+    else:
+        what = f"a ViT ({', '.join(shape)})"
+    if info.classes is None:
+        what += " without a classification head"
+    else:
+        what += f" with a {info.classes}-class head"
+    if info.representation_size:
+        what += f" and a {info.representation_size}-unit pre_logits layer"
+    return what
