@@ -18,6 +18,7 @@ folder (`data_helpers.write_digit_folder`, `make_folder`) in `tmp_path`.
 
 import contextlib
 import io
+import logging
 import os
 import pathlib
 import subprocess
@@ -96,12 +97,40 @@ def run_cli(*argv):
     from keras_vit import cli
 
     out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stderr(err):
+    with contextlib.redirect_stderr(err), _process_logging_restored():
         try:
             code = cli.main([str(a) for a in argv], out=out)
         except SystemExit as exit_:  # argparse: usage errors and --help
             code = exit_.code
     return CliResult(code, out.getvalue(), err.getvalue())
+
+
+@contextlib.contextmanager
+def _process_logging_restored():
+    """A command owns its process: it quiets TensorFlow's and absl's loggers,
+    stops keras_vit's from propagating and filters warnings
+    (`_console.quiet`). In the test process those settings would leak into
+    later tests (caplog then sees nothing), so they are put back."""
+    import warnings
+
+    names = ("keras_vit", "tensorflow", "absl")
+    saved = [(logging.getLogger(n), logging.getLogger(n).level,
+              logging.getLogger(n).propagate, list(logging.getLogger(n).handlers))
+             for n in names]
+    environ = {n: os.environ.get(n) for n in ("TF_CPP_MIN_LOG_LEVEL", "ABSL_MIN_LOG_LEVEL")}
+    with warnings.catch_warnings():
+        try:
+            yield
+        finally:
+            for logger, level, propagate, handlers in saved:
+                logger.setLevel(level)
+                logger.propagate = propagate
+                logger.handlers[:] = handlers
+            for name, value in environ.items():
+                if value is None:
+                    os.environ.pop(name, None)
+                else:
+                    os.environ[name] = value
 
 
 def run_cli_process(*argv, launcher="keras_vit.cli", env=None, cwd=None, timeout=600):
