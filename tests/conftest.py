@@ -23,6 +23,7 @@ import os
 import pathlib
 import subprocess
 import sys
+import warnings
 from typing import NamedTuple
 
 import keras
@@ -105,18 +106,38 @@ def run_cli(*argv):
     return CliResult(code, out.getvalue(), err.getvalue())
 
 
+@pytest.fixture(autouse=True)
+def _logging_restored():
+    """Every test starts from the logging the package sets up at import: a
+    command run in this process (`cli.main`, directly, through `run_cli` or
+    in a module-scoped fixture) quiets logging for the whole process."""
+    for logger, level, propagate, handlers in _LOGGING_AT_IMPORT:
+        logger.setLevel(level)
+        logger.propagate = propagate
+        if logger.name == "keras_vit":  # TensorFlow adds its own when it loads
+            logger.handlers[:] = handlers
+    with _process_logging_restored():
+        yield
+
+
+def _logging_state():
+    import keras_vit  # noqa: F401  its import installs keras_vit's handler
+
+    return [(logging.getLogger(n), logging.getLogger(n).level,
+             logging.getLogger(n).propagate, list(logging.getLogger(n).handlers))
+            for n in ("keras_vit", "tensorflow", "absl")]
+
+
+_LOGGING_AT_IMPORT = _logging_state()
+
+
 @contextlib.contextmanager
 def _process_logging_restored():
     """A command owns its process: it quiets TensorFlow's and absl's loggers,
     stops keras_vit's from propagating and filters warnings
     (`_console.quiet`). In the test process those settings would leak into
     later tests (caplog then sees nothing), so they are put back."""
-    import warnings
-
-    names = ("keras_vit", "tensorflow", "absl")
-    saved = [(logging.getLogger(n), logging.getLogger(n).level,
-              logging.getLogger(n).propagate, list(logging.getLogger(n).handlers))
-             for n in names]
+    saved = _logging_state()
     environ = {n: os.environ.get(n) for n in ("TF_CPP_MIN_LOG_LEVEL", "ABSL_MIN_LOG_LEVEL")}
     with warnings.catch_warnings():
         try:
