@@ -9,13 +9,54 @@ file and that test are the only places to look.
 Checked on: Keras 3.13-3.15, TensorFlow 2.20-2.21, ai-edge-litert 2.x.
 """
 
-# --- saving, training and layers ---------------------------------------------
-# Keras and TensorFlow are imported inside each hook, as in the export section
-# below (whose `_stale` sentence and `_*_release` helpers these hooks share).
-
 import contextlib
+import importlib
 
 _ABSENT = object()
+
+# Keras, TensorFlow and LiteRT are imported inside each hook: this module sits
+# at the bottom of the package, under modules that `keras-vit --help` loads.
+
+
+def _stale(what, framework, checked_on):
+    """The one sentence a hook raises when its assumption no longer holds."""
+    return RuntimeError(f"keras_vit relies on {what}, which {framework} does not provide as "
+                        f"it did on {checked_on}: keras_vit/_compat.py needs updating for this "
+                        "release.")
+
+
+def _keras_release():
+    import keras  # heavy: imports the backend
+
+    return f"Keras {keras.__version__}"
+
+
+def _tensorflow_release():
+    import tensorflow as tf  # heavy
+
+    return f"TensorFlow {tf.__version__}"
+
+
+def _litert_release():
+    import ai_edge_litert  # optional: the [export] extra
+
+    return f"ai-edge-litert {getattr(ai_edge_litert, '__version__', '(version unknown)')}"
+
+
+def _private(module, attribute, release, checked_on, what=None, valid=callable):
+    """`module.attribute` from a private framework module, or the `_stale`
+    sentence (naming `what`, default the dotted name) when the module is
+    gone or the attribute is missing or fails `valid`."""
+    try:
+        value = getattr(importlib.import_module(module), attribute, None)
+    except ImportError:
+        value = None
+    if value is None or not valid(value):
+        raise _stale(what or f"{module}.{attribute}", release(), checked_on)
+    return value
+
+
+# --- saving, training and layers ---------------------------------------------
 
 
 @contextlib.contextmanager
@@ -121,15 +162,8 @@ def compute_loss(model, x, y, y_pred, sample_weight, training=True):
 
 
 def _unscale_loss_for_distribution():
-    try:
-        from keras.src.losses import loss as loss_module  # private
-    except ImportError:
-        loss_module = None
-    unscale = getattr(loss_module, "unscale_loss_for_distribution", None)
-    if not callable(unscale):
-        raise _stale("keras.src.losses.loss.unscale_loss_for_distribution",
-                     _keras_release(), "Keras 3.15.1")
-    return unscale
+    return _private("keras.src.losses.loss", "unscale_loss_for_distribution",
+                    _keras_release, "Keras 3.15.1")
 
 
 def update_loss_tracker(model, loss, batch_size):
@@ -234,45 +268,13 @@ def in_xla_context():
     """
     import tensorflow as tf  # heavy
 
-    try:
-        from tensorflow.python.ops import control_flow_util  # private
-    except ImportError:
-        control_flow_util = None
-    check = getattr(control_flow_util, "GraphOrParentsInXlaContext", None)
-    if not callable(check):
-        raise _stale("tensorflow.python.ops.control_flow_util.GraphOrParentsInXlaContext",
-                     _tensorflow_release(), "TensorFlow 2.21.0")
+    check = _private("tensorflow.python.ops.control_flow_util", "GraphOrParentsInXlaContext",
+                     _tensorflow_release, "TensorFlow 2.21.0")
     return check(tf.compat.v1.get_default_graph())
 
 
 # --- export --------------------------------------------------------------------
-# Keras, TensorFlow and LiteRT are imported inside each hook: this module sits
-# at the bottom of the package, under modules that `keras-vit --help` loads.
 
-
-def _stale(what, framework, checked_on):
-    """The one sentence a hook raises when its assumption no longer holds."""
-    return RuntimeError(f"keras_vit relies on {what}, which {framework} does not provide as "
-                        f"it did on {checked_on}: keras_vit/_compat.py needs updating for this "
-                        "release.")
-
-
-def _keras_release():
-    import keras  # heavy: imports the backend
-
-    return f"Keras {keras.__version__}"
-
-
-def _tensorflow_release():
-    import tensorflow as tf  # heavy
-
-    return f"TensorFlow {tf.__version__}"
-
-
-def _litert_release():
-    import ai_edge_litert  # optional: the [export] extra
-
-    return f"ai-edge-litert {getattr(ai_edge_litert, '__version__', '(version unknown)')}"
 
 
 def build_shapes(layer):
@@ -356,16 +358,10 @@ def freeze_concrete_function(function):
     >>> function = tf.function(f).get_concrete_function(spec)  # doctest: +SKIP
     >>> freeze_concrete_function(function).graph.as_graph_def()  # doctest: +SKIP
     """
-    try:
-        from tensorflow.python.framework.convert_to_constants import (  # heavy, private
-            convert_variables_to_constants_v2,
-        )
-    except ImportError:
-        raise _stale("tensorflow.python.framework.convert_to_constants."
-                     "convert_variables_to_constants_v2", _tensorflow_release(),
-                     "TensorFlow 2.21.0") from None
-    return convert_variables_to_constants_v2(function, lower_control_flow=False,
-                                             aggressive_inlining=True)
+    convert = _private("tensorflow.python.framework.convert_to_constants",
+                       "convert_variables_to_constants_v2", _tensorflow_release,
+                       "TensorFlow 2.21.0")
+    return convert(function, lower_control_flow=False, aggressive_inlining=True)
 
 
 def silenced_tensorflow_deprecations():
@@ -379,14 +375,9 @@ def silenced_tensorflow_deprecations():
     >>> with silenced_tensorflow_deprecations():  # doctest: +SKIP
     ...     tf2onnx.convert.from_graph_def(graph_def, ...)
     """
-    try:
-        from tensorflow.python.util import deprecation  # heavy, private
-    except ImportError:
-        deprecation = None
-    if not callable(getattr(deprecation, "silence", None)):
-        raise _stale("tensorflow.python.util.deprecation.silence()", _tensorflow_release(),
-                     "TensorFlow 2.21.0")
-    return deprecation.silence()
+    silence = _private("tensorflow.python.util.deprecation", "silence", _tensorflow_release,
+                       "TensorFlow 2.21.0", what="tensorflow.python.util.deprecation.silence()")
+    return silence()
 
 
 def tflite_converter_error():
@@ -402,15 +393,11 @@ def tflite_converter_error():
     ... except tflite_converter_error() as error:
     ...     print(error)
     """
-    try:
-        from tensorflow.lite.python import convert_phase  # heavy, private
-    except ImportError:
-        convert_phase = None
-    error = getattr(convert_phase, "ConverterError", None)
-    if not (isinstance(error, type) and issubclass(error, Exception)):
-        raise _stale("tensorflow.lite.python.convert_phase.ConverterError (what the TFLite "
-                     "converter raises)", _tensorflow_release(), "TensorFlow 2.21.0")
-    return error
+    return _private("tensorflow.lite.python.convert_phase", "ConverterError",
+                    _tensorflow_release, "TensorFlow 2.21.0",
+                    what="tensorflow.lite.python.convert_phase.ConverterError (what the "
+                         "TFLite converter raises)",
+                    valid=lambda error: isinstance(error, type) and issubclass(error, Exception))
 
 
 TFLITE_SCHEMA_MISSING = ("Writing TFLite metadata needs the TFLite schema module of "
