@@ -14,8 +14,9 @@ import sys
 
 def attach(package, exports, extra=(), submodules=()):
     """`(__getattr__, __dir__, __all__)` for `package` (its `__name__`):
-    `exports` maps each public name to the submodule that defines it, which
-    is imported when the name is first read. `extra`: more names for
+    `exports` maps each public name to the submodule that defines it (or
+    to a module's full dotted name, for one outside the package), which is
+    imported when the name is first read. `extra`: more names for
     `__all__` (submodules). `submodules`: submodules that load when first
     read as attributes (`keras_vit.training`), listed in `__all__` only if
     in `extra` too."""
@@ -26,7 +27,8 @@ def attach(package, exports, extra=(), submodules=()):
             return importlib.import_module(f"{package}.{name}")
         if name not in exports:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{package}.{exports[name]}"), name)
+        module = exports[name] if "." in exports[name] else f"{package}.{exports[name]}"
+        value = getattr(importlib.import_module(module), name)
         setattr(sys.modules[package], name, value)
         return value
 

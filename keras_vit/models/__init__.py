@@ -10,7 +10,8 @@ from keras_vit._lazy import attach
 from keras_vit.variants import ALL_VARIANTS
 
 _EXPORTS = {
-    **dict.fromkeys(["architecture_from_checkpoint", "model_from_checkpoint"], "auto"),
+    "architecture_from_checkpoint": "keras_vit.weights.architecture",  # NumPy only
+    "model_from_checkpoint": "auto",
     "MLPMixer": "mixer",
     "VisionTransformer": "vit",
     **{function: variant.family for function, variant in ALL_VARIANTS.items()},

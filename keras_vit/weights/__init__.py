@@ -14,10 +14,10 @@ from keras_vit._lazy import attach
 
 _EXPORTS = {
     "WeightsDownloadError": "download",
-    "CheckpointMismatchError": "official",
-    "CheckpointNotFoundError": "official",
-    "CorruptCheckpointError": "official",
-    "UnsupportedCheckpointError": "official",
+    # the error classes from the bottom floor: reading one loads no Keras
+    **dict.fromkeys(["CheckpointMismatchError", "CheckpointNotFoundError",
+                     "CorruptCheckpointError", "UnsupportedCheckpointError"],
+                    "keras_vit.errors"),
     "ACCEPTED_FORMATS": "sniff",
     "sniff_checkpoint": "sniff",
     "load_official_weights": "official",

@@ -20,7 +20,7 @@ A file is cached at `$KERAS_HOME/models/keras_vit/<name>` (see
 4. The finished file is checked: its size against the server's
    `Content-Length` / `Content-Range`, its MD5 against the `x-goog-hash`
    header where the server sends one (storage.googleapis.com does), and, for
-   checkpoints, the zip CRC of every array (`official.read_checkpoint` reads
+   checkpoints, the zip CRC of every array (`npz.read_checkpoint` reads
    them all). Only then is it renamed to `<name>`, right after its
    provenance record `<name>.source.json` (`provenance`: the URL the bytes
    came from, their size, SHA-256 and the date, UTC) is written, atomically
@@ -41,8 +41,8 @@ is drawn on stderr when stderr is a terminal; otherwise one log line at the
 start and one at the end.
 
 This module imports neither Keras nor TensorFlow (checkpoints are read by
-`keras_vit.weights.official`, imported on first use), so a process that
-only downloads stays light:
+`keras_vit.weights.npz`, NumPy only), so a process that only downloads
+stays light:
 
 >>> from keras_vit.weights.download import fetch  # doctest: +SKIP
 >>> fetch("https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt",
@@ -354,7 +354,7 @@ def fetch_checkpoint(url, filename):
     hint = offline_hint(url, filename)
 
     def read(path):
-        return _read_download(url, path, read_checkpoint)
+        return _read_download(url, path)
 
     failures = vanished = 0
     while True:
@@ -412,7 +412,7 @@ def _check_cached_size(url, size):
             f"it has {size:,} bytes but the official file is {expected.describe()}")
 
 
-def _read_download(url, path, read_checkpoint):
+def _read_download(url, path):
     try:
         return read_checkpoint(path)
     except CorruptCheckpointError:  # NotAnNpzError included: downloaded again

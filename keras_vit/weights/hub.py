@@ -126,7 +126,7 @@ def read_safetensors(path):
     entry a known dtype, a shape of non-negative ints and `data_offsets`
     whose size is dtype x shape, the offsets tiling the data section
     exactly (no overlap, no gap, nothing after the last tensor), and the
-    data section within `official.max_checkpoint_bytes()`. Each tensor is
+    data section within `sniff.max_checkpoint_bytes()`. Each tensor is
     then read on its own (no whole-file copy).
 
     Raises:
@@ -486,7 +486,7 @@ class HubCheckpoint:
         return params
 
     def info(self):
-        """`official.CheckpointInfo` (head, pre_logits, classifier, grid)."""
+        """`architecture.CheckpointInfo` (head, pre_logits, classifier, grid)."""
         try:
             return describe(self.params)
         except CheckpointMismatchError as error:

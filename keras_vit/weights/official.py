@@ -1,14 +1,10 @@
 """Official `.npz` checkpoint keys <-> Keras weights, both directions, in
 one place.
 
-The released files (google-research/vision_transformer) are `numpy.savez`
-archives of float32 arrays keyed by '/'-joined Flax parameter paths. ViT
-block children carry the pre-Linen names of the 2020 release
-(`LayerNorm_0`, `MultiHeadDotProductAttention_1`, `LayerNorm_2`,
-`MlpBlock_3`); files written by Linen code use `LayerNorm_0`,
-`MultiHeadDotProductAttention_0`, `LayerNorm_1`, `MlpBlock_0`. Both are
-read (`canonical_keys`). Hybrid GroupNorm parameters are `(C,)` or the
-legacy `(1, 1, 1, C)`.
+The file format (key names, pre-Linen and Linen, read safely) is
+`keras_vit.weights.npz`'s; this module maps its canonical keys onto a
+model's weights. Hybrid GroupNorm parameters are `(C,)` or the legacy
+`(1, 1, 1, C)`.
 
 `official_params(model)` lists, for every weight of a keras_vit model, the
 official key(s), their shapes and the two conversions. Loading checks the
@@ -61,7 +57,6 @@ from keras_vit.weights.sniff import (  # noqa: F401
     DEFAULT_MAX_CHECKPOINT_BYTES,
     MAX_CHECKPOINT_BYTES_ENV,
     SAFETENSORS_MAX_HEADER,
-    check_checkpoint_bytes,
     max_checkpoint_bytes,
     safetensors_header_length,
     sniff_checkpoint,

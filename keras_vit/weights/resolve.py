@@ -22,7 +22,7 @@ class ResolvedWeights:
     source: str                 # what to call it in messages
     path: str
     params: dict = None         # official arrays (None for .weights.h5)
-    info: object = None         # official.CheckpointInfo
+    info: object = None         # architecture.CheckpointInfo
     keras_weights: bool = False  # a Keras .weights.h5 file
     dropped: tuple = ()         # key prefixes the builder chose not to load
     foreign: object = None      # hub.HubCheckpoint (timm / transformers)
