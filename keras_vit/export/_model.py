@@ -3,11 +3,13 @@ its input shape and image size, its number of classes, whether it outputs
 logits or probabilities, its logits (in batches), and the traced pixel
 graph that ONNX and OpenVINO convert."""
 
+import json
+
 import keras
 import tensorflow as tf
 from keras import ops
 
-from keras_vit import _compat
+from keras_vit import __version__, _compat
 from keras_vit.export._batches import batched
 from keras_vit.layers._fused import portable_graph
 
@@ -162,4 +164,27 @@ def pixel_graph(model, size, outputs="auto"):
     with portable_graph():
         return tf.function(serve).get_concrete_function(
             tf.TensorSpec((None, *size, 3), tf.float32, name="images"))
+
+
+def pixel_graph_metadata(size, kind, names):
+    """What a file converted from `pixel_graph` says about itself (ONNX
+    `metadata_props`, OpenVINO `rt_info`): its image size, input and
+    outputs, what the Keras model output (`kind`), the keras_vit version and
+    the class names `names` (a JSON list under "labels"; left out when None)."""
+    height, width = size
+    info = {"image_size": json.dumps([height, width]),
+            "input": f"images: float32 (batch, {height}, {width}, 3) RGB pixels in [0, 255]",
+            "outputs": "logits, probabilities: float32 (batch, classes)",
+            "keras_output": kind, "keras_vit_version": __version__}
+    if names:
+        info["labels"] = json.dumps(list(names))
+    return info
+
+
+def pixel_graph_signature(size):
+    """The report's `signature` of a file converted from `pixel_graph`."""
+    height, width = size
+    return {"inputs": {"images": f"float32 [batch, {height}, {width}, 3]"},
+            "outputs": {"logits": "float32 [batch, classes]",
+                        "probabilities": "float32 [batch, classes]"}}
 

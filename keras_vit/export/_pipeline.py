@@ -28,7 +28,7 @@ from keras_vit.export._files import directory_size, publish, remove_path, tempor
 from keras_vit.export._images import export_images
 from keras_vit.export._labels import labels_beside, model_class_names
 from keras_vit.export._measure import compare, keras_latency_ms, median_ms
-from keras_vit.export._model import reference_logits
+from keras_vit.export._model import output_kind, reference_logits
 from keras_vit.export._report import ExportReport, evaluate, reject, warn_kept
 
 
@@ -89,6 +89,12 @@ class ExportFormat:
 
     name = None
     checks = None
+
+    @property
+    def kind(self):
+        """What the Keras model outputs, "logits" or "probabilities"
+        (`output_kind` of `model` and `outputs`)."""
+        return output_kind(self.model, self.outputs)
 
     def prepare(self, calibration):
         """Converts the model in memory, before any file is written

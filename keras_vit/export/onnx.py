@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 import tensorflow as tf
 
-from keras_vit import __version__, _compat
+from keras_vit import _compat
 from keras_vit.export._batches import batched
 from keras_vit.export._images import Sampling, as_images
 from keras_vit.export._measure import compare
@@ -39,6 +39,8 @@ from keras_vit.export._model import (
     model_image_size,
     output_kind,
     pixel_graph,
+    pixel_graph_metadata,
+    pixel_graph_signature,
     reference_logits,
     require_tensorflow_backend,
 )
@@ -227,15 +229,7 @@ def _annotate(proto, names, size, kind):
     """Sets the file's `metadata_props` and `doc_string`."""
     import onnx  # optional: the [onnx] extra
 
-    props = {
-        "image_size": json.dumps(list(size)),
-        "input": f"images: float32 (batch, {size[0]}, {size[1]}, 3) RGB pixels in [0, 255]",
-        "outputs": "logits, probabilities: float32 (batch, classes)",
-        "keras_output": kind,
-        "keras_vit_version": __version__,
-    }
-    if names:
-        props[LABELS_KEY] = json.dumps(list(names))
+    props = pixel_graph_metadata(size, kind, names)  # the class names under LABELS_KEY
     onnx.helper.set_model_props(proto, props)
     proto.doc_string = (f"keras_vit image classifier. {props['input']}; {props['outputs']}. "
                         f"Class names: metadata_props[{LABELS_KEY!r}] (a JSON list)."
@@ -351,7 +345,6 @@ class _ONNX(ExportFormat):
     Runtime, its class names inside, run with ONNX Runtime on the CPU."""
 
     opset: int = None
-    kind: str = "logits"  # what the Keras model outputs (`output_kind`)
 
     name = "onnx"
     checks = CHECKS
@@ -383,13 +376,9 @@ class _ONNX(ExportFormat):
     def report_fields(self, file, images, reference):
         import onnxruntime as ort  # optional: the [onnx] extra
 
-        height, width = self.size
-        return dict(
-            batch_size=1, opset=self.opset,
-            runtime=f"onnxruntime {ort.__version__} (CPUExecutionProvider)",
-            signature={"inputs": {"images": f"float32 [batch, {height}, {width}, 3]"},
-                       "outputs": {"logits": "float32 [batch, classes]",
-                                   "probabilities": "float32 [batch, classes]"}})
+        return dict(batch_size=1, opset=self.opset,
+                    runtime=f"onnxruntime {ort.__version__} (CPUExecutionProvider)",
+                    signature=pixel_graph_signature(self.size))
 
     def timed(self, file):
         runner = session(file, self.num_threads)
@@ -490,11 +479,12 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
     _require()  # before the conversion: an unverifiable file is never written
     opset = _check_opset(opset)
     size = model_image_size(model, image_size)
-    kind = output_kind(model, outputs)
+    output_kind(model, outputs)  # an ambiguous model is refused before any work
     _check_weight_bytes(model)
-    fmt = _ONNX(model, path, quantization, size, outputs, num_threads, opset=opset, kind=kind)
-    sampling = Sampling(representative_data, validation_data, num_calibration, num_validation,
-                        validation_split, calibration_split, seed, data_dir, holdout,
-                        skip_corrupt)
+    fmt = _ONNX(model, path, quantization, size, outputs, num_threads, opset=opset)
+    sampling = Sampling(representative_data=representative_data, validation_data=validation_data,
+                        num_calibration=num_calibration, num_validation=num_validation,
+                        validation_split=validation_split, calibration_split=calibration_split,
+                        seed=seed, data_dir=data_dir, holdout=holdout, skip_corrupt=skip_corrupt)
     return export_verified(fmt, sampling, check=check, verbose=verbose,
                            latency_repeats=latency_repeats)

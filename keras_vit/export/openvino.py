@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from keras_vit import __version__
 from keras_vit.export._batches import batched
 from keras_vit.export._files import publish
 from keras_vit.export._images import Sampling, as_images
@@ -35,6 +34,8 @@ from keras_vit.export._model import (
     model_image_size,
     output_kind,
     pixel_graph,
+    pixel_graph_metadata,
+    pixel_graph_signature,
     reference_logits,
     require_tensorflow_backend,
 )
@@ -201,8 +202,6 @@ class _OpenVINO(ExportFormat):
     temporary directory, class names in `rt_info`, run on the CPU at f32
     (and measured at bf16 where the CPU has it)."""
 
-    kind: str = "logits"  # what the Keras model outputs (`output_kind`)
-
     name = "openvino"
     checks = CHECKS
 
@@ -212,15 +211,7 @@ class _OpenVINO(ExportFormat):
     def write(self, temporary, names):
         import openvino as ov  # optional: the [openvino] extra
 
-        height, width = self.size
-        info = {"image_size": json.dumps([height, width]),
-                "input": f"images: float32 (batch, {height}, {width}, 3) RGB pixels in "
-                         "[0, 255]",
-                "outputs": "logits, probabilities: float32 (batch, classes)",
-                "keras_output": self.kind, "keras_vit_version": __version__}
-        if names:
-            info["labels"] = json.dumps(list(names))
-        for key, value in info.items():
+        for key, value in pixel_graph_metadata(self.size, self.kind, names).items():
             self.ov_model.set_rt_info(value, [RT_INFO, key])
         xml = os.path.join(temporary, os.path.basename(self.path))
         os.makedirs(temporary)
@@ -231,13 +222,9 @@ class _OpenVINO(ExportFormat):
         return run_openvino(file, images, num_threads=self.num_threads)
 
     def report_fields(self, file, images, reference):
-        height, width = self.size
-        return dict(
-            batch_size=1, runtime=f"OpenVINO {_version()} (CPU, f32)",
-            bf16=_measure_bf16(file, images, reference, self.num_threads),
-            signature={"inputs": {"images": f"float32 [batch, {height}, {width}, 3]"},
-                       "outputs": {"logits": "float32 [batch, classes]",
-                                   "probabilities": "float32 [batch, classes]"}})
+        return dict(batch_size=1, runtime=f"OpenVINO {_version()} (CPU, f32)",
+                    bf16=_measure_bf16(file, images, reference, self.num_threads),
+                    signature=pixel_graph_signature(self.size))
 
     def timed(self, file):
         compiled = _compile(file, "f32", self.num_threads)
@@ -335,8 +322,8 @@ def to_openvino(model: keras.Model, path: str | os.PathLike, *,
     quantization = check_quantization(quantization, QUANTIZATIONS)
     _require()  # before the conversion: an unverifiable file is never written
     size = model_image_size(model, image_size)
-    kind = output_kind(model, outputs)
-    fmt = _OpenVINO(model, path, quantization, size, outputs, num_threads, kind=kind)
+    output_kind(model, outputs)  # an ambiguous model is refused before any work
+    fmt = _OpenVINO(model, path, quantization, size, outputs, num_threads)
     sampling = Sampling(validation_data=validation_data, num_validation=num_validation,
                         validation_split=validation_split, seed=seed, data_dir=data_dir,
                         holdout=holdout, skip_corrupt=skip_corrupt)

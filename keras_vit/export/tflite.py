@@ -500,8 +500,9 @@ def to_tflite(model: keras.Model, path: str | os.PathLike, *, quantization: str 
     fmt = _TFLite(model, path, quantization, size, outputs, num_threads,
                   batch_size=batch_size, float_ops=float_ops, num_calibration=num_calibration,
                   info=info)
-    sampling = Sampling(representative_data, validation_data, num_calibration, num_validation,
-                        validation_split, calibration_split, seed, data_dir, holdout,
-                        skip_corrupt)
+    sampling = Sampling(representative_data=representative_data, validation_data=validation_data,
+                        num_calibration=num_calibration, num_validation=num_validation,
+                        validation_split=validation_split, calibration_split=calibration_split,
+                        seed=seed, data_dir=data_dir, holdout=holdout, skip_corrupt=skip_corrupt)
     return export_verified(fmt, sampling, check=check, verbose=verbose,
                            latency_repeats=latency_repeats)
