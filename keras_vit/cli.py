@@ -239,22 +239,16 @@ def _decode_image(path, skip_corrupt=False):
     """The uint8 image in `path`; None for a file that does not decode with
     `skip_corrupt`, else a ValueError naming it."""
     tf = _console.load_tensorflow()
-    from keras_vit.data.pipeline import (  # heavy (see the top)
-        header_shape,
-        max_image_pixels,
-        too_large_error,
-    )
+    from keras_vit.data.pipeline import oversized, too_large_error  # heavy (see the top)
 
     try:
         with open(path, "rb") as f:
             data = f.read()
-        height, width = (int(n) for n in header_shape(tf.constant(data)))
-        bound = max_image_pixels()
-        if height * width > bound:  # never decoded
+        large = oversized(data)
+        if large:  # never decoded
             if skip_corrupt:
                 return None
-            raise too_large_error(path, height, width, bound,
-                                  "pass --skip-corrupt to skip such files")
+            raise too_large_error(path, *large, "pass --skip-corrupt to skip such files")
         return tf.io.decode_image(data, channels=3, expand_animations=False)
     except (tf.errors.OpError, OSError) as error:
         if skip_corrupt:

@@ -345,6 +345,24 @@ def test_the_pixel_bound_is_checked_before_decoding_within_a_memory_limit(tmp_pa
         "6 1"]
 
 
+def test_export_samples_name_or_skip_a_huge_image_without_decoding_it(tmp_path):
+    """The images an export is verified on pass the same pixel bound: a
+    30000 x 30000 PNG (a 3.6 GB decode) is named, or skipped and listed."""
+    root, _ = folder(tmp_path)
+    huge = os.path.join(root, "2", "huge.png")
+    with open(huge, "wb") as f:
+        f.write(zeros_png(30000, 30000))
+    with pytest.raises(ValueError) as info:
+        sample.sample_images(f"folder:{root}", "train", image_size=8, count=None, holdout=0)
+    assert str(info.value) == (
+        f"Image file {huge!r} is 30000x30000 = 900,000,000 pixels, more than the bound of "
+        "178,956,970 (KERAS_VIT_MAX_IMAGE_PIXELS); pass skip_corrupt=True (keras-vit: "
+        "--skip-corrupt) to leave such files out of the sample, or raise the bound.")
+    picked = sample.sample_images(f"folder:{root}", "train", image_size=8, count=None,
+                                  holdout=0, skip_corrupt=True)
+    assert len(picked.images) == 12 and len(picked.skipped_corrupt) == 1
+
+
 def test_cli_predict_names_or_skips_a_huge_image_without_decoding_it(tmp_path):
     huge = str(tmp_path / "huge.png")
     with open(huge, "wb") as f:

@@ -112,6 +112,20 @@ def max_image_pixels():
     return _checks.positive_env(MAX_PIXELS_ENV, DEFAULT_MAX_IMAGE_PIXELS, "pixels")
 
 
+def oversized(encoded):
+    """`(height, width, bound)` when the encoded image (bytes) declares more
+    than `bound = max_image_pixels()` pixels in its header, else None: the
+    eager check made before decoding one image (`predict`, export sampling;
+    `make_dataset` makes it inside its graph).
+
+    >>> oversized(tf.io.encode_png(tf.zeros([2, 3, 3], tf.uint8)).numpy()) is None
+    True
+    """
+    height, width = (int(n) for n in header_shape(tf.constant(encoded)))
+    bound = max_image_pixels()
+    return (height, width, bound) if height * width > bound else None
+
+
 def too_large_error(name, height, width, bound, hint):
     """The ValueError for image file `name` of `height` x `width` pixels,
     more than `bound` (`max_image_pixels()`); `hint` says how to skip it."""

@@ -17,6 +17,7 @@ import tensorflow as tf
 from keras_vit import _checks
 from keras_vit._console import _op_error_message
 from keras_vit.data import augment
+from keras_vit.data.pipeline import oversized, too_large_error
 from keras_vit.data.sources import open_source
 
 # Sources whose labels are not listed up front (TFRecords, TFDS) are scanned
@@ -81,11 +82,6 @@ def stratified_order(labels, count=None, seed=0, exclude=None):
                     break
         depth += 1
     return np.asarray(order, dtype="int64")
-
-
-def _open(source, split, data_dir, holdout, skip_corrupt=False):
-    return open_source(source, split, data_dir=data_dir, holdout=holdout,
-                       skip_corrupt=skip_corrupt)
 
 
 def _record_labels(src, limit):
@@ -153,8 +149,9 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
         raise TypeError(f"source must be a data source string such as 'folder:DIR'; "
                         f"got {type(source).__name__}.")
     _checks.positive_int(count, "count", "None: the whole split", or_none=True)
-    size = (image_size, image_size) if isinstance(image_size, int) else tuple(image_size)
-    src = _open(source, split, data_dir, holdout, skip_corrupt)
+    size = _checks.positive_int_pair(image_size, "image_size")
+    src = open_source(source, split, data_dir=data_dir, holdout=holdout,
+                      skip_corrupt=skip_corrupt)
     labels = getattr(src, "labels", None)
     if labels is not None:
         labels = np.asarray(labels, dtype="int64")
@@ -189,6 +186,13 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
     found, skipped = {}, list(getattr(src, "skipped", []))  # unreadable, left out at listing
     for position, encoded, label, name in dataset.as_numpy_iterator():
         name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)
+        large = oversized(encoded)
+        if large:  # never decoded
+            if skip_corrupt:
+                skipped.append(name)
+                continue
+            raise too_large_error(name, *large, "pass skip_corrupt=True (keras-vit: "
+                                  "--skip-corrupt) to leave such files out of the sample")
         try:
             image = decode(encoded).numpy()
         except tf.errors.InvalidArgumentError:
