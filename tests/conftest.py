@@ -20,7 +20,6 @@ import contextlib
 import io
 import logging
 import os
-import pathlib
 import subprocess
 import sys
 import warnings
@@ -28,8 +27,7 @@ from typing import NamedTuple
 
 import keras
 import pytest
-
-REPO_ROOT = pathlib.Path(__file__).resolve().parents[1]
+from official_fixtures import REPO_ROOT
 
 # The tiny ViT: 16 patches of 8x8 pixels, one block of width 16.
 TINY_VIT = dict(patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
@@ -111,11 +109,7 @@ def _logging_restored():
     """Every test starts from the logging the package sets up at import: a
     command run in this process (`cli.main`, directly, through `run_cli` or
     in a module-scoped fixture) quiets logging for the whole process."""
-    for logger, level, propagate, handlers in _LOGGING_AT_IMPORT:
-        logger.setLevel(level)
-        logger.propagate = propagate
-        if logger.name == "keras_vit":  # TensorFlow adds its own when it loads
-            logger.handlers[:] = handlers
+    _set_logging(_LOGGING_AT_IMPORT, handlers_of=("keras_vit",))  # TensorFlow adds its own
     with _process_logging_restored():
         yield
 
@@ -126,6 +120,14 @@ def _logging_state():
     return [(logging.getLogger(n), logging.getLogger(n).level,
              logging.getLogger(n).propagate, list(logging.getLogger(n).handlers))
             for n in ("keras_vit", "tensorflow", "absl")]
+
+
+def _set_logging(state, handlers_of=("keras_vit", "tensorflow", "absl")):
+    for logger, level, propagate, handlers in state:
+        logger.setLevel(level)
+        logger.propagate = propagate
+        if logger.name in handlers_of:
+            logger.handlers[:] = handlers
 
 
 _LOGGING_AT_IMPORT = _logging_state()
@@ -143,10 +145,7 @@ def _process_logging_restored():
         try:
             yield
         finally:
-            for logger, level, propagate, handlers in saved:
-                logger.setLevel(level)
-                logger.propagate = propagate
-                logger.handlers[:] = handlers
+            _set_logging(saved)
             for name, value in environ.items():
                 if value is None:
                     os.environ.pop(name, None)
