@@ -187,4 +187,3 @@ def pixel_graph_signature(size):
     return {"inputs": {"images": f"float32 [batch, {height}, {width}, 3]"},
             "outputs": {"logits": "float32 [batch, classes]",
                         "probabilities": "float32 [batch, classes]"}}
-
