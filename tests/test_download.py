@@ -29,7 +29,7 @@ from keras_vit.weights import (
     registry,
 )
 from keras_vit.weights.download import CACHE_SUBDIR
-from keras_vit.weights.resolve import resolve_weights
+from keras_vit.weights.resolve import resolve
 from official_fixtures import REPO_ROOT, Fixture
 from test_checkpoints import make_official_npz
 
@@ -339,8 +339,8 @@ def test_two_urls_with_one_file_name_never_share_a_cache_entry(server, monkeypat
     vit = pathlib.Path(Fixture("vit_tiny_gap").checkpoint)
     url_a = server.put("a/model.npz", mixer)
     url_b = server.put("b/model.npz", vit)
-    first = resolve_weights(url_a, None, "model")
-    second = resolve_weights(url_b, None, "model")
+    first = resolve(url_a, None, "model")
+    second = resolve(url_b, None, "model")
     assert set(first.params) == set(official.read_checkpoint(mixer))
     assert set(second.params) == set(official.read_checkpoint(vit))  # not the first file
     assert first.path != second.path
@@ -354,12 +354,12 @@ def test_two_urls_with_one_file_name_never_share_a_cache_entry(server, monkeypat
     server.put("vit_models/gsam/ViT-B_16.npz", mixer)
     monkeypatch.setenv("KERAS_VIT_MIRROR", server.url + "/")
     official_url = "https://storage.googleapis.com/vit_models/gsam/ViT-B_16.npz"
-    loaded = resolve_weights(official_url, None, "model")
+    loaded = resolve(official_url, None, "model")
     assert loaded.path == str(cache_dir() / "vit_models--gsam--ViT-B_16.npz")
     # messages name where the bytes came from: the mirror
     assert loaded.source == (
         f"{official_url} (downloaded from {server.url}/vit_models/gsam/ViT-B_16.npz)")
-    mirrored = resolve_weights(f"{server.url}/vit_models/gsam/ViT-B_16.npz", None, "m")
+    mirrored = resolve(f"{server.url}/vit_models/gsam/ViT-B_16.npz", None, "m")
     assert mirrored.path == loaded.path
     assert mirrored.source == f"{server.url}/vit_models/gsam/ViT-B_16.npz"
     assert server.requests[2:] == ["/vit_models/gsam/ViT-B_16.npz"]

@@ -22,7 +22,7 @@ import keras_vit
 from conftest import run_cli
 from keras_vit.variants import ALL_VARIANTS, VIT_VARIANTS
 from keras_vit.weights import CheckpointMismatchError, WeightsDownloadError, download, registry
-from keras_vit.weights.resolve import resolve_weights
+from keras_vit.weights.resolve import resolve
 from test_download import Server, cache_dir, cache_files, closed_port, entry, small_checkpoint
 
 SAFETY = 30  # seconds: a bound that only ends a hung server loop, never an assertion
@@ -223,7 +223,7 @@ def test_a_mirror_download_records_where_its_bytes_came_from(monkeypatch, tmp_pa
         with pytest.raises(CheckpointMismatchError, match=re.escape(expected)):
             keras_vit.ViTS32(weights="gsam")
         official = "https://storage.googleapis.com/vit_models/gsam/ViT-S_32.npz"
-        assert resolve_weights(official, None, "m").source == (
+        assert resolve(official, None, "m").source == (
             f"{official} (downloaded from {mirrored})")
         code, out, _ = run_cli("download", "gsam", "--model", "ViTS32")
         assert code == 0
@@ -239,7 +239,7 @@ def test_a_replaced_or_hand_copied_cache_file_has_no_origin(tmp_path):
     server = Server(tmp_path / "www")
     try:
         url = server.put("files/model.npz", data=data)
-        path = resolve_weights(url, None, "m").path
+        path = resolve(url, None, "m").path
     finally:
         server.close()
     assert download.provenance(path)["url"] == url
@@ -261,7 +261,7 @@ def test_a_mirror_file_of_another_size_than_the_official_is_refused(
     monkeypatch.setenv("KERAS_VIT_MIRROR", server.url)
     url = f"{server.url}/vit_models/sam/ViT-B_16.npz"
     with pytest.raises(WeightsDownloadError) as info:
-        resolve_weights("sam", VIT_VARIANTS["B/16"], "ViT-B_16")
+        resolve("sam", VIT_VARIANTS["B/16"], "ViT-B_16")
     received = "the server announces" if announced else "it sent"
     assert str(info.value) == (
         f"Could not download {url}: {received} {len(data):,} bytes but the official file "
@@ -296,7 +296,7 @@ def test_a_cached_file_of_another_size_is_downloaded_again(monkeypatch, caplog):
     copied.write_bytes(small_checkpoint().read_bytes())  # copied in by hand: no record
     with caplog.at_level(logging.WARNING, logger="keras_vit"), \
             pytest.raises(WeightsDownloadError, match="Connection refused"):
-        resolve_weights("sam", VIT_VARIANTS["B/16"], "ViT-B_16")
+        resolve("sam", VIT_VARIANTS["B/16"], "ViT-B_16")
     size = len(small_checkpoint().read_bytes())
     assert (f"The checkpoint {copied} (origin unknown: no download record) failed the "
             f"integrity check (it has {size:,} bytes but the official file is "

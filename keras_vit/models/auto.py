@@ -13,7 +13,8 @@ from keras_vit.models.mixer import MLPMixer
 from keras_vit.models.vit import VisionTransformer
 from keras_vit.weights import hub
 from keras_vit.weights.architecture import architecture_from_checkpoint
-from keras_vit.weights.npz import read_checkpoint
+from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.resolve import read_local, resolve
 
 if TYPE_CHECKING:
     import keras
@@ -21,11 +22,15 @@ if TYPE_CHECKING:
 __all__ = ["architecture_from_checkpoint", "model_from_checkpoint"]
 
 
-def model_from_checkpoint(path: str | os.PathLike, **kwargs: Any) -> keras.Model:
+def model_from_checkpoint(path: str | os.PathLike | Checkpoint, **kwargs: Any) -> keras.Model:
     """Builds and loads the ViT / hybrid / Mixer stored in a checkpoint.
 
+    The checkpoint is read once (`keras_vit.weights.resolve`): the
+    architecture comes from the arrays it holds, and the same arrays load.
+
     Args:
-        path: local path of an official-format `.npz`; or a timm /
+        path: local path of an official-format `.npz`; a `Checkpoint` read
+            by `keras_vit.weights.resolve`; or a timm /
             Hugging Face transformers checkpoint: `"hf://ORG/NAME"`
             (downloaded with huggingface_hub, the `hf` extra), a folder in
             the Hub layout (config.json + model.safetensors), or a bare
@@ -58,24 +63,21 @@ def model_from_checkpoint(path: str | os.PathLike, **kwargs: Any) -> keras.Model
     model = keras_vit.model_from_checkpoint("hf://google/vit-base-patch16-224")
     ```
     """
-    foreign = hub.resolve_hub(path) if isinstance(path, (str, os.PathLike)) else None
-    if foreign is None:
-        family, config = architecture_from_checkpoint(read_checkpoint(path))
-        builder = MLPMixer if family == "mixer" else VisionTransformer
-        return builder(**config, weights=path, **kwargs)
-    config = dict(foreign.architecture)
+    checkpoint = path if isinstance(path, Checkpoint) else (
+        resolve(path) if hub.is_hub_uri(path) else read_local(path))
+    family, config = checkpoint.model_config()
     for key in list(kwargs):
         if key in config:
             config[key] = kwargs.pop(key)
-    if foreign.family == "vit" and not config.get("num_heads"):
+    if family == "vit" and not config.get("num_heads"):
         raise CheckpointMismatchError(
-            f"Cannot tell the number of attention heads of {foreign.source} "
-            f"({foreign.format} format, width {config['hidden_size']}, no "
+            f"Cannot tell the number of attention heads of {checkpoint.source} "
+            f"({checkpoint.format} format, width {config['hidden_size']}, no "
             "config.json saying it); pass num_heads=.")
-    info = foreign.info()
+    info = checkpoint.info()
     if info.classes is None and "classes" not in kwargs:
         kwargs.setdefault("include_top", False)
         if not kwargs["include_top"] and info.representation_size:
             kwargs.setdefault("pooling", "token")
-    builder = MLPMixer if foreign.family == "mixer" else VisionTransformer
-    return builder(**config, weights=foreign, **kwargs)
+    builder = MLPMixer if family == "mixer" else VisionTransformer
+    return builder(**config, weights=checkpoint, **kwargs)

@@ -17,10 +17,15 @@ import keras
 
 from keras_vit import _checks
 from keras_vit.layers import MixerBlock, Patches
-from keras_vit.models import _common
+from keras_vit.models.application import (
+    Encoder,
+    build_application,
+    check_classes,
+    check_pooling,
+    named_model_builder,
+)
 from keras_vit.variants import MIXER_VARIANTS, find_variant
-from keras_vit.models.vit import named_model_builder
-from keras_vit.weights.resolve import resolve_weights
+from keras_vit.weights.checkpoint import Checkpoint
 
 
 def MLPMixer(
@@ -31,7 +36,7 @@ def MLPMixer(
     channels_mlp_dim: int,
     drop_path_rate: float = 0.0,
     include_top: bool = True,
-    weights: str | os.PathLike | None = None,
+    weights: str | os.PathLike | Checkpoint | None = None,
     input_tensor: keras.KerasTensor | None = None,
     input_shape: tuple[int, int, int] | None = None,
     pooling: str | None = None,
@@ -95,50 +100,68 @@ def MLPMixer(
     tokens_mlp_dim = _checks.positive_int(tokens_mlp_dim, "tokens_mlp_dim")
     channels_mlp_dim = _checks.positive_int(channels_mlp_dim, "channels_mlp_dim")
     _checks.fraction(drop_path_rate, "drop_path_rate")
-    classes = _common.check_classes(classes)
-    pooling = _common.check_pooling(pooling, include_top, ("gap",))
+    classes = check_classes(classes)
+    pooling = check_pooling(pooling, include_top, ("gap",))
 
     config = dict(patch_size=patch, hidden_size=hidden_size, num_blocks=num_blocks,
                   tokens_mlp_dim=tokens_mlp_dim, channels_mlp_dim=channels_mlp_dim)
     variant = find_variant("mixer", config)
-    description = variant.official_name if variant else "this MLPMixer"
-    resolved = resolve_weights(weights, variant, description)
-    _common.check_family(resolved, "mixer", description)
-    classes, _, dropped = _common.plan_head(
-        resolved, include_top, pooling, classes, None, description
-    )
-    default_size, grid = 224, None
-    if resolved is not None and resolved.info is not None:
-        grid = resolved.info.grid
-        default_size = grid[0] * patch[0]
-    inputs, x, (height, width) = _common.image_input(
-        input_tensor, input_shape, default_size, patch, description,
-        pretrained=resolved is not None, mixer_grid=grid, allow_dynamic=False,
-    )
-    tokens = (height // patch[0]) * (width // patch[1])
 
-    arith = _common.arithmetic(resolved, gelu=gelu, layer_norm_epsilon=layer_norm_epsilon,
-                               image_mean=image_mean, image_std=image_std)
-    if include_preprocessing:
-        x = _common.preprocessing_layer(arith["image_mean"], arith["image_std"])(x)
-    x = Patches(patch, name="patches")(x)
+    def encode(x, grid_size, arith):
+        return mixer_encoder(x, **config, grid_size=grid_size, drop_path_rate=drop_path_rate,
+                             gelu=arith["gelu"], layer_norm_epsilon=arith["layer_norm_epsilon"])
+
+    encoder = Encoder(
+        "mixer", encode, patch, "gap", num_prefix_tokens=0, norm_name="pre_head_layer_norm",
+        description=variant.official_name if variant else "this MLPMixer",
+        default_name="mlp_mixer", fixed_grid=True)
+    return build_application(
+        encoder, variant=variant, weights=weights, include_top=include_top,
+        input_tensor=input_tensor, input_shape=input_shape, pooling=pooling,
+        classes=classes, classifier_activation=classifier_activation,
+        include_preprocessing=include_preprocessing, name=name, gelu=gelu,
+        layer_norm_epsilon=layer_norm_epsilon, image_mean=image_mean, image_std=image_std)
+
+
+def mixer_encoder(
+    x: keras.KerasTensor,
+    *,
+    patch_size: tuple[int, int],
+    hidden_size: int,
+    num_blocks: int,
+    tokens_mlp_dim: int,
+    channels_mlp_dim: int,
+    grid_size: tuple[int, int],
+    drop_path_rate: float = 0.0,
+    gelu: str = "tanh",
+    layer_norm_epsilon: float = 1e-6,
+) -> keras.KerasTensor:
+    """The Mixer encoder as the official `MlpMixer` up to its final
+    LayerNorm: preprocessed images `(batch, H, W, 3)` -> the patch sequence
+    `(batch, patches, hidden_size)`, with the official layer names.
+
+    `grid_size`: the patch grid of the images (it fixes the token-mixing
+    weights).
+
+    Example:
+
+    >>> images = keras.Input((32, 32, 3))
+    >>> mixer_encoder(images, patch_size=(4, 4), hidden_size=48, num_blocks=2,
+    ...               tokens_mlp_dim=24, channels_mlp_dim=96, grid_size=(8, 8)).shape
+    (None, 64, 48)
+    """
+    tokens = grid_size[0] * grid_size[1]
+    x = Patches(patch_size, name="patches")(x)
     x = keras.layers.Dense(hidden_size, name="stem")(x)
     x = keras.layers.Reshape((tokens, hidden_size), name="tokens")(x)
     for i in range(num_blocks):
         x = MixerBlock(
             tokens_mlp_dim, channels_mlp_dim,
             drop_path_rate=drop_path_rate * i / max(num_blocks - 1, 1),
-            layer_norm_epsilon=arith["layer_norm_epsilon"], gelu=arith["gelu"],
+            layer_norm_epsilon=layer_norm_epsilon, gelu=gelu,
             name=f"mixerblock_{i}",
         )(x)
-    x = _common.classification_head(
-        x, "pre_head_layer_norm", "gap" if include_top else pooling, None,
-        include_top, classes, classifier_activation,
-        layer_norm_epsilon=arith["layer_norm_epsilon"],
-    )
-    if resolved is not None:
-        resolved.dropped = dropped
-    return _common.finish(inputs, x, name or "mlp_mixer", resolved)
+    return x
 
 
 def _named(key: str) -> Callable[..., keras.Model]:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
 
 import keras
 
@@ -27,16 +26,15 @@ from keras_vit.layers import (
     TransformerBlock,
 )
 from keras_vit.layers.resnet import resnet_arithmetic as resnet_arithmetic_args
-from keras_vit.models import _common
-from keras_vit.variants import VIT_VARIANTS, Variant, effective_patch_size, find_variant
-from keras_vit.weights.registry import (
-    architecture_for,
-    available_weights,
-    families_for,
-    family_of,
-    imagenet_choice,
+from keras_vit.models.application import (
+    Encoder,
+    build_application,
+    check_classes,
+    check_pooling,
+    named_model_builder,
 )
-from keras_vit.weights.resolve import resolve_weights
+from keras_vit.variants import VIT_VARIANTS, effective_patch_size, find_variant
+from keras_vit.weights.checkpoint import Checkpoint
 
 CLASSIFIERS = ("token", "gap")
 
@@ -55,7 +53,7 @@ def VisionTransformer(
     resnet_layers: tuple[int, ...] | list[int] | None = None,
     resnet_width: int = 1,
     include_top: bool = True,
-    weights: str | os.PathLike | None = None,
+    weights: str | os.PathLike | Checkpoint | None = None,
     input_tensor: keras.KerasTensor | None = None,
     input_shape: tuple[int | None, int | None, int] | None = None,
     pooling: str | None = None,
@@ -94,8 +92,11 @@ def VisionTransformer(
         resnet_width: ResNet width factor (width = 64 * factor).
         include_top: whether to include the classification head.
         weights: None, a registered name (`keras-vit models` lists them), an
-            `"augreg:<filename>"`, a URL, or a path to an official `.npz` or
-            a Keras `.weights.h5` file.
+            `"augreg:<filename>"`, a URL, a path to an official `.npz` or a
+            Keras `.weights.h5` file, a timm / transformers checkpoint
+            (`"hf://ORG/NAME"`, a Hub folder, a `.safetensors` file), or a
+            `keras_vit.weights.Checkpoint` that `keras_vit.weights.resolve`
+            read already. Each is read once (`keras_vit.weights.resolve`).
         input_tensor: optional Keras tensor to use as image input.
         input_shape: `(height, width, 3)`, multiples of the patch size
             (times the ResNet stride for hybrids); defaults to the
@@ -178,8 +179,8 @@ def VisionTransformer(
             )
         resnet_layers = tuple(_checks.positive_int(n, "resnet_layers") for n in resnet_layers)
         _checks.positive_int(resnet_width, "resnet_width")
-    classes = _common.check_classes(classes)
-    pooling = _common.check_pooling(pooling, include_top, CLASSIFIERS)
+    classes = check_classes(classes)
+    pooling = check_pooling(pooling, include_top, CLASSIFIERS)
     if pooling == "token" and classifier != "token":
         raise ValueError(
             "pooling='token' needs a class token, but this model has "
@@ -190,47 +191,74 @@ def VisionTransformer(
                   num_heads=num_heads, mlp_dim=mlp_dim, resnet_layers=resnet_layers,
                   resnet_width=resnet_width)
     variant = find_variant("vit", config)
-    description = variant.official_name if variant else "this VisionTransformer"
 
-    resolved = resolve_weights(weights, variant, description)
-    _common.check_family(resolved, "vit", description)
-    if resolved is not None and resolved.info is not None \
-            and resolved.info.classifier != classifier:
-        raise _common.CheckpointMismatchError(
-            f"Checkpoint {resolved.source} is a classifier="
-            f"{resolved.info.classifier!r} model ("
-            f"{'with' if resolved.info.classifier == 'token' else 'without'} "
-            f"class token); build with classifier={resolved.info.classifier!r}."
-        )
-    classes, representation_size, dropped = _common.plan_head(
-        resolved, include_top, pooling, classes, representation_size, description
-    )
-    effective = effective_patch_size(config)
-    default_size = 224
-    if resolved is not None and resolved.info is not None:
-        default_size = resolved.info.grid[0] * effective[0]
-    inputs, x, size = _common.image_input(
-        input_tensor, input_shape, default_size, effective, description,
-        pretrained=resolved is not None,
-    )
+    def encode(x, grid_size, arith):
+        return vit_encoder(
+            x, **config, grid_size=grid_size, use_class_token=classifier == "token",
+            dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
+            drop_path_rate=drop_path_rate, gelu=arith["gelu"],
+            layer_norm_epsilon=arith["layer_norm_epsilon"],
+            resnet_arithmetic=arith["resnet_arithmetic"])
 
-    arith = _common.arithmetic(
-        resolved, gelu=gelu, layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm,
+    encoder = Encoder(
+        "vit", encode, effective_patch_size(config), classifier,
+        num_prefix_tokens=int(classifier == "token"), norm_name="encoder_norm",
+        description=variant.official_name if variant else "this VisionTransformer",
+        default_name="vision_transformer")
+    return build_application(
+        encoder, variant=variant, weights=weights, include_top=include_top,
+        input_tensor=input_tensor, input_shape=input_shape, pooling=pooling,
+        classes=classes, classifier_activation=classifier_activation,
+        include_preprocessing=include_preprocessing, name=name,
+        representation_size=representation_size, gelu=gelu,
+        layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm,
         resnet_arithmetic=resnet_arithmetic, image_mean=image_mean, image_std=image_std)
-    if include_preprocessing:
-        x = _common.preprocessing_layer(arith["image_mean"], arith["image_std"])(x)
+
+
+def vit_encoder(
+    x: keras.KerasTensor,
+    *,
+    patch_size: tuple[int, int],
+    hidden_size: int,
+    num_layers: int,
+    num_heads: int,
+    mlp_dim: int,
+    grid_size: tuple[int, int],
+    use_class_token: bool = True,
+    dropout_rate: float = 0.0,
+    attention_dropout_rate: float = 0.0,
+    drop_path_rate: float = 0.0,
+    resnet_layers: tuple[int, ...] | None = None,
+    resnet_width: int = 1,
+    gelu: str = "tanh",
+    layer_norm_epsilon: float = 1e-6,
+    resnet_arithmetic: str = "official",
+) -> keras.KerasTensor:
+    """The ViT encoder as the official `Encoder` (plus the hybrid's ResNet):
+    preprocessed images `(batch, H, W, 3)` -> the token sequence `(batch,
+    tokens, hidden_size)` before the final LayerNorm. Layer names are the
+    official ones, so official checkpoints map onto them.
+
+    `grid_size`: the token grid the position embedding is stored at.
+
+    Example:
+
+    >>> images = keras.Input((32, 32, 3))
+    >>> vit_encoder(images, patch_size=(4, 4), hidden_size=48, num_layers=2,
+    ...             num_heads=3, mlp_dim=96, grid_size=(8, 8)).shape
+    (None, 65, 48)
+    """
     if resnet_layers is not None:
         width = 64 * resnet_width
-        stem = resnet_arithmetic_args(arith["resnet_arithmetic"])
+        stem = resnet_arithmetic_args(resnet_arithmetic)
         x = ResNetRoot(width, name="resnet_root", **stem)(x)
         for stage, units in enumerate(resnet_layers, start=1):
             for unit in range(1, units + 1):
                 stride = 2 if stage > 1 and unit == 1 else 1
                 x = BottleneckUnit(width * 2 ** (stage - 1), strides=stride,
                                    name=f"block{stage}_unit{unit}", **stem)(x)
-    x = Patches(patch, name="patches")(x)
-    x = PatchEncoder(hidden_size, use_class_token=classifier == "token",
-                     grid_size=(size[0] // effective[0], size[1] // effective[1]),
+    x = Patches(patch_size, name="patches")(x)
+    x = PatchEncoder(hidden_size, use_class_token=use_class_token, grid_size=grid_size,
                      name="patch_encoder")(x)
     x = keras.layers.Dropout(dropout_rate, name="encoder_dropout")(x)
     for i in range(num_layers):
@@ -238,132 +266,14 @@ def VisionTransformer(
             num_heads, mlp_dim, dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate,
             drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
-            layer_norm_epsilon=arith["layer_norm_epsilon"], gelu=arith["gelu"],
+            layer_norm_epsilon=layer_norm_epsilon, gelu=gelu,
             name=f"encoderblock_{i}",
         )(x)
-    x = _common.classification_head(
-        x, "encoder_norm", classifier if include_top else pooling,
-        representation_size, include_top, classes, classifier_activation,
-        layer_norm_epsilon=arith["layer_norm_epsilon"], fc_norm=arith["fc_norm"],
-        num_prefix_tokens=int(classifier == "token"),
-    )
-    if resolved is not None:
-        resolved.dropped = dropped
-    return _common.finish(inputs, x, name or "vision_transformer", resolved)
+    return x
 
 
 REGULARIZATION_ARGS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate",
                        "classifier", "representation_size")
-
-_NAMED_DOC = """Builds {description} ({params}).
-
-    {summary}
-
-    Args:
-        include_top, weights, input_tensor, input_shape, pooling, classes,
-        classifier_activation, include_preprocessing, name: as in
-            `keras_vit.VisionTransformer` (keras.applications style).
-        **kwargs: {regularization}.
-
-    Registered weights: {weights}.{imagenet}{architecture}
-
-    Example:
-
-    ```python
-    model = keras_vit.{function}(weights="{example}")
-    ```
-    """
-
-
-def default_name(variant: Variant) -> str:
-    return variant.official_name.lower().replace("+", "_").replace("-", "_")
-
-
-def apply_family_architecture(variant: Variant, weights: str | os.PathLike | None,
-                              kwargs: dict) -> dict:
-    """`kwargs` with the builder settings the files of `weights` need (a
-    family's `architecture`, e.g. `weights="gsam"` ViTs: `classifier="gap",
-    representation_size=None`) where the user did not pass them.
-
-    Raises:
-        ValueError: the user passed a conflicting value.
-    """
-    settings = architecture_for(weights, variant)
-    if not settings:
-        return kwargs
-    kwargs = dict(kwargs)
-    family = family_of(weights, variant)
-    for key, value in settings.items():
-        if key in kwargs and kwargs[key] != value:
-            needed = ", ".join(f"{k}={v!r}" for k, v in settings.items())
-            raise ValueError(
-                f"weights={weights!r} loads {variant.official_name} files of the "
-                f"{family.name!r} family, built with {needed}; got {key}="
-                f"{kwargs[key]!r}. Leave `{key}` out (or pass {key}={value!r}), "
-                f"or use other weights."
-            )
-        kwargs[key] = value
-    return kwargs
-
-
-def named_model_builder(variant: Variant, builder: Callable[..., keras.Model],
-                        allowed_kwargs: Sequence[str], summary: str
-                        ) -> Callable[..., keras.Model]:
-    """Makes the one-line named function (`ViTB16`, `MixerB16`, ...).
-
-    The function takes the keras.applications arguments plus
-    `allowed_kwargs`; a registered `weights=` name whose family declares an
-    `architecture` sets those arguments (see `apply_family_architecture`).
-    """
-
-    def build(include_top: bool = True, weights: str | os.PathLike | None = None,
-              input_tensor: keras.KerasTensor | None = None,
-              input_shape: tuple[int | None, int | None, int] | None = None,
-              pooling: str | None = None, classes: int | None = None,
-              classifier_activation: str | Callable | None = "softmax",
-              include_preprocessing: bool = True, name: str | None = None,
-              **kwargs: Any) -> keras.Model:
-        unknown = sorted(set(kwargs) - set(allowed_kwargs))
-        if unknown:
-            raise TypeError(
-                f"{variant.function}() got unexpected keyword arguments "
-                f"{unknown}; allowed besides the keras.applications ones: "
-                f"{list(allowed_kwargs)}."
-            )
-        kwargs = apply_family_architecture(variant, weights, kwargs)
-        return builder(
-            **variant.config, **kwargs, include_top=include_top,
-            weights=weights, input_tensor=input_tensor,
-            input_shape=input_shape, pooling=pooling, classes=classes,
-            classifier_activation=classifier_activation,
-            include_preprocessing=include_preprocessing,
-            name=name or default_name(variant),
-        )
-
-    names = available_weights(variant)
-    choice = imagenet_choice(variant)
-    imagenet = ""
-    if choice is not None:
-        family = families_for(variant)[choice.weights]
-        top1 = f", top-1 {choice.top1:g}%" if choice.top1 is not None else ""
-        imagenet = (f"\n    `weights=\"imagenet\"` is {choice.weights!r} "
-                    f"({family.resolution_for(variant.key)}px{top1}).")
-    architecture = "".join(
-        f"\n    `weights={f.name!r}` builds "
-        + ", ".join(f"{k}={v!r}" for k, v in f.architecture.items())
-        + " (the files' architecture)."
-        for f in families_for(variant).values() if f.architecture)
-    build.__name__ = build.__qualname__ = variant.function
-    build.__doc__ = _NAMED_DOC.format(
-        description=variant.official_name, function=variant.function,
-        params=", ".join(f"{k}={v}" for k, v in variant.config.items()),
-        summary=summary, regularization=", ".join(allowed_kwargs),
-        weights=", ".join(names) if names else "none (weights=None or a file)",
-        imagenet=imagenet, architecture=architecture,
-        example=names[0] if names else "/path/to/checkpoint.npz",
-    )
-    return build
-
 
 def _named(key: str) -> Callable[..., keras.Model]:
     return named_model_builder(

@@ -1,6 +1,10 @@
 """Checkpoints: official registry, download, key mappings (official,
 timm, transformers, the Hugging Face Hub), posemb resizes.
 
+One way in: `resolve(weights)` tells the source (a registered name, a URL,
+`hf://`, a path) and returns one `Checkpoint` (`checkpoint.py`), which the
+builders plan from and load.
+
 Reading comes before loading: `sniff` (what a file is), `npz` (reading an
 official `.npz`) and `architecture` (the model the arrays describe) use
 NumPy only; `official` maps the arrays onto a Keras model's weights. The
@@ -27,6 +31,9 @@ _EXPORTS = {
     "resize_position_embedding": "posemb",
     "resample_abs_pos_embed_timm": "posemb",
     "interpolate_pos_encoding_transformers": "posemb",
+    "resolve": "resolve",
+    "Checkpoint": "checkpoint",
+    "KerasWeightsFile": "keras_h5",
     "read_hub_checkpoint": "hub",
     "HubCheckpoint": "hub",
     "MissingDependencyError": "hub",

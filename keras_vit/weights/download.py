@@ -71,7 +71,7 @@ import filelock
 from keras_vit import _checks
 from keras_vit.errors import CorruptCheckpointError, NotAnNpzError, UnsupportedCheckpointError
 from keras_vit.weights import registry
-from keras_vit.weights.npz import _as_not_npz, read_checkpoint
+from keras_vit.weights.npz import as_not_npz, read_checkpoint
 # The cache location is pure Python (registry), so `keras-vit download
 # --print-url` can say it without importing Keras.
 from keras_vit.weights.registry import CACHE_SUBDIR, cache_path, cache_root  # noqa: F401
@@ -419,7 +419,7 @@ def _read_download(url, path):
         raise
     except UnsupportedCheckpointError as error:
         # judged by the URL's name: `path` may be the partial file
-        not_npz = _as_not_npz(error, url.split("?")[0])
+        not_npz = as_not_npz(error, url.split("?")[0])
         if not_npz is not error:
             raise not_npz from error
         _remove(path)

@@ -58,6 +58,7 @@ from keras_vit.layers import PatchEncoder, TransformerBlock
 from keras_vit.weights import timm as timm_format
 from keras_vit.weights import transformers as transformers_format
 from keras_vit.weights.architecture import describe
+from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.download import WeightsDownloadError
 from keras_vit.weights.npz import POSEMB_KEY
 from keras_vit.weights.official import load_official_weights
@@ -65,7 +66,6 @@ from keras_vit.weights.posemb import POSEMB_RESIZES, square_grid
 from keras_vit.weights.sniff import (
     SAFETENSORS_MAX_HEADER,
     check_checkpoint_bytes,
-    safetensors_header_length,
 )
 
 logger = logging.getLogger("keras_vit")
@@ -103,17 +103,6 @@ def is_hub_folder(path):
     return os.path.isdir(path) and os.path.isfile(os.path.join(path, CONFIG)) and (
         os.path.isfile(os.path.join(path, WEIGHTS))
         or os.path.isfile(os.path.join(path, WEIGHTS_INDEX)))
-
-
-def is_safetensors(path):
-    """True when the file's first bytes are a safetensors header (a
-    truncated file too: `read_safetensors` says so)."""
-    path = os.path.expanduser(os.fspath(path))
-    if not os.path.isfile(path):
-        return False
-    with open(path, "rb") as f:
-        head = f.read(9)
-    return safetensors_header_length(head) is not None
 
 
 def read_safetensors(path):
@@ -437,37 +426,28 @@ def download(uri):
 # --- one checkpoint --------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class HubCheckpoint:
+@dataclasses.dataclass(kw_only=True)
+class HubCheckpoint(Checkpoint):
     """A timm or transformers checkpoint, read and described.
 
-    Attributes:
-        format: "timm" or "transformers".
-        source: how messages name it (the URI or path as given).
+    Attributes (besides `Checkpoint`'s; `format` is "timm" or
+    "transformers", `preprocessing` None for a bare `.safetensors`):
         config: the parsed `config.json` (None for a bare file).
         state: `{source key: float32 array}`.
         family: "vit" or "mixer".
         architecture: builder arguments read off config and shapes
             (patch size, width, depth, heads, MLP, classifier, ResNet).
-        arithmetic: builder arguments reproducing the source's arithmetic
-            (`gelu`, `layer_norm_epsilon`, `fc_norm`, `resnet_arithmetic`).
-        preprocessing: `{"mean", "std", ...}` on the [0, 1] scale (None
-            when the file does not say: a bare `.safetensors`).
-        class_names: the label names the config carries, or None.
+        params, names, unmapped: `state` under official keys (for the
+            number of heads `convert` was last given), each official key's
+            source name, and the source keys no mapping rule knows.
     """
 
-    format: str
-    source: str
-    config: dict
+    config: dict | None = None
     state: dict
     family: str
     architecture: dict
-    arithmetic: dict
-    preprocessing: dict
-    class_names: list = None
-    params: dict = None
-    names: dict = None
-    unmapped: list = None
+    names: dict | None = None
+    unmapped: list | None = None
 
     def __post_init__(self):
         self.convert(self.architecture.get("num_heads") or 1)
@@ -492,6 +472,10 @@ class HubCheckpoint:
         except CheckpointMismatchError as error:
             raise CheckpointMismatchError(
                 f"{self.source} ({self.format} format): {error}") from None
+
+    def model_config(self):
+        """`(family, builder arguments)` read off the config and shapes."""
+        return self.family, dict(self.architecture)
 
     def source_name(self, key):
         if self.format == "timm":
@@ -654,18 +638,6 @@ def read_hub_checkpoint(path, source=None):
             "%s is a bare %s safetensors file: no config.json says its input "
             "normalisation; the model uses the official (x - 127.5) / 127.5 "
             "unless image_mean/image_std are given.", source, fmt)
-    return HubCheckpoint(fmt, source, config, state, family, arch, arithmetic,
-                         preprocessing, names)
-
-
-def resolve_hub(weights):
-    """`weights` (an `hf://` URI, a Hub folder or a `.safetensors` file) ->
-    `HubCheckpoint`, or None when it is none of these."""
-    if is_hub_uri(weights):
-        return read_hub_checkpoint(download(weights), source=weights)
-    path = os.path.expanduser(os.fspath(weights))
-    if os.path.isdir(path) and is_hub_folder(path):
-        return read_hub_checkpoint(path, source=os.fspath(weights))
-    if os.path.isfile(path) and is_safetensors(path):
-        return read_hub_checkpoint(path, source=os.fspath(weights))
-    return None
+    return HubCheckpoint(format=fmt, source=source, path=path, config=config, state=state,
+                         family=family, architecture=arch, arithmetic=arithmetic,
+                         preprocessing=preprocessing, class_names=names)

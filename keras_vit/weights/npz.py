@@ -63,7 +63,7 @@ def canonical_keys(params):
     return out
 
 
-def _as_not_npz(error, name):
+def as_not_npz(error, name):
     """`error` (an UnsupportedCheckpointError) as a NotAnNpzError when the
     file is named `.npz`: content that is not what its name says."""
     if name.endswith(".npz") and not isinstance(error, CorruptCheckpointError):
@@ -100,16 +100,27 @@ def read_checkpoint(path):
     try:
         kind = sniff_checkpoint(path)
     except UnsupportedCheckpointError as error:
-        raise _as_not_npz(error, name) from error
+        raise as_not_npz(error, name) from error
     if kind == "keras_weights":
-        raise _as_not_npz(UnsupportedCheckpointError(
-            f"{name!r} is a Keras .weights.h5 file, not an official .npz "
-            "checkpoint: it holds no architecture. Pass it as `weights=` to "
-            "the builder of the model that wrote it (e.g. "
-            "keras_vit.ViTB16(weights=path)) or call model.load_weights(path); "
-            "read_checkpoint and model_from_checkpoint read official .npz files."
-        ), name)
-    path = os.path.expanduser(name)
+        raise as_not_npz(keras_weights_error(name), name)
+    return read_npz(path, name)
+
+
+def keras_weights_error(name):
+    """What `read_checkpoint` and `model_from_checkpoint` say of a Keras
+    `.weights.h5` file."""
+    return UnsupportedCheckpointError(
+        f"{name!r} is a Keras .weights.h5 file, not an official .npz "
+        "checkpoint: it holds no architecture. Pass it as `weights=` to "
+        "the builder of the model that wrote it (e.g. "
+        "keras_vit.ViTB16(weights=path)) or call model.load_weights(path); "
+        "read_checkpoint and model_from_checkpoint read official .npz files.")
+
+
+def read_npz(path, name):
+    """`read_checkpoint` of a file `sniff_checkpoint` has already called an
+    `"npz"`: the arrays, read once, without sniffing the file again."""
+    path = os.path.expanduser(os.fspath(path))
     max_checkpoint_bytes()  # a bad setting is its own error, not the file's
     try:
         with zipfile.ZipFile(path) as archive:

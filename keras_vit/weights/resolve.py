@@ -1,13 +1,33 @@
-"""`weights=` argument -> checkpoint arrays, for the model builders."""
+"""The one way in for weights: `resolve(weights)` -> a `Checkpoint`.
 
-import dataclasses
+`resolve` decides once what `weights` is and hands it to that source's
+reader; every reader returns a `keras_vit.weights.checkpoint.Checkpoint`
+(the parameters under official names, the arithmetic, preprocessing and
+class names), and no file is opened again after it:
+
+| `weights`                            | source                                  |
+|--------------------------------------|-----------------------------------------|
+| None                                 | none (random initialisation)            |
+| a `Checkpoint`                       | itself (read already)                   |
+| `"hf://ORG/NAME[@REV]"`              | the Hugging Face Hub (`weights.hub`)    |
+| `"http(s)://..."`                    | a download, cached (`weights.download`) |
+| a path (exists, has a separator or a | a local file or Hub folder, told by its |
+| checkpoint suffix, starts with `~`)  | bytes (`read_local`)                    |
+| anything else                        | a registered name (`weights.registry`)  |
+"""
+
+from __future__ import annotations
+
 import os
 
+from keras_vit.errors import UnsupportedCheckpointError
 from keras_vit.weights import hub, registry
+from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.download import cached_source, fetch_checkpoint
-from keras_vit.weights.architecture import describe
-from keras_vit.weights.npz import read_checkpoint
+from keras_vit.weights.keras_h5 import KerasWeightsFile
+from keras_vit.weights.npz import as_not_npz, read_npz
 from keras_vit.weights.sniff import sniff_checkpoint
+from keras_vit.variants import Variant
 
 # Names with these endings are files, never registered names: a missing one
 # is "not found", not "unknown weights name".
@@ -17,89 +37,106 @@ FILE_SUFFIXES = (
 )
 
 
-@dataclasses.dataclass
-class ResolvedWeights:
-    source: str                 # what to call it in messages
-    path: str
-    params: dict = None         # official arrays (None for .weights.h5)
-    info: object = None         # architecture.CheckpointInfo
-    keras_weights: bool = False  # a Keras .weights.h5 file
-    dropped: tuple = ()         # key prefixes the builder chose not to load
-    foreign: object = None      # hub.HubCheckpoint (timm / transformers)
-
-    def arithmetic(self, name, value, default):
-        """A builder argument: the user's `value` when given, else the
-        checkpoint source's (timm / transformers), else `default`."""
-        if value is not None:
-            return value
-        if self.foreign is not None:
-            return self.foreign.arithmetic.get(name, default)
-        return default
-
-
-def resolve_weights(weights, variant, description):
-    """Turns `weights` (None, registered name, URL, `hf://` reference,
-    local path) into arrays.
+def resolve(weights: str | os.PathLike | Checkpoint | None, variant: Variant | None = None,
+            description: str = "this model") -> Checkpoint | None:
+    """Turns `weights` (None, a registered name, a URL, an `hf://`
+    reference, a local path, or a `Checkpoint` read already) into a
+    `Checkpoint`.
 
     A local file is recognised by its bytes (`sniff_checkpoint`), not its
-    name: an official `.npz` gives its arrays, a Keras `.weights.h5` is
-    loaded later by `model.load_weights`. An `hf://ORG/NAME` reference, a
-    folder in the Hugging Face Hub layout or a `.safetensors` file is read
-    by `keras_vit.weights.hub` (timm and transformers formats): its arrays
-    mapped to official keys, and its source's arithmetic in `foreign`.
+    name: an official `.npz` is read into arrays, a Keras `.weights.h5` is
+    read by `model.load_weights` when the model is built. An `hf://ORG/NAME`
+    reference, a folder in the Hugging Face Hub layout or a `.safetensors`
+    file is read by `keras_vit.weights.hub` (timm and transformers formats).
+
+    Args:
+        weights: what the user passed as `weights=`.
+        variant: the named variant being built (None: an architecture that
+            is no named variant); registered names depend on it.
+        description: the model's name in messages (`"ViT-B_16"`).
 
     Returns:
-        None for `weights=None`, else a `ResolvedWeights`.
+        None for `weights=None`, else a `Checkpoint`.
 
     Raises:
-        TypeError: `weights` is not None, a str or a path.
+        TypeError: `weights` is not None, a str, a path or a `Checkpoint`.
         ValueError: an unknown registered name.
         CheckpointNotFoundError: a path with no file ("Weights file not
             found: 'PATH'.").
-        UnsupportedCheckpointError: a file in another format (PyTorch,
-            safetensors, a whole Keras model, HTML, ...).
+        UnsupportedCheckpointError: a file in another format (PyTorch, a
+            whole Keras model, HTML, ...); under a `.npz` name a
+            `NotAnNpzError`.
         CorruptCheckpointError: a damaged file (also after one re-download
             of a URL or registered name).
         WeightsDownloadError: a URL, `hf://` reference or registered name
             that cannot be downloaded.
         MissingDependencyError: an `hf://` reference without
             huggingface_hub installed.
+
+    Example:
+
+    ```python
+    checkpoint = resolve("ViT-B_16.npz")
+    checkpoint.format, checkpoint.info().classes   # ("official", 21843)
+    ```
     """
-    if weights is None:
-        return None
-    if isinstance(weights, hub.HubCheckpoint):  # read by model_from_checkpoint
-        return ResolvedWeights(weights.source, weights.source, weights.params,
-                               weights.info(), foreign=weights)
+    if weights is None or isinstance(weights, Checkpoint):
+        return weights
     if not isinstance(weights, (str, os.PathLike)):
         raise TypeError(
             "`weights` must be None, a registered name or a file path, got "
             f"{type(weights).__name__} {weights!r}."
         )
     weights = os.fspath(weights)
-    foreign = hub.resolve_hub(weights)
-    if foreign is not None:
-        return ResolvedWeights(weights, weights, foreign.params, foreign.info(),
-                               foreign=foreign)
+    if hub.is_hub_uri(weights):
+        return hub.read_hub_checkpoint(hub.download(weights), source=weights)
     if weights.startswith(("http://", "https://")):
         # One cache entry per URL (its digest in the name); an official
         # bucket URL comes from $KERAS_VIT_MIRROR when that is set.
-        path, params = fetch_checkpoint(registry.download_url(weights),
-                                        registry.url_cache_name(weights))
-        # messages name where the bytes came from (a mirror, an earlier run's)
-        return ResolvedWeights(cached_source(weights, path), path, params, describe(params))
-    looks_like_path = (
+        return _fetched(weights, registry.download_url(weights),
+                        registry.url_cache_name(weights))
+    if _looks_like_path(weights):
+        return read_local(weights)
+    remote = registry.resolve(weights, variant, description)
+    return _fetched(weights, remote.url, remote.filename)
+
+
+def read_local(path: str | os.PathLike) -> Checkpoint:
+    """The `Checkpoint` of a local file or Hub folder, sniffed once and
+    read once (a Keras weights file: when the model loads it).
+
+    Raises:
+        CheckpointNotFoundError, UnsupportedCheckpointError,
+        CorruptCheckpointError: as `resolve`.
+    """
+    name = os.fspath(path)
+    path = os.path.expanduser(name)
+    if os.path.isdir(path) and hub.is_hub_folder(path):
+        return hub.read_hub_checkpoint(path, source=name)
+    try:
+        kind = sniff_checkpoint(path, name=name, safetensors=True)
+    except UnsupportedCheckpointError as error:
+        raise as_not_npz(error, name) from error
+    if kind == "safetensors":
+        return hub.read_hub_checkpoint(path, source=name)
+    if kind == "keras_weights":
+        return KerasWeightsFile(source=name, path=path)
+    return Checkpoint(source=name, path=path, params=read_npz(path, name))
+
+
+def _fetched(weights, url, filename):
+    """The official `.npz` at `url`, downloaded into the cache entry
+    `filename` (or found there) and read once."""
+    path, params = fetch_checkpoint(url, filename)
+    # messages name where the bytes came from (a mirror, an earlier run's)
+    return Checkpoint(source=cached_source(weights, path), path=path, params=params)
+
+
+def _looks_like_path(weights):
+    return (
         os.path.exists(weights)
         or weights.lower().endswith(FILE_SUFFIXES)
         or os.sep in weights
         or (os.altsep is not None and os.altsep in weights)
         or weights.startswith("~")
     ) and not weights.startswith(registry.AUGREG_PREFIX)
-    if looks_like_path:
-        path = os.path.expanduser(weights)
-        if sniff_checkpoint(path, name=weights) == "keras_weights":
-            return ResolvedWeights(weights, path, keras_weights=True)
-        params = read_checkpoint(weights)
-        return ResolvedWeights(weights, path, params, describe(params))
-    remote = registry.resolve(weights, variant, description)
-    path, params = fetch_checkpoint(remote.url, remote.filename)
-    return ResolvedWeights(cached_source(weights, path), path, params, describe(params))

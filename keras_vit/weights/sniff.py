@@ -240,18 +240,22 @@ def _sniff_directory(name, path):
     return _unsupported(name, "a directory", "Pass the checkpoint file inside it.")
 
 
-def sniff_checkpoint(path, name=None):
+def sniff_checkpoint(path, name=None, safetensors=False):
     """Tells what the file at `path` is, from its first bytes (magic numbers,
     not the extension), before anything reads it.
 
     Args:
         path: local path.
         name: how to name it in messages (default: `path` as given).
+        safetensors: whether the caller reads safetensors files (`weights=`
+            does, with `keras_vit.weights.hub`; `read_checkpoint` does not).
 
     Returns:
-        `"npz"` for an official-format `.npz` (a zip of `.npy` arrays) or
+        `"npz"` for an official-format `.npz` (a zip of `.npy` arrays),
         `"keras_weights"` for a Keras 3 `.weights.h5` (HDF5) written by a
-        keras_vit model (its Functional layers include `patches`).
+        keras_vit model (its Functional layers include `patches`), or, with
+        `safetensors=True`, `"safetensors"` for a file that starts as one
+        (a truncated one too: its reader says so).
 
     Raises:
         CheckpointNotFoundError: no file at `path`.
@@ -283,6 +287,8 @@ def sniff_checkpoint(path, name=None):
             f"{name!r} is empty (0 bytes): an interrupted download or copy? "
             "Fetch it again."
         )
+    if safetensors and safetensors_header_length(head) is not None:
+        return "safetensors"
     found = _identify(name, path, head, size)
     if isinstance(found, Exception):
         raise found

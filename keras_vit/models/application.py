@@ -1,0 +1,526 @@
+"""The one application builder: what every model family shares.
+
+A family (`models/vit.py`, `models/mixer.py`) checks its own arguments and
+supplies a pure encoder function, preprocessed images -> token sequence;
+`build_application` does the rest, as keras.applications builders do: the
+weights (`keras_vit.weights.resolve`, read once into a `Checkpoint`), the
+input (shape, size, preprocessing), the head or feature pooling, and
+loading the checkpoint into the model. `named_model_builder` makes the
+one-line named models (`ViTB16`, `MixerB16`, ...) of the variants table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import keras
+
+from keras_vit import _checks
+from keras_vit.errors import CheckpointMismatchError
+from keras_vit.labels import set_class_names
+from keras_vit.layers import ClassifierHead, SequencePooling
+from keras_vit.layers.preprocessing import ImageNormalization
+from keras_vit.variants import Variant
+from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.registry import (
+    architecture_for,
+    available_weights,
+    families_for,
+    family_of,
+    imagenet_choice,
+)
+from keras_vit.weights.resolve import resolve
+
+logger = logging.getLogger("keras_vit")
+
+IMAGE_MEAN = 127.5
+IMAGE_STD = 127.5
+
+
+def check_classes(classes):
+    return _checks.positive_int(classes, "classes", or_none=True)
+
+
+# keras.applications' `pooling=`: the backbone's feature vector, a global
+# average / maximum over the patch tokens after the final LayerNorm (class
+# token left out), without pre_logits. Every model family takes them.
+FEATURE_POOLINGS = ("avg", "max")
+# The poolings after which a model's pre_logits layer (when it has one) is
+# applied, as the official model with `num_classes=0`.
+PRE_LOGITS_POOLINGS = ("token", "gap")
+
+
+def check_pooling(pooling, include_top, allowed):
+    """`pooling` if allowed with `include_top`; `allowed`: the model's own
+    poolings (its classifiers), to which `FEATURE_POOLINGS` are added."""
+    allowed = (None, *allowed, *(p for p in FEATURE_POOLINGS if p not in allowed))
+    if include_top:
+        if pooling is not None:
+            raise ValueError(
+                f"`pooling={pooling!r}` is only used with include_top=False; "
+                "with the head the model pools as its classifier says. "
+                f"Allowed with include_top=False: {allowed}."
+            )
+        return None
+    if pooling not in allowed:
+        raise ValueError(
+            f"Unknown `pooling={pooling!r}`. Allowed: {allowed}."
+        )
+    return pooling
+
+
+def mixed_precision_head_dtype():
+    """float32 for the final norm, pooling and head under a mixed policy."""
+    policy = keras.config.dtype_policy()
+    if policy.compute_dtype in ("float16", "bfloat16"):
+        return "float32"
+    return None
+
+
+def image_input(input_tensor, input_shape, default_size, effective_patch,
+                description, pretrained, mixer_grid=None, allow_dynamic=True):
+    """Validates the input shape and returns `(inputs, x, (height, width))`.
+
+    `effective_patch` is the pixel size of one token (patch x ResNet
+    stride); the image must be a multiple of it. `mixer_grid`: the token
+    grid a Mixer checkpoint was trained at (Mixers cannot change it).
+
+    A side given as None (`input_shape=(None, None, 3)`, as
+    keras.applications allows) makes a model that takes any size at call
+    time; `allow_dynamic=False` (Mixers) refuses it. The returned
+    `(height, width)` is then `default_size` for each None side: the size
+    the position embedding is stored at (the checkpoint's, else 224).
+    """
+    if input_shape is None and input_tensor is not None:
+        shape = tuple(input_tensor.shape)
+        input_shape = shape[1:] if len(shape) == 4 else shape
+    if input_shape is None:
+        input_shape = (default_size, default_size, 3)
+    input_shape = tuple(input_shape)
+
+    def valid(d, may_be_none):
+        if d is None:
+            return may_be_none
+        return isinstance(d, int) and not isinstance(d, bool) and d > 0
+
+    if len(input_shape) != 3 or not (
+        valid(input_shape[0], True) and valid(input_shape[1], True)
+        and valid(input_shape[2], False)
+    ):
+        raise ValueError(
+            "`input_shape` must be (height, width, channels) with positive "
+            "ints (channels last; height and width may be None for any size "
+            f"at call time), got {input_shape!r}."
+        )
+    height, width, channels = input_shape
+    dynamic = height is None or width is None
+    if dynamic and not allow_dynamic:
+        raise ValueError(
+            f"{description[:1].upper()}{description[1:]} cannot take "
+            f"input_shape={input_shape}: an "
+            "MLP-Mixer's token-mixing weights fix the number of patches, so "
+            "its image size is fixed when it is built. Give the size, e.g. "
+            f"input_shape=({default_size}, {default_size}, {channels}), and "
+            "resize images to it."
+        )
+    if pretrained and channels != 3:
+        raise ValueError(
+            f"Pretrained weights expect 3 input channels (RGB), got "
+            f"input_shape={input_shape}. Use weights=None for {channels} "
+            "channels."
+        )
+    ph, pw = effective_patch
+    if (height is not None and height % ph) or (width is not None and width % pw):
+        suggest = tuple(None if s is None else max(1, round(s / p)) * p
+                        for s, p in ((height, ph), (width, pw)))
+        raise ValueError(
+            f"Image size {(height, width)} is not divisible by the patch size "
+            f"{(ph, pw)} of {description}; use a multiple, e.g. {suggest}."
+        )
+    if mixer_grid is not None and (height // ph, width // pw) != tuple(mixer_grid):
+        trained = (mixer_grid[0] * ph, mixer_grid[1] * pw)
+        raise ValueError(
+            f"{description} checkpoints fix the number of patches: the "
+            f"token-mixing weights were trained on {mixer_grid[0]}x"
+            f"{mixer_grid[1]} patches ({trained[0]}x{trained[1]} pixels), "
+            f"input_shape={input_shape} gives {height // ph}x{width // pw}. "
+            "A Mixer cannot change resolution with pretrained weights: resize "
+            f"images to {trained[0]}x{trained[1]} or use weights=None."
+        )
+    size = (default_size if height is None else height,
+            default_size if width is None else width)
+    if input_tensor is None:
+        inputs = keras.layers.Input(shape=input_shape, name="images")
+        return inputs, inputs, size
+    if not keras.backend.is_keras_tensor(input_tensor):
+        x = keras.layers.Input(tensor=input_tensor, shape=input_shape)
+        return x, x, size
+    inputs = keras.utils.get_source_inputs(input_tensor)
+    return inputs, input_tensor, size
+
+
+def preprocessing_layer(mean=None, std=None):
+    """`(x - 127.5) / 127.5`: raw [0, 255] pixels to [-1, 1], exactly the
+    official eval pipeline (an `ImageNormalization`: the channel count is
+    checked).
+
+    `mean`, `std`: per-channel values on the [0, 1] scale (timm's
+    `pretrained_cfg`, transformers' `image_mean`/`image_std`), e.g. the
+    ImageNet `(0.485, 0.456, 0.406)`, `(0.229, 0.224, 0.225)`; then
+    `(x - 255 * mean) / (255 * std)`. None, or 0.5 for every channel, is
+    the official form.
+    """
+    official = all(v is None or all(float(c) == 0.5 for c in v) for v in (mean, std))
+    if official:
+        return ImageNormalization(
+            mean=IMAGE_MEAN, variance=IMAGE_STD**2, name="preprocessing"
+        )
+    mean = [255.0 * float(c) for c in (mean if mean is not None else (0.5,) * 3)]
+    std = [255.0 * float(c) for c in (std if std is not None else (0.5,) * 3)]
+    return ImageNormalization(
+        mean=mean, variance=[s * s for s in std], name="preprocessing"
+    )
+
+
+def plan_head(checkpoint, info, include_top, pooling, classes, representation_size,
+              description):
+    """Decides classes, representation size and which checkpoint parts to
+    drop. `info`: the checkpoint's `CheckpointInfo` (None without weights or
+    for a Keras weights file). Returns `(classes, representation_size,
+    dropped_prefixes)`."""
+    if info is None:
+        if classes is None:
+            classes = 1000
+        return classes, representation_size, ()
+    if include_top and classes is None:
+        if info.classes is None:
+            raise ValueError(
+                f"Checkpoint {checkpoint.source} has no classification head; "
+                "pass `classes=` to build a new one."
+            )
+        classes = info.classes
+    keep_head = include_top and classes == info.classes
+    uses_pre_logits = include_top or pooling in PRE_LOGITS_POOLINGS
+    if representation_size is None:
+        if info.representation_size and uses_pre_logits and (
+            keep_head or not include_top
+        ):
+            representation_size = info.representation_size
+    elif representation_size != info.representation_size:
+        raise ValueError(
+            f"`representation_size={representation_size}` does not match "
+            f"checkpoint {checkpoint.source}, whose pre_logits layer has "
+            f"{info.representation_size} units (None: no pre_logits). Leave "
+            "it as None."
+        )
+    dropped = []
+    if not keep_head and info.classes is not None:
+        dropped.append("head/")
+        if include_top:
+            logger.info(
+                "%s: replacing the checkpoint's %d-class head with a "
+                "zero-initialised %d-class head%s, as the official fine-tuning "
+                "does.", description, info.classes, classes,
+                " and dropping pre_logits"
+                if info.representation_size and not representation_size else "",
+            )
+    if info.representation_size and (not representation_size or not uses_pre_logits):
+        dropped.append("pre_logits/")
+    return classes, representation_size, tuple(dropped)
+
+
+ARITHMETIC_DEFAULTS = dict(gelu="tanh", layer_norm_epsilon=1e-6, fc_norm=False,
+                          resnet_arithmetic="official", image_mean=None, image_std=None)
+
+
+def arithmetic(checkpoint, **given):
+    """The builder's arithmetic arguments: each the user's value when not
+    None, else the checkpoint's (timm / transformers weights carry their
+    library's), else the official default (`ARITHMETIC_DEFAULTS`)."""
+    out = {}
+    source = checkpoint.arithmetic if checkpoint is not None else {}
+    pre = (checkpoint.preprocessing if checkpoint is not None else None) or {}
+    for key, default in ARITHMETIC_DEFAULTS.items():
+        value = given.get(key)
+        if value is None:
+            value = pre.get(key[len("image_"):]) if key.startswith("image_") \
+                else source.get(key)
+        out[key] = default if value is None else value
+    for key in ("image_mean", "image_std"):
+        value = out[key]
+        if value is not None:
+            value = (value,) * 3 if isinstance(value, (int, float)) else tuple(value)
+            if len(value) != 3 or not all(isinstance(v, (int, float)) for v in value) \
+                    or (key == "image_std" and min(value) <= 0):
+                raise ValueError(
+                    f"`{key}` must be a number or 3 numbers on the [0, 1] scale"
+                    f"{' (positive)' if key == 'image_std' else ''}, got {value!r}.")
+            out[key] = value
+    return out
+
+
+def classification_head(x, norm_name, pool, representation_size, include_top,
+                        classes, classifier_activation, layer_norm_epsilon=1e-6,
+                        fc_norm=False, num_prefix_tokens=0):
+    """Final LayerNorm, pooling, optional `pre_logits` (Dense + tanh) and
+    the zero-initialised head; float32 under a mixed-precision policy.
+
+    `pool`: "token" / "gap" (then pre_logits when `representation_size`),
+    or the feature poolings "avg" / "max" over the patch tokens (the first
+    `num_prefix_tokens` left out), never followed by pre_logits.
+
+    `fc_norm=True` (timm's `gap` models): pool first, then the LayerNorm
+    (named "fc_norm"); the sequence itself is not normalised."""
+    dtype = mixed_precision_head_dtype()
+    if not fc_norm:
+        x = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=dtype, name=norm_name)(x)
+    if pool is not None:
+        prefix = num_prefix_tokens if pool in FEATURE_POOLINGS else 0
+        x = SequencePooling(pool, num_prefix_tokens=prefix, dtype=dtype, name="pool")(x)
+        if fc_norm:
+            x = keras.layers.LayerNormalization(
+                epsilon=layer_norm_epsilon, dtype=dtype, name="fc_norm")(x)
+        if representation_size and pool in PRE_LOGITS_POOLINGS:
+            x = keras.layers.Dense(representation_size, activation="tanh",
+                                   dtype=dtype, name="pre_logits")(x)
+    if include_top:
+        x = ClassifierHead(classes, activation=classifier_activation,
+                           kernel_initializer="zeros", dtype=dtype, name="head")(x)
+    return x
+
+
+def check_checkpoint(checkpoint, info, family, classifier, description):
+    """A CheckpointMismatchError when the checkpoint is of another family
+    (a Mixer's for a ViT) or, for a ViT, has another classifier."""
+    if info is None:
+        return
+    if info.family != family:
+        other = "a Mixer" if info.family == "mixer" else "a ViT"
+        raise CheckpointMismatchError(
+            f"Checkpoint {checkpoint.source} is {other} checkpoint; it does not "
+            f"fit {description}. To build the model the file describes, use "
+            "keras_vit.model_from_checkpoint(path) (command line: keras-vit "
+            "predict --model auto)."
+        )
+    if info.classifier != classifier:
+        raise CheckpointMismatchError(
+            f"Checkpoint {checkpoint.source} is a classifier="
+            f"{info.classifier!r} model ("
+            f"{'with' if info.classifier == 'token' else 'without'} "
+            f"class token); build with classifier={info.classifier!r}."
+        )
+
+
+def load_checkpoint(model, checkpoint, dropped):
+    """Loads `checkpoint` into `model` (all but the `dropped` prefixes) and
+    gives a kept head the class names the checkpoint carries."""
+    checkpoint.load(model, dropped)
+    names = checkpoint.class_names
+    if names and "head/" not in dropped and isinstance(model.layers[-1], ClassifierHead) \
+            and model.output_shape[-1] == len(names):
+        set_class_names(model, names)  # the config's id2label / label_names
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoder:
+    """What a model family gives `build_application`.
+
+    Attributes:
+        family: "vit" or "mixer" (the checkpoint family it loads).
+        encode: `encode(x, grid_size, arithmetic) -> tokens`: the family's
+            pure encoder function on preprocessed images, its architecture
+            bound; `grid_size` the token grid, `arithmetic` the resolved
+            arithmetic arguments (`ARITHMETIC_DEFAULTS`' keys).
+        effective_patch: pixels per token (patch x ResNet stride).
+        classifier: the head's pooling, "token" or "gap".
+        num_prefix_tokens: tokens before the patch tokens (class token).
+        norm_name: the final LayerNorm's name (the official one).
+        description: the model's name in messages.
+        default_name: the Keras model's name when `name` is None.
+        fixed_grid: whether a checkpoint fixes the token grid (Mixers).
+    """
+
+    family: str
+    encode: Callable[[Any, tuple[int, int], dict], Any]
+    effective_patch: tuple[int, int]
+    classifier: str
+    num_prefix_tokens: int
+    norm_name: str
+    description: str
+    default_name: str
+    fixed_grid: bool = False
+
+
+def build_application(
+    encoder: Encoder,
+    *,
+    variant: Variant | None,
+    weights: str | os.PathLike | Checkpoint | None,
+    include_top: bool,
+    input_tensor: keras.KerasTensor | None,
+    input_shape: tuple[int | None, int | None, int] | None,
+    pooling: str | None,
+    classes: int | None,
+    classifier_activation: str | Callable | None,
+    include_preprocessing: bool,
+    name: str | None,
+    representation_size: int | None = None,
+    **given_arithmetic: Any,
+) -> keras.Model:
+    """Builds a keras.applications-style model around `encoder`: weights,
+    input, preprocessing, head or pooling; the checkpoint loaded last.
+
+    The family's builder has checked its arguments (`check_classes`,
+    `check_pooling`); `given_arithmetic`: the arithmetic arguments the user
+    gave (None: from the checkpoint, else official).
+
+    Example (what `VisionTransformer` does):
+
+    ```python
+    encoder = Encoder("vit", encode, (16, 16), "token", 1, "encoder_norm",
+                      "ViT-B_16", "vit_b16")
+    model = build_application(encoder, variant=None, weights=None, ...)
+    ```
+    """
+    description = encoder.description
+    checkpoint = resolve(weights, variant, description)
+    info = checkpoint.info() if checkpoint is not None else None
+    check_checkpoint(checkpoint, info, encoder.family, encoder.classifier, description)
+    classes, representation_size, dropped = plan_head(
+        checkpoint, info, include_top, pooling, classes, representation_size, description)
+    effective = encoder.effective_patch
+    grid = info.grid if info is not None else None
+    default_size = grid[0] * effective[0] if grid is not None else 224
+    inputs, x, size = image_input(
+        input_tensor, input_shape, default_size, effective, description,
+        pretrained=checkpoint is not None,
+        mixer_grid=grid if encoder.fixed_grid else None,
+        allow_dynamic=not encoder.fixed_grid)
+    arith = arithmetic(checkpoint, **given_arithmetic)
+    if include_preprocessing:
+        x = preprocessing_layer(arith["image_mean"], arith["image_std"])(x)
+    x = encoder.encode(x, (size[0] // effective[0], size[1] // effective[1]), arith)
+    x = classification_head(
+        x, encoder.norm_name, encoder.classifier if include_top else pooling,
+        representation_size, include_top, classes, classifier_activation,
+        layer_norm_epsilon=arith["layer_norm_epsilon"], fc_norm=arith["fc_norm"],
+        num_prefix_tokens=encoder.num_prefix_tokens)
+    model = keras.Model(inputs, x, name=name or encoder.default_name)
+    if checkpoint is not None:
+        load_checkpoint(model, checkpoint, dropped)
+    return model
+
+
+_NAMED_DOC = """Builds {description} ({params}).
+
+    {summary}
+
+    Args:
+        include_top, weights, input_tensor, input_shape, pooling, classes,
+        classifier_activation, include_preprocessing, name: as in
+            `keras_vit.VisionTransformer` (keras.applications style).
+        **kwargs: {regularization}.
+
+    Registered weights: {weights}.{imagenet}{architecture}
+
+    Example:
+
+    ```python
+    model = keras_vit.{function}(weights="{example}")
+    ```
+    """
+
+
+def default_name(variant: Variant) -> str:
+    return variant.official_name.lower().replace("+", "_").replace("-", "_")
+
+
+def apply_family_architecture(variant: Variant, weights: str | os.PathLike | None,
+                              kwargs: dict) -> dict:
+    """`kwargs` with the builder settings the files of `weights` need (a
+    family's `architecture`, e.g. `weights="gsam"` ViTs: `classifier="gap",
+    representation_size=None`) where the user did not pass them.
+
+    Raises:
+        ValueError: the user passed a conflicting value.
+    """
+    settings = architecture_for(weights, variant)
+    if not settings:
+        return kwargs
+    kwargs = dict(kwargs)
+    family = family_of(weights, variant)
+    for key, value in settings.items():
+        if key in kwargs and kwargs[key] != value:
+            needed = ", ".join(f"{k}={v!r}" for k, v in settings.items())
+            raise ValueError(
+                f"weights={weights!r} loads {variant.official_name} files of the "
+                f"{family.name!r} family, built with {needed}; got {key}="
+                f"{kwargs[key]!r}. Leave `{key}` out (or pass {key}={value!r}), "
+                f"or use other weights."
+            )
+        kwargs[key] = value
+    return kwargs
+
+
+def named_model_builder(variant: Variant, builder: Callable[..., keras.Model],
+                        allowed_kwargs: Sequence[str], summary: str
+                        ) -> Callable[..., keras.Model]:
+    """Makes the one-line named function (`ViTB16`, `MixerB16`, ...).
+
+    The function takes the keras.applications arguments plus
+    `allowed_kwargs`; a registered `weights=` name whose family declares an
+    `architecture` sets those arguments (see `apply_family_architecture`).
+    """
+
+    def build(include_top: bool = True, weights: str | os.PathLike | None = None,
+              input_tensor: keras.KerasTensor | None = None,
+              input_shape: tuple[int | None, int | None, int] | None = None,
+              pooling: str | None = None, classes: int | None = None,
+              classifier_activation: str | Callable | None = "softmax",
+              include_preprocessing: bool = True, name: str | None = None,
+              **kwargs: Any) -> keras.Model:
+        unknown = sorted(set(kwargs) - set(allowed_kwargs))
+        if unknown:
+            raise TypeError(
+                f"{variant.function}() got unexpected keyword arguments "
+                f"{unknown}; allowed besides the keras.applications ones: "
+                f"{list(allowed_kwargs)}."
+            )
+        kwargs = apply_family_architecture(variant, weights, kwargs)
+        return builder(
+            **variant.config, **kwargs, include_top=include_top,
+            weights=weights, input_tensor=input_tensor,
+            input_shape=input_shape, pooling=pooling, classes=classes,
+            classifier_activation=classifier_activation,
+            include_preprocessing=include_preprocessing,
+            name=name or default_name(variant),
+        )
+
+    names = available_weights(variant)
+    choice = imagenet_choice(variant)
+    imagenet = ""
+    if choice is not None:
+        family = families_for(variant)[choice.weights]
+        top1 = f", top-1 {choice.top1:g}%" if choice.top1 is not None else ""
+        imagenet = (f"\n    `weights=\"imagenet\"` is {choice.weights!r} "
+                    f"({family.resolution_for(variant.key)}px{top1}).")
+    architecture = "".join(
+        f"\n    `weights={f.name!r}` builds "
+        + ", ".join(f"{k}={v!r}" for k, v in f.architecture.items())
+        + " (the files' architecture)."
+        for f in families_for(variant).values() if f.architecture)
+    build.__name__ = build.__qualname__ = variant.function
+    build.__doc__ = _NAMED_DOC.format(
+        description=variant.official_name, function=variant.function,
+        params=", ".join(f"{k}={v}" for k, v in variant.config.items()),
+        summary=summary, regularization=", ".join(allowed_kwargs),
+        weights=", ".join(names) if names else "none (weights=None or a file)",
+        imagenet=imagenet, architecture=architecture,
+        example=names[0] if names else "/path/to/checkpoint.npz",
+    )
+    return build
