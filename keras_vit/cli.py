@@ -359,16 +359,14 @@ def _model_from_args(args):
     return getattr(keras_vit, args.model)(weights=args.weights, input_shape=shape)
 
 
-def _read_labels(path, num_classes):
+def _read_labels(path):
+    """The non-blank lines of the --labels file (`class_labels` checks
+    their count against the model's classes)."""
     try:
         with open(path, encoding="utf-8") as f:
-            labels = [line.rstrip("\n") for line in f if line.strip()]
+            return [line.rstrip("\n") for line in f if line.strip()]
     except FileNotFoundError:
         raise ValueError(f"Labels file not found: {path!r}.") from None
-    if len(labels) != num_classes:
-        raise ValueError(f"--labels {path!r} has {len(labels)} names; the model has "
-                         f"{num_classes} classes (one name per line, in label order).")
-    return labels
 
 
 def _class_labels(model, args, num_classes):
@@ -377,8 +375,9 @@ def _class_labels(model, args, num_classes):
     class_<i>."""
     from keras_vit.labels import class_labels  # heavy (see the top)
 
-    given = _read_labels(args.labels, num_classes) if args.labels else None
-    return class_labels(model, num_classes, given, what="--labels")[0]
+    given = _read_labels(args.labels) if args.labels else None
+    what = f"--labels {args.labels!r}" if args.labels else "--labels"
+    return class_labels(model, num_classes, given, what=what)[0]
 
 
 def _probabilities(model, raw, outputs):

@@ -69,6 +69,12 @@ def test_predict_text_with_labels_and_resize(tmp_path):
     assert code == 0
     assert text.startswith(f"{paths[0]}:\n  1. thing")
     assert text.count("(class ") == 2
+    labels.write_text("\n".join(f"thing{i}" for i in range(9)) + "\n\n")  # a blank line
+    code, _, err = run_cli("predict", *paths, "--weights", fixture.checkpoint,
+                           "--labels", str(labels))
+    assert code == 2
+    assert err == (f"keras-vit: error: --labels {str(labels)!r} has 9 names; the model has "
+                   "10 classes (one name per class, in label order).\n")
 
 
 def test_predict_errors_exit_2(tmp_path):

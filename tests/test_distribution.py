@@ -154,6 +154,18 @@ def test_sam_under_data_parallel_matches_a_hand_reference(tmp_path):
     assert max(np.abs(sgd[k] - expected[k]).max() for k in sgd) > 1e-3
 
 
+def test_the_jax_path_loads_without_tensorflow():
+    """`keras_vit.training.distribution` (what JAX training reads) imports
+    no TensorFlow at load: a tf.distribute strategy is described by
+    `strategy.describe_strategy`."""
+    result = subprocess.run(
+        [sys.executable, "-c", "import sys, keras_vit.training.distribution; "
+                               "print('tensorflow' in sys.modules)"],
+        env=jax_env(1), capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert result.stdout.strip() == "False"
+
+
 # --- specs and errors (in this process, any backend) -------------------------
 
 def test_specs_parse_and_bad_ones_say_what_is_allowed():

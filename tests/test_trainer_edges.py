@@ -164,6 +164,52 @@ def test_a_folder_without_room_for_the_run_is_refused_before_the_first_step(
     assert not (out / "model.keras").exists() and not (out / "backup").exists()
 
 
+def test_a_resumed_run_counts_the_files_it_writes_again_as_room(tmp_path, monkeypatch):
+    """A resume rewrites backup/latest.weights.h5 and best.keras in their
+    own space: a disk with room for the rest is not refused. Only those
+    two files count (regular, one link), and never more than the run
+    writes."""
+    model = keras.Sequential([keras.Input((3,)), keras.layers.Dense(2)])  # 8 float32
+    recipe = recipes.get_recipe("scratch")  # AdamW: 2 slots
+    needed = 8 * 4 * (3 + 2) + (1 << 20)
+    usage = collections.namedtuple("usage", "total used free")
+    free = [0]
+    monkeypatch.setattr(trainer.shutil, "disk_usage",
+                        lambda path: usage(10**9, 10**9 - free[0], free[0]))
+    out = tmp_path / "run"
+    (out / "backup").mkdir(parents=True)
+    free[0] = needed - 500_000
+    with pytest.raises(ValueError, match=(
+            rf"^{out} has 0\.5 MB free, but this run writes about 1\.0 MB there \(the backup "
+            r"with the optimizer's state, best\.keras and model\.keras of 8 parameters\); "
+            r"free some space or pass --out on another disk\.$")):
+        trainer._check_free_space(str(out), model, recipe)  # a new run
+    (out / "backup" / "latest.weights.h5").write_bytes(b"w" * 300_000)
+    (out / "best.keras").write_bytes(b"b" * 200_000)
+    trainer._check_free_space(str(out), model, recipe)  # the resume fits
+    # Not room: model.keras (its replacement is written beside it), another
+    # file in backup/, a best.keras with a second link.
+    (out / "model.keras").write_bytes(b"m" * 400_000)
+    (out / "backup" / "other.h5").write_bytes(b"o" * 400_000)
+    free[0] = needed - 500_001
+    with pytest.raises(ValueError, match=(
+            r"of 8 parameters, 0\.5 MB of it over the files of the run it resumes\); free "
+            r"some space or pass --out on another disk\.$")):
+        trainer._check_free_space(str(out), model, recipe)
+    (tmp_path / "link.keras").hardlink_to(out / "best.keras")
+    free[0] = needed - 300_001
+    with pytest.raises(ValueError, match=r"0\.3 MB of it over the files"):
+        trainer._check_free_space(str(out), model, recipe)
+    (out / "backup" / "latest.weights.h5").write_bytes(b"w" * 2 * needed)
+    free[0] = 0
+    trainer._check_free_space(str(out), model, recipe)  # at most what the run writes
+    # The name is Keras' own: its backup of an epoch is that file.
+    model.compile(optimizer="adamw", loss="mse")
+    model.fit(np.zeros((4, 3)), np.zeros((4, 2)), epochs=1, verbose=0, callbacks=[
+        keras.callbacks.BackupAndRestore(str(tmp_path / "keras"), delete_checkpoint=False)])
+    assert (tmp_path / "keras" / trainer._REWRITTEN[0][1]).is_file()
+
+
 def test_itemsize_of_variable_dtypes():
     assert [trainer._itemsize(d) for d in ("float32", "bfloat16", "float16", "int64",
                                             "bool")] == [4, 2, 2, 8, 1]

@@ -221,6 +221,15 @@ def test_get_strategy_names():
         training.get_strategy("gpu")
 
 
+def test_a_strategy_is_described_for_the_final_json_line():
+    from keras_vit.training.strategy import describe_strategy
+
+    default = tf.distribute.get_strategy()
+    assert describe_strategy(default) == {
+        "backend": keras.backend.backend(), "kind": type(default).__name__, "devices": 1,
+        "processes": 1}
+
+
 def digits_model(path):
     """The tiny ViT (conftest.py) with a 10-class logits head, saved at `path`."""
     return tiny_keras_file(path, classifier="gap", classes=10, classifier_activation=None)

@@ -48,8 +48,6 @@ import re
 
 import keras
 
-from keras_vit.training.strategy import is_multi_worker
-
 KINDS = ("auto", "data", "none")
 SPEC_HELP = "auto, data, model:N (N devices per model replica) or none"
 ENV = {"coordinator": "KERAS_DISTRIBUTION_JOB_ADDRESSES",
@@ -215,16 +213,15 @@ def check_model_split(model, distribution):
                             "divides the hidden size, the qkv width and the MLP width.")
 
 
-def describe(distribution=None, strategy=None):
-    """`{"backend", "kind", "devices", "processes"}` for the final JSON line."""
+def describe(distribution=None):
+    """`{"backend", "kind", "devices", "processes"}` of `distribution` (None:
+    one device) for the final JSON line; a TensorFlow strategy's:
+    `keras_vit.training.strategy.describe_strategy`.
+
+    >>> describe(None)  # doctest: +SKIP
+    {'backend': 'jax', 'kind': 'none', 'devices': 1, 'processes': 1}
+    """
     backend = keras.backend.backend()
-    if strategy is not None:
-        processes = 1
-        if is_multi_worker(strategy):
-            cluster = strategy.cluster_resolver.cluster_spec().as_dict()
-            processes = sum(len(tasks) for tasks in cluster.values())
-        return {"backend": backend, "kind": type(strategy).__name__,
-                "devices": int(strategy.num_replicas_in_sync), "processes": processes}
     processes = 1
     if backend == "jax":
         import jax  # the JAX backend only

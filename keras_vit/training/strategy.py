@@ -4,6 +4,7 @@ import json
 import logging
 import os
 
+import keras
 import tensorflow as tf
 
 from keras_vit import _compat
@@ -83,6 +84,23 @@ def is_multi_worker(strategy):
     """True for a `MultiWorkerMirroredStrategy` that spans several workers."""
     return (isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy)
             and _compat.in_multi_worker_mode(strategy))
+
+
+def describe_strategy(strategy):
+    """`{"backend", "kind", "devices", "processes"}` of a tf.distribute
+    `strategy` for the final JSON line (a `keras.distribution`'s:
+    `keras_vit.training.distribution.describe`).
+
+    >>> describe_strategy(tf.distribute.get_strategy())  # doctest: +SKIP
+    {'backend': 'tensorflow', 'kind': '_DefaultDistributionStrategy', 'devices': 1,
+     'processes': 1}
+    """
+    processes = 1
+    if is_multi_worker(strategy):
+        cluster = strategy.cluster_resolver.cluster_spec().as_dict()
+        processes = sum(len(tasks) for tasks in cluster.values())
+    return {"backend": keras.backend.backend(), "kind": type(strategy).__name__,
+            "devices": int(strategy.num_replicas_in_sync), "processes": processes}
 
 
 def worker_task(strategy):

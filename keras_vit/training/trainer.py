@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import shutil
+import stat
 import sys
 import time
 
@@ -41,6 +42,7 @@ from keras_vit.training.run_folder import open_run_folder
 from keras_vit.training.sam import SAMModel
 from keras_vit.training.sam import check_backend as check_sam_backend
 from keras_vit.training.strategy import (
+    describe_strategy,
     get_strategy,
     prepare_model,
     uses_only_cpus,
@@ -261,8 +263,8 @@ class TrainPlan:
     """What one `train` call does, decided once before the first step from
     its arguments, the recipe, the backend and the training split: the run
     folder, the model, `fit` and the results read it, and nothing changes
-    it (a worker's own folder is a copy with another `out`). Its numbers
-    are checked when it is made.
+    it (a worker's own folder is a copy with another `out`). A plan of no
+    optimizer update (`updates` < 1) is a ValueError.
 
     >>> plan.batch_size, plan.steps_per_epoch, plan.updates  # doctest: +SKIP
     (64, 50, 2000)
@@ -300,8 +302,10 @@ class TrainPlan:
     start: float                # time.perf_counter() when `train` was called
 
     def __post_init__(self):
-        for name in ("image_size", "batch_size", "epochs", "steps_per_epoch", "updates"):
-            _checks.positive_int(getattr(self, name), name)
+        # image_size, batch_size, epochs and steps_per_epoch are not checked
+        # again here: `train` checked its arguments before any work (and
+        # make_dataset a recipe's sizes), and made the others from them.
+        _checks.positive_int(self.updates, "updates")
 
     @property
     def named(self):
@@ -670,7 +674,8 @@ def _fit_and_save(plan, datasets, folder):
         strategy_row = _strategy_row(plan.strategy)
     else:
         strategy_row = _distribution_row(plan.distribution)
-    distribution_row = distribution_lib.describe(plan.distribution, plan.strategy)
+    distribution_row = (describe_strategy(plan.strategy) if plan.strategy is not None
+                        else distribution_lib.describe(plan.distribution))
     _check_free_space(out, net, plan.recipe)
     summary = _summary(plan, net, datasets, strategy_row, distribution_row, folder)
     if plan.verbose:
@@ -739,21 +744,52 @@ def _fit_and_save(plan, datasets, folder):
 # Copies of the weights a run writes to its folder: the backup (weights and
 # the optimizer's slots), best.keras and model.keras.
 _SLOTS = {"sgd": 1, "adamw": 2}
+# At its fullest a run's folder holds the backup, best.keras and the copy of
+# a better epoch that `save_atomically` writes beside it before the rename
+# (model.keras comes after Keras deleted the backup): `needed`. A resumed
+# run finds two of those on disk already, and their space is room: the
+# backup's weights file (Keras' BackupAndRestore rewrites it in place) and
+# best.keras (the rename replaces it). Not a model.keras: it stays while the
+# run trains. (A file name Keras changes subtracts nothing: the check then
+# counts as for a new run.)
+_REWRITTEN = (("backup", "latest.weights.h5"), ("best.keras",))
 
 
 def _check_free_space(out, model, recipe):
     """A ValueError before the first step when `out` cannot hold what the
     run writes there (a full disk mid-run ended in an h5py error and a
-    segmentation fault)."""
+    segmentation fault). A resumed run's backup and best.keras, written
+    again in their own space, count as room."""
     weights = sum(int(math.prod(v.shape)) * _itemsize(v.dtype) for v in model.weights)
     needed = weights * (3 + _SLOTS.get(recipe.optimizer, 2)) + (1 << 20)  # + logs
+    reused = min(_rewritten_bytes(out), needed)
     free = shutil.disk_usage(out).free
-    if free < needed:
+    if free < needed - reused:
+        over = (f", {reused / 1e6:,.1f} MB of it over the files of the run it resumes"
+                if reused else "")
         raise ValueError(
             f"{out} has {free / 1e6:,.1f} MB free, but this run writes about "
             f"{needed / 1e6:,.1f} MB there (the backup with the optimizer's state, best.keras "
-            f"and model.keras of {model.count_params():,} parameters); free some space or "
-            "pass --out on another disk.")
+            f"and model.keras of {model.count_params():,} parameters{over}); free some space "
+            "or pass --out on another disk.")
+
+
+def _rewritten_bytes(out):
+    """Bytes on `out`'s disk held by the files `_REWRITTEN` names: each a
+    regular file there with no other link (whose space the rewrite frees),
+    counted by its size or its allocated blocks, whichever is smaller."""
+    device = os.stat(out).st_dev
+    total = 0
+    for parts in _REWRITTEN:
+        try:
+            status = os.lstat(os.path.join(out, *parts))
+        except OSError:
+            continue
+        if (stat.S_ISREG(status.st_mode) and status.st_nlink == 1
+                and status.st_dev == device):
+            blocks = getattr(status, "st_blocks", None)
+            total += status.st_size if blocks is None else min(status.st_size, blocks * 512)
+    return total
 
 
 def _itemsize(dtype):
