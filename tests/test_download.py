@@ -29,7 +29,7 @@ from keras_vit.weights import (
     registry,
 )
 from keras_vit.weights.download import CACHE_SUBDIR
-from keras_vit.weights.resolve import resolve
+from keras_vit.weights.sources import resolve
 from official_fixtures import REPO_ROOT, Fixture
 from test_checkpoints import make_official_npz
 

@@ -22,7 +22,7 @@ import keras_vit
 from conftest import run_cli
 from keras_vit.variants import ALL_VARIANTS, VIT_VARIANTS
 from keras_vit.weights import CheckpointMismatchError, WeightsDownloadError, download, registry
-from keras_vit.weights.resolve import resolve
+from keras_vit.weights.sources import resolve
 from test_download import Server, cache_dir, cache_files, closed_port, entry, small_checkpoint
 
 SAFETY = 30  # seconds: a bound that only ends a hung server loop, never an assertion

@@ -14,11 +14,11 @@ from conftest import predict, tiny_vit
 from keras_vit.errors import NotAnNpzError, UnsupportedCheckpointError
 from keras_vit.models.mixer import mixer_encoder
 from keras_vit.models.vit import vit_encoder
-from keras_vit.weights import resolve as resolve_module
+from keras_vit.weights import sources
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.hub import HubCheckpoint
 from keras_vit.weights.keras_h5 import KerasWeightsFile
-from keras_vit.weights.resolve import resolve
+from keras_vit.weights.sources import resolve
 from official_fixtures import OFFICIAL
 
 HUB = pathlib.Path(__file__).parent / "fixtures" / "hub"
@@ -37,11 +37,11 @@ def counted(monkeypatch):
             return function(*args, **kwargs)
         return wrapper
 
-    monkeypatch.setattr(resolve_module, "sniff_checkpoint",
-                        count("sniff", resolve_module.sniff_checkpoint))
-    monkeypatch.setattr(resolve_module, "read_npz", count("npz", resolve_module.read_npz))
-    monkeypatch.setattr(resolve_module.hub, "read_hub_checkpoint",
-                        count("hub", resolve_module.hub.read_hub_checkpoint))
+    monkeypatch.setattr(sources, "sniff_checkpoint",
+                        count("sniff", sources.sniff_checkpoint))
+    monkeypatch.setattr(sources, "read_npz", count("npz", sources.read_npz))
+    monkeypatch.setattr(sources.hub, "read_hub_checkpoint",
+                        count("hub", sources.hub.read_hub_checkpoint))
     return calls
 
 

@@ -33,7 +33,7 @@ from keras_vit.weights.registry import (
     family_of,
     imagenet_choice,
 )
-from keras_vit.weights.resolve import resolve
+from keras_vit.weights.sources import resolve
 
 logger = logging.getLogger("keras_vit")
 

@@ -14,7 +14,7 @@ from keras_vit.models.vit import VisionTransformer
 from keras_vit.weights import hub
 from keras_vit.weights.architecture import architecture_from_checkpoint
 from keras_vit.weights.checkpoint import Checkpoint
-from keras_vit.weights.resolve import read_local, resolve
+from keras_vit.weights.sources import read_local, resolve
 
 if TYPE_CHECKING:
     import keras

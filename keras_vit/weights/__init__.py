@@ -31,7 +31,7 @@ _EXPORTS = {
     "resize_position_embedding": "posemb",
     "resample_abs_pos_embed_timm": "posemb",
     "interpolate_pos_encoding_transformers": "posemb",
-    "resolve": "resolve",
+    "resolve": "sources",
     "Checkpoint": "checkpoint",
     "KerasWeightsFile": "keras_h5",
     "read_hub_checkpoint": "hub",

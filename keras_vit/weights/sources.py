@@ -1,4 +1,4 @@
-"""The one way in for weights: `resolve(weights)` -> a `Checkpoint`.
+"""The ways in for weights (`keras_vit.weights.resolve`): `resolve(weights)` -> a `Checkpoint`.
 
 `resolve` decides once what `weights` is and hands it to that source's
 reader; every reader returns a `keras_vit.weights.checkpoint.Checkpoint`
