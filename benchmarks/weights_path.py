@@ -6,8 +6,8 @@ For each kind of source (an official `.npz` through a builder and through
 `.safetensors` file), one warm-up call, then one measured call:
 
 - `opens`: `open` audit events (`sys.addaudithook`) for a path inside the
-  checkpoint (h5py opens files in C, without an audit event: its reads
-  show in `reads` only);
+  checkpoint, plus `h5py.File` calls on it (h5py opens files in C, without
+  an audit event);
 - `reads`: bytes the process read (`rchar` of `/proc/self/io`) during the
   call, divided by the checkpoint's size: 1.0 is every byte read once;
 - `stops`: distinct functions and methods of `keras_vit.weights` /
@@ -29,6 +29,7 @@ import tempfile
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
+import h5py  # noqa: E402
 import keras  # noqa: E402
 
 import keras_vit  # noqa: E402
@@ -77,12 +78,20 @@ def walk(call, checkpoint):
                 stops.add((module, frame.f_code.co_qualname))
 
     _WATCHED.update(root=os.path.realpath(checkpoint), opens=[])
+    h5_file = h5py.File
+
+    def counted_h5(name, *args, **kwargs):
+        _audit("open", (name,))
+        return h5_file(name, *args, **kwargs)
+
+    h5py.File = counted_h5
     before = _rchar()
     sys.setprofile(profile)
     try:
         call()
     finally:
         sys.setprofile(None)
+        h5py.File = h5_file
         read = _rchar() - before
         opened = _WATCHED.pop("opens")
         _WATCHED.clear()

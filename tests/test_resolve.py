@@ -140,3 +140,14 @@ def test_the_encoders_are_the_models_token_sequence():
     mixed = mixer_encoder(images, patch_size=(4, 4), hidden_size=48, num_blocks=2,
                           tokens_mlp_dim=24, channels_mlp_dim=96, grid_size=(8, 8))
     assert mixed.shape == (None, 64, 48)
+
+
+def test_a_headless_official_file_builds_the_features_it_holds(tmp_path):
+    """`save_official_weights` of an `include_top=False` model writes no
+    head: `model_from_checkpoint` builds the token sequence back, as for a
+    transformers `ViTModel` (it said "pass `classes=`" before)."""
+    features = tiny_vit(include_top=False, weights=None)
+    path = keras_vit.save_official_weights(features, tmp_path / "features.npz")
+    again = keras_vit.model_from_checkpoint(path)
+    assert again.output_shape == features.output_shape == (None, 17, 16)
+    np.testing.assert_array_equal(predict(again, IMAGES), predict(features, IMAGES))

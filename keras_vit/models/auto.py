@@ -11,10 +11,9 @@ from typing import TYPE_CHECKING, Any
 from keras_vit.errors import CheckpointMismatchError
 from keras_vit.models.mixer import MLPMixer
 from keras_vit.models.vit import VisionTransformer
-from keras_vit.weights import hub
 from keras_vit.weights.architecture import architecture_from_checkpoint
 from keras_vit.weights.checkpoint import Checkpoint
-from keras_vit.weights.sources import read_local, resolve
+from keras_vit.weights.sources import read_source
 
 if TYPE_CHECKING:
     import keras
@@ -38,8 +37,10 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, **kwargs: Any) -
             (GELU form, LayerNorm epsilon, fc_norm, hybrid stem, position-
             embedding resize, input mean/std); see
             `keras_vit.weights.hub`. A checkpoint without a head
-            (transformers `ViTModel`) gives `include_top=False` and, with
-            its pooler, `pooling="token"` (the pooler output).
+            (transformers `ViTModel`, or an official `.npz` that
+            `save_official_weights` wrote from an `include_top=False`
+            model) gives `include_top=False` and, with its pooler or
+            pre_logits, `pooling="token"`.
         **kwargs: further builder arguments (`input_shape`, `classes`,
             `include_top`, `classifier_activation`, ...); architecture
             arguments given here (e.g. `num_heads` for a bare
@@ -63,8 +64,7 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, **kwargs: Any) -
     model = keras_vit.model_from_checkpoint("hf://google/vit-base-patch16-224")
     ```
     """
-    checkpoint = path if isinstance(path, Checkpoint) else (
-        resolve(path) if hub.is_hub_uri(path) else read_local(path))
+    checkpoint = read_source(path)
     family, config = checkpoint.model_config()
     for key in list(kwargs):
         if key in config:

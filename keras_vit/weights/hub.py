@@ -437,9 +437,10 @@ class HubCheckpoint(Checkpoint):
         family: "vit" or "mixer".
         architecture: builder arguments read off config and shapes
             (patch size, width, depth, heads, MLP, classifier, ResNet).
-        params, names, unmapped: `state` under official keys (for the
-            number of heads `convert` was last given), each official key's
-            source name, and the source keys no mapping rule knows.
+        params, names, unmapped, heads: `state` under official keys, each
+            official key's source name, the source keys no mapping rule
+            knows, and the number of heads `params` splits the attention
+            into (`convert`'s last).
     """
 
     config: dict | None = None
@@ -448,6 +449,7 @@ class HubCheckpoint(Checkpoint):
     architecture: dict
     names: dict | None = None
     unmapped: list | None = None
+    heads: int | None = None    # the number of heads `params` is split into
 
     def __post_init__(self):
         self.convert(self.architecture.get("num_heads") or 1)
@@ -458,11 +460,14 @@ class HubCheckpoint(Checkpoint):
 
     def convert(self, num_heads):
         """Maps the state onto official keys (`params`), splitting the
-        attention weights into `num_heads` heads."""
+        attention weights into `num_heads` heads (once per head count)."""
+        if num_heads == self.heads and self.params is not None:
+            return self.params
         params, names, unmapped = self.module.to_official(self.state, num_heads)
         if self.family == "mixer":
             params, names = timm_format.mixer_keys(params, names)
         self.params, self.names, self.unmapped = params, names, unmapped
+        self.heads = num_heads
         return params
 
     def info(self):

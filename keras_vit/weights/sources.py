@@ -111,7 +111,7 @@ def read_local(path: str | os.PathLike) -> Checkpoint:
     """
     name = os.fspath(path)
     path = os.path.expanduser(name)
-    if os.path.isdir(path) and hub.is_hub_folder(path):
+    if hub.is_hub_folder(path):
         return hub.read_hub_checkpoint(path, source=name)
     try:
         kind = sniff_checkpoint(path, name=name, safetensors=True)
@@ -122,6 +122,21 @@ def read_local(path: str | os.PathLike) -> Checkpoint:
     if kind == "keras_weights":
         return KerasWeightsFile(source=name, path=path)
     return Checkpoint(source=name, path=path, params=read_npz(path, name))
+
+
+def read_source(path: str | os.PathLike | Checkpoint) -> Checkpoint:
+    """`model_from_checkpoint`'s sources, which describe a model: a
+    `Checkpoint`, an `hf://` reference or a local file or Hub folder (no
+    registered name, which needs the model it is for).
+
+    Raises:
+        as `resolve`.
+    """
+    if isinstance(path, Checkpoint):
+        return path
+    if hub.is_hub_uri(path):
+        return resolve(path)
+    return read_local(path)
 
 
 def _fetched(weights, url, filename):
