@@ -425,7 +425,7 @@ def _top_classes(paths, probs, labels, top):
     import numpy as np  # heavy (see the top)
 
     results = []
-    for path, row in zip(paths, probs):
+    for path, row in zip(paths, probs, strict=True):
         order = np.argsort(-row, kind="stable")[:top]
         results.append({"image": path, "top": [
             {"label": labels[i], "index": int(i), "probability": float(row[i])}

@@ -364,7 +364,7 @@ def _list_class_layout(directory, source, subfolders, split, holdout):
                          f"{directory!r}.")
     held = 0
     files, labels, unreadable = [], [], {}
-    for label, (name, images) in enumerate(zip(classes, per_class)):
+    for label, (name, images) in enumerate(zip(classes, per_class, strict=True)):
         k = holdout_count(len(images), holdout)
         held += k
         held_out = set(stable_order([f"{name}/{f}" for f in images])[:k])

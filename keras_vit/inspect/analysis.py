@@ -50,7 +50,7 @@ def stored_image_size(model):
         stages = {layer.name.split("_")[0] for layer in layers
                   if layer.name.startswith("block") and "_unit" in layer.name}
         stride = 4 * 2 ** (len(stages) - 1)
-    return tuple(int(g * p * stride) for g, p in zip(encoder.grid_size, patch))
+    return tuple(int(g * p * stride) for g, p in zip(encoder.grid_size, patch, strict=True))
 
 
 class _Parts:
@@ -75,7 +75,7 @@ def _run(probe, images, batch_size):
         out = probe(images[i:i + batch_size], training=False)
         out = out if isinstance(out, (list, tuple)) else [out]
         chunks.append([keras.ops.convert_to_numpy(o) for o in out])
-    return [np.concatenate(parts) for parts in zip(*chunks)]
+    return [np.concatenate(parts) for parts in zip(*chunks, strict=True)]
 
 
 def _images(images, parts):
@@ -253,4 +253,4 @@ def intermediate_features(model, images, layers=None, batch_size=16):
             else:
                 raise ValueError(f"Block {layer!r} is out of range for {len(names)} blocks.")
     probe = keras.Model(parts.vit.input, [block.output for block in chosen])
-    return dict(zip([block.name for block in chosen], _run(probe, images, batch_size)))
+    return dict(zip([block.name for block in chosen], _run(probe, images, batch_size), strict=True))

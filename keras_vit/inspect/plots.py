@@ -107,7 +107,7 @@ def explain(model, images, out, names=None, n_filters=28):
     maps = analysis.upsample_maps(
         analysis.rollout(attentions, parts.prefix, parts.grid), parts.image_size)
     written = {"rollout": [plot_rollout(image, m, os.path.join(out, f"rollout_{name}.png"))
-                           for image, m, name in zip(images, maps, names)]}
+                           for image, m, name in zip(images, maps, names, strict=True)]}
     distance = analysis.mean_distance(attentions, parts.prefix, parts.grid, parts.pixels)
     written["attention_distance"] = [plot_attention_distance(
         distance, os.path.join(out, "attention_distance.png"), parts.image_size)]

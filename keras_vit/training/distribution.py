@@ -201,11 +201,11 @@ def check_model_split(model, distribution):
     if not isinstance(distribution, keras.distribution.ModelParallel):
         return
     mesh = distribution.device_mesh
-    size = dict(zip(mesh.axis_names, mesh.shape))[MODEL_AXIS]
+    size = dict(zip(mesh.axis_names, mesh.shape, strict=True))[MODEL_AXIS]
     for variable in model.weights:
         for pattern, axes in LAYOUTS:
             if re.fullmatch(pattern, variable.path):
-                for dim, axis in zip(variable.shape, axes):
+                for dim, axis in zip(variable.shape, axes, strict=True):
                     if axis == MODEL_AXIS and dim % size:
                         raise ValueError(
                             f"model:{size} cannot split {variable.path} {tuple(variable.shape)}: "
@@ -231,6 +231,6 @@ def describe(distribution=None):
         return {"backend": backend, "kind": "none", "devices": 1, "processes": processes}
     mesh = distribution.device_mesh
     kind = ("data" if isinstance(distribution, keras.distribution.DataParallel)
-            else f"model:{dict(zip(mesh.axis_names, mesh.shape))[MODEL_AXIS]}")
+            else f"model:{dict(zip(mesh.axis_names, mesh.shape, strict=True))[MODEL_AXIS]}")
     return {"backend": backend, "kind": kind, "devices": int(mesh.devices.size),
-            "processes": processes, "mesh": dict(zip(mesh.axis_names, mesh.shape))}
+            "processes": processes, "mesh": dict(zip(mesh.axis_names, mesh.shape, strict=True))}

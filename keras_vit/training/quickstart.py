@@ -41,7 +41,7 @@ def write_digits(root, size=32):
         images, digits.target, test_size=0.2, random_state=0, stratify=digits.target)
     if not os.path.exists(marker):
         for split, xs, ys in (("train", x_train, y_train), ("test", x_test, y_test)):
-            for i, (x, y) in enumerate(zip(xs, ys)):
+            for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
                 folder = os.path.join(root, split, str(y))
                 os.makedirs(folder, exist_ok=True)
                 with open(os.path.join(folder, f"{i:04d}.png"), "wb") as f:

@@ -77,7 +77,8 @@ class SAMModel(keras.Model):
         if values is None:
             y_pred = self(x, training=True)
         else:
-            with keras.StatelessScope(state_mapping=list(zip(self.trainable_variables, values))):
+            mapping = list(zip(self.trainable_variables, values, strict=True))
+            with keras.StatelessScope(state_mapping=mapping):
                 y_pred = self(x, training=True)
         loss = _compat.compute_loss(self, x, y, y_pred, sample_weight, training=True)
         return loss, y_pred
@@ -99,11 +100,11 @@ class SAMModel(keras.Model):
         _compat.update_loss_tracker(self, loss, tf.shape(tf.nest.flatten(x)[0])[0])
         grads = tape.gradient(scaled, variables)
         grads = [tf.zeros_like(v) if g is None else tf.convert_to_tensor(g)
-                 for g, v in zip(grads, variables)]
+                 for g, v in zip(grads, variables, strict=True)]
         norm = tf.linalg.global_norm(grads)
         scale = self.rho / (norm + self.epsilon)
         perturbed = [tf.convert_to_tensor(v.value) + tf.cast(g * scale, v.dtype)
-                     for g, v in zip(grads, variables)]
+                     for g, v in zip(grads, variables, strict=True)]
         with tf.GradientTape() as tape:
             tape.watch(perturbed)
             perturbed_loss, _ = self._loss(x, y, sample_weight, perturbed)
@@ -130,7 +131,7 @@ class SAMModel(keras.Model):
         # The loss may be scaled (mixed precision): the direction g / |g| is not.
         norm = jnp.sqrt(sum(jnp.sum(jnp.square(g.astype("float32"))) for g in grads))
         scale = self.rho / (norm + self.epsilon)
-        perturbed = [v + (g * scale).astype(v.dtype) for v, g in zip(trainable, grads)]
+        perturbed = [v + (g * scale).astype(v.dtype) for v, g in zip(trainable, grads, strict=True)]
         _, sam_grads = grad_fn(perturbed, non_trainable, metrics_variables, x, y,
                                sample_weight, training=True,
                                optimizer_variables=optimizer_variables)

@@ -945,8 +945,8 @@ def _check_classes(model, info, data, names_must_match=True):
             f"{', ...' if info.num_classes > 10 else ''}.")
     names = class_names(model)
     if names is not None and list(names) != list(info.class_names):
-        different = [(i, a, b) for i, (a, b) in enumerate(zip(names, info.class_names))
-                     if a != b]
+        different = [(i, a, b) for i, (a, b)
+                     in enumerate(zip(names, info.class_names, strict=True)) if a != b]
         i, a, b = different[0]
         message = (f"The model's class names differ from those of {data} ({info.split}): "
                    f"class {i} is {a!r} in the model and {b!r} in the data "

@@ -231,7 +231,7 @@ def official_manifest(model):
     `model`: the input `make_official_npz.py` takes."""
     rows = []
     for param in official_params(model):
-        for key, shape in zip(param.keys, param.official_shapes()):
+        for key, shape in zip(param.keys, param.official_shapes(), strict=True):
             rows.append([key, list(shape)])
     return sorted(rows)
 
@@ -328,7 +328,7 @@ def load_official_weights(model, params, source=None, dropped=()):
         arrays = [np.asarray(params[k], dtype="float32") for k in param.keys]
         wanted = param.official_shapes()
         bad = []
-        for key, array, shape in zip(param.keys, arrays, wanted):
+        for key, array, shape in zip(param.keys, arrays, wanted, strict=True):
             if array.shape == shape:
                 continue
             if param.kind == "groupnorm" and array.size == int(np.prod(shape)) \
@@ -385,7 +385,7 @@ def save_official_weights(model, path):
     arrays = {}
     for param in official_params(model):
         value = np.asarray(param.variable.numpy(), dtype="float32")
-        for key, array in zip(param.keys, param.to_official(value)):
+        for key, array in zip(param.keys, param.to_official(value), strict=True):
             arrays[key] = np.ascontiguousarray(array, dtype="float32")
     with open(os.path.expanduser(path), "wb") as f:
         np.savez(f, **dict(sorted(arrays.items())))

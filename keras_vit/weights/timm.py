@@ -124,7 +124,7 @@ def _map_one(key, value, heads, put):  # noqa: C901 - one table, read top down
     elif m := re.fullmatch(_BLOCK + r"attn\.qkv\.(weight|bias)", key):
         i, kind = m.groups()
         prefix = f"Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1"
-        for name, part in zip(("query", "key", "value"), np.split(value, 3, axis=0)):
+        for name, part in zip(("query", "key", "value"), np.split(value, 3, axis=0), strict=True):
             if kind == "weight":
                 put(f"{prefix}/{name}/kernel", _heads_kernel(part, heads), key)
             else:
