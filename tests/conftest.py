@@ -5,14 +5,17 @@ Helpers (plain functions; import them: `from conftest import tiny_vit, run_cli`)
 - `tiny_vit(**overrides)`, `tiny_mixer(**overrides)`: the tiny models the
   tests build (a few thousand parameters; 32x32 images, 3 classes unless
   overridden), and `tiny_keras_file(path, **overrides)`: one saved as `.keras`.
+- `random_weights(model, scale=0.2)`: every weight redrawn, seeded (logits far
+  from zero, as the export tests need).
 - `predict(model, x)`: a model's outputs as NumPy.
 - `run_cli(*argv)`: `keras-vit ARGV` in this process: `CliResult(code, out, err)`.
 - `run_cli_process(*argv)`: `keras-vit ARGV` in a fresh process, for the tests
   where the process itself is what is tested (lazy imports, signals, several
   workers, another backend).
 
-Fixture: `digits_folder`, the quickstart's digits written once per session
-(per xdist worker). Read only: a test that changes files makes its own
+Fixtures: `digits_folder`, the quickstart's digits written once per session
+(per xdist worker), and `few_digits_folder`, ten digits with 6 train and 3
+test scans each. Read only: a test that changes files makes its own
 folder (`data_helpers.write_digit_folder`, `make_folder`) in `tmp_path`.
 """
 
@@ -26,6 +29,7 @@ import warnings
 from typing import NamedTuple
 
 import keras
+import numpy as np
 import pytest
 from official_fixtures import REPO_ROOT
 
@@ -71,6 +75,15 @@ def tiny_keras_file(path, **overrides):
     """`tiny_vit(**overrides)` saved at `path` (a `.keras` file); its path as a str."""
     tiny_vit(**overrides).save(path)
     return str(path)
+
+
+def random_weights(model, scale=0.2, seed=0):
+    """`model` with every weight drawn from a normal distribution of standard
+    deviation `scale` (seeded, in `get_weights` order); returns the model."""
+    rng = np.random.default_rng(seed)
+    model.set_weights([rng.normal(size=w.shape).astype("float32") * scale
+                       for w in model.get_weights()])
+    return model
 
 
 # --- the keras-vit command ----------------------------------------------------------
@@ -187,4 +200,16 @@ def digits_folder(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("digits") / "digits"
     write_digits(str(root))
+    return root
+
+
+@pytest.fixture(scope="session")
+def few_digits_folder(tmp_path_factory):
+    """All ten digits as 8x8 RGB PNGs of real scans: `train/<digit>/` 6 and
+    `test/<digit>/` the next 3 of each (60 and 30 images), written once per
+    session (per xdist worker). Read only."""
+    from data_helpers import write_digit_folder
+
+    root = tmp_path_factory.mktemp("few_digits")
+    write_digit_folder(str(root), digits=range(10), splits={"train": 6, "test": 3})
     return root

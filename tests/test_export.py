@@ -4,7 +4,6 @@ verified against Keras; quantization modes; errors; the CLI."""
 import json
 import os
 import re
-import subprocess
 import sys
 
 import keras
@@ -14,10 +13,11 @@ import tensorflow as tf
 from tensorflow.core.protobuf import saved_model_pb2
 
 import keras_vit
+from conftest import random_weights, run_cli, tiny_mixer, tiny_vit
+from data_helpers import write_digit_folder
 from keras_vit import export
-from keras_vit.export._report import check as check_report
+from keras_vit.export._report import evaluate, reject
 from keras_vit.layers._fused import portable_graph
-from official_fixtures import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="export needs the TensorFlow backend")
@@ -25,21 +25,17 @@ SIZE = 32
 
 
 def tiny(family, classifier_activation=None, classes=5):
-    kw = dict(input_shape=(SIZE, SIZE, 3), classes=classes,
-              classifier_activation=classifier_activation)
+    """conftest's tiny model of `family`, its weights redrawn: a ViT of two
+    blocks pooled by `family` ("token", "gap"), a hybrid on a one-unit
+    ResNet stem, or a Mixer of two blocks; 32x32 images."""
+    kw = dict(classes=classes, classifier_activation=classifier_activation)
     if family == "mixer":
-        model = keras_vit.MLPMixer(patch_size=8, hidden_size=16, num_blocks=2,
-                                   tokens_mlp_dim=8, channels_mlp_dim=32, **kw)
+        model = tiny_mixer(num_blocks=2, **kw)
     elif family == "hybrid":
-        model = keras_vit.VisionTransformer(patch_size=1, hidden_size=16, num_layers=1,
-                                            num_heads=2, mlp_dim=32, resnet_layers=(1,), **kw)
+        model = tiny_vit(patch_size=1, resnet_layers=(1,), **kw)
     else:
-        model = keras_vit.VisionTransformer(patch_size=8, hidden_size=16, num_layers=2,
-                                            num_heads=2, mlp_dim=32, classifier=family, **kw)
-    rng = np.random.default_rng(0)
-    model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.2
-                       for w in model.get_weights()])
-    return model
+        model = tiny_vit(num_layers=2, classifier=family, **kw)
+    return random_weights(model)
 
 
 def pixels(n, size=SIZE, seed=1):
@@ -157,6 +153,16 @@ def test_bad_arguments_name_the_value(tmp_path):
         export.to_saved_model(model, tmp_path / "sm", top_k=0)
 
 
+def test_verify_takes_images_not_a_source_string(tmp_path):
+    for verify in (export.verify_tflite, export.verify_onnx, export.verify_openvino):
+        with pytest.raises(TypeError, match=re.escape(
+                "images='folder:/data/digits'; give images: an array (N, height, width, 3) "
+                "of RGB pixels in [0, 255] or a tf.data.Dataset (sample a data source "
+                "first: keras_vit.data.sample.sample_images).")):
+            verify(tmp_path / "m.file", tiny("token"), "folder:/data/digits")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_serving_resizes_any_size_and_rejects_wrong_channels(tmp_path):
     model = tiny("gap", classifier_activation="softmax")
     export.to_saved_model(model, tmp_path / "sm", resize=True, top_k=3, verbose=False)
@@ -219,10 +225,12 @@ def test_a_failing_check_raises_and_keeps_the_file_aside(tmp_path):
     report = export.ExportReport(format="tflite", path=str(path), quantization="int8",
                                  size_bytes=5, validation=given,
                                  max_abs_diff=0.5, top1_agreement=0.9, max_abs_logit=3.0)
+    # what `export_verified` does with a report: judge it, reject a miss
+    assert not evaluate(report, **export.CHECKS["int8"])
     with pytest.raises(export.ExportVerificationError,
                        match=r"fails its check \(top-1 agreement >= 97% MISSED\).*90.00% "
                              r"on 100 images \(given array\)") as error:
-        check_report(report, **export.CHECKS["int8"])
+        reject(report)
     assert error.value.report.passed is False
     assert str(error.value).endswith("pass check=False (keras-vit export: --no-check) "
                                      "to keep it")
@@ -233,13 +241,15 @@ def test_a_failing_check_raises_and_keeps_the_file_aside(tmp_path):
                                  size_bytes=5, validation=dict(given, images=1),
                                  max_abs_diff=2e-2, top1_agreement=1.0, max_abs_logit=100.0)
     path.write_bytes(b"model")
+    assert not evaluate(scaled, **export.CHECKS["none"])
     with pytest.raises(export.ExportVerificationError,
                        match=r"max \|diff\| <= 0.0001 x max \|logit\| 100"):
-        check_report(scaled, **export.CHECKS["none"])
+        reject(scaled)
     scaled.max_abs_diff = 5e-3  # within 1e-4 x 100 = 1e-2: passes
     path.write_bytes(b"model")
     scaled.path = str(path)
-    assert check_report(scaled, **export.CHECKS["none"]).passed
+    assert evaluate(scaled, **export.CHECKS["none"]) and scaled.passed
+    assert path.read_bytes() == b"model"  # a pass is not moved
 
 
 def test_report_prints_and_serialises(tmp_path):
@@ -260,32 +270,24 @@ def test_report_prints_and_serialises(tmp_path):
 def test_cli_export_json(tmp_path):
     model = tiny("token", classes=3)
     model.save(tmp_path / "m.keras")
-    folder = tmp_path / "images"
-    rng = np.random.default_rng(0)
-    for split in ("train", "test"):
-        for label in ("a", "b", "c"):
-            (folder / split / label).mkdir(parents=True)
-            for i in range(4):
-                keras.utils.save_img(folder / split / label / f"{i}.png",
-                                     rng.integers(0, 256, (40, 40, 3)).astype("uint8"))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    base = [sys.executable, "-m", "keras_vit.cli", "export", str(tmp_path / "m.keras")]
-    result = subprocess.run(base + ["--format", "tflite", "--quantize", "dynamic",
-                                    "--calibration", f"folder:{folder}", "--out",
-                                    str(tmp_path / "m.tflite"), "--json"],
-                            capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    folder = tmp_path / "images"  # 40x40 digits: resized to the model's 32x32
+    write_digit_folder(str(folder), names=("a", "b", "c"), size=40,
+                       splits={"train": 4, "test": 4})
+    base = ["export", tmp_path / "m.keras"]
+    result = run_cli(*base, "--format", "tflite", "--quantize", "dynamic",
+                     "--calibration", f"folder:{folder}", "--out", tmp_path / "m.tflite",
+                     "--json")
+    assert result.code == 0, result.err[-3000:]
+    report = json.loads(result.out.strip().splitlines()[-1])
     assert report["quantization"] == "dynamic" and report["calibration"] is None
     # verified on the calibration source's test split, not on its train images
     assert report["validation"] == {"split": "test", "images": 12, "classes": 3,
                                     "source": f"folder:{folder}"}
     assert os.path.getsize(report["path"]) == report["size_bytes"]
-    result = subprocess.run(base + ["--format", "saved_model", "--quantize", "int8", "--out",
-                                    str(tmp_path / "sm")],
-                            capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
-    assert result.returncode == 2
-    assert "--quantize int8 applies to --format tflite" in result.stderr
+    result = run_cli(*base, "--format", "saved_model", "--quantize", "int8", "--out",
+                     tmp_path / "sm")
+    assert result.code == 2
+    assert "--quantize int8 applies to --format tflite" in result.err
 
 
 # --- calibration / validation samples, atomic writes, labels -------------
@@ -294,22 +296,11 @@ DIGIT_NAMES = [f"digit {i}" for i in range(10)]
 
 
 @pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    """`folder:DIR` of real scikit-learn digits: train/ 6 and test/ 3 per class
-    (sorted file order puts every class 0 first, as in the issue)."""
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    root = tmp_path_factory.mktemp("digits")
-    for label in range(10):
-        images = data.images[data.target == label][:9]
-        for i, image in enumerate(images):
-            split = "train" if i < 6 else "test"
-            (root / split / str(label)).mkdir(parents=True, exist_ok=True)
-            rgb = np.repeat((image * 255 / 16).astype("uint8")[..., None], 3, -1)
-            (root / split / str(label) / f"{i:02d}.png").write_bytes(
-                tf.io.encode_png(rgb).numpy())
-    return f"folder:{root}"
+def digits(few_digits_folder):
+    """`folder:DIR` of real scikit-learn digits (conftest): train/ 6 and
+    test/ 3 per class (sorted file order puts every class 0 first, as in
+    the issue)."""
+    return f"folder:{few_digits_folder}"
 
 
 def named(model):

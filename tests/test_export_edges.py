@@ -4,7 +4,6 @@ those whose process is gone); absurd batch sizes are one line naming the
 allowed range; `predict` streams many large photos in bounded memory with
 the results of the per-image path."""
 
-import io
 import json
 import logging
 import os
@@ -16,7 +15,8 @@ import keras
 import numpy as np
 import pytest
 
-from keras_vit import cli, export
+from conftest import process_env, random_weights, run_cli, tiny_vit
+from keras_vit import export
 from keras_vit.export._batches import batched, check_batch_size
 from keras_vit.export._files import remove_stale_temporaries, temporary_path
 from official_fixtures import REPO_ROOT
@@ -28,15 +28,8 @@ LIMIT_32PX = 21845  # 256 MiB of float32 32x32 RGB images
 
 
 def tiny():
-    import keras_vit
-
-    model = keras_vit.VisionTransformer(patch_size=8, hidden_size=16, num_layers=1,
-                                        num_heads=2, mlp_dim=32, input_shape=(SIZE, SIZE, 3),
-                                        classes=5, classifier_activation=None)
-    rng = np.random.default_rng(0)
-    model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.2
-                       for w in model.get_weights()])
-    return model
+    """conftest's tiny ViT (32x32 images) with 5 logits, its weights redrawn."""
+    return random_weights(tiny_vit(classes=5, classifier_activation=None))
 
 
 def pixels(n, seed=1):
@@ -148,29 +141,22 @@ def test_an_absurd_tflite_batch_is_one_error_before_any_work(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
-def run(argv, capsys):
-    out = io.StringIO()
-    code = cli.main(argv, out=out)
-    return code, out.getvalue(), capsys.readouterr().err
-
-
-def test_cli_batch_sizes_are_one_line(tmp_path, capsys):
+def test_cli_batch_sizes_are_one_line(tmp_path):
     model = tmp_path / "m.keras"
     tiny().save(model)
-    code, _, err = run(["export", str(model), "--format", "tflite", "--batch-size", "1000000",
-                        "--out", str(tmp_path / "m.tflite")], capsys)
+    code, _, err = run_cli("export", model, "--format", "tflite", "--batch-size", "1000000",
+                           "--out", tmp_path / "m.tflite")
     assert code == 2 and err == (
         f"keras-vit: error: --batch-size 1000000; allowed: 1..{LIMIT_32PX} (a batch of 32x32 "
         "RGB images holds at most 256 MiB of float32 pixels).\n")
-    code, _, err = run(["export", str(model), "--format", "saved_model", "--batch-size", "8",
-                        "--out", str(tmp_path / "sm")], capsys)
+    code, _, err = run_cli("export", model, "--format", "saved_model", "--batch-size", "8",
+                           "--out", tmp_path / "sm")
     assert code == 2 and err == (
         "keras-vit: error: --batch-size applies to --format tflite (a static batch); the "
         "saved_model export takes any batch size.\n")
     image = tmp_path / "a.png"
     keras.utils.save_img(image, pixels(1)[0].astype("uint8"))
-    code, _, err = run(["predict", str(image), "--model", str(model), "--batch-size",
-                        "100000"], capsys)
+    code, _, err = run_cli("predict", image, "--model", model, "--batch-size", "100000")
     assert code == 2 and err.startswith(
         f"keras-vit: error: --batch-size 100000; allowed: 1..{LIMIT_32PX} (")
     assert not (tmp_path / "m.tflite").exists() and not (tmp_path / "sm").exists()
@@ -236,11 +222,11 @@ def test_predict_streams_many_large_photos_in_bounded_memory(tmp_path):
     tiny().save(model)
     paths = photos(tmp_path)
     budget, copies = 256 * 2**20, 12
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    # a process of its own: the address-space cap (RLIMIT_AS) is set in it
     result = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(PREDICT_UNDER_A_CAP), str(model), str(budget),
-         str(copies), *paths], capture_output=True, text=True, cwd=REPO_ROOT, env=env,
-        timeout=300)
+         str(copies), *paths], capture_output=True, text=True, cwd=REPO_ROOT,
+        env=process_env({"TF_CPP_MIN_LOG_LEVEL": "2"}), timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(result.stdout.strip().splitlines()[-1])
     streamed = data["streamed"]

@@ -6,7 +6,6 @@ on the test split, atomic writes, errors, the CLI."""
 import json
 import os
 import re
-import subprocess
 import sys
 
 import keras
@@ -14,8 +13,8 @@ import numpy as np
 import pytest
 
 import keras_vit
+from conftest import random_weights, run_cli, tiny_vit
 from keras_vit import export
-from official_fixtures import REPO_ROOT
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="export needs the TensorFlow backend")
@@ -23,38 +22,20 @@ SIZE = 32
 NAMES = [f"digit {i}" for i in range(10)]
 
 
-def tiny_vit():
-    model = keras_vit.VisionTransformer(patch_size=8, hidden_size=32, num_layers=1,
-                                        num_heads=2, mlp_dim=64, input_shape=(SIZE, SIZE, 3),
-                                        classes=10)
-    rng = np.random.default_rng(0)
-    model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.2
-                       for w in model.get_weights()])
+@pytest.fixture(scope="module")
+def model():
+    """conftest's tiny ViT, 32 wide, 10 classes with softmax, weights redrawn,
+    the digits' names."""
+    model = random_weights(tiny_vit(hidden_size=32, mlp_dim=64, classes=10))
     keras_vit.labels.set_class_names(model, NAMES)
     return model
 
 
 @pytest.fixture(scope="module")
-def model():
-    return tiny_vit()
-
-
-@pytest.fixture(scope="module")
-def digits(tmp_path_factory):
-    """`folder:DIR` of real scikit-learn digits as RGB PNGs: train/ 6 and
-    test/ 3 per class."""
-    import tensorflow as tf
-    from sklearn.datasets import load_digits
-
-    data = load_digits()
-    root = tmp_path_factory.mktemp("digits")
-    for label in range(10):
-        for i, image in enumerate(data.images[data.target == label][:9]):
-            folder = root / ("train" if i < 6 else "test") / str(label)
-            folder.mkdir(parents=True, exist_ok=True)
-            rgb = np.repeat((image * 255 / 16).astype("uint8")[..., None], 3, -1)
-            (folder / f"{i:02d}.png").write_bytes(tf.io.encode_png(rgb).numpy())
-    return f"folder:{root}"
+def digits(few_digits_folder):
+    """`folder:DIR` of real scikit-learn digits as RGB PNGs (conftest):
+    train/ 6 and test/ 3 per class."""
+    return f"folder:{few_digits_folder}"
 
 
 @pytest.fixture(scope="module")
@@ -335,21 +316,15 @@ def test_a_failed_check_leaves_the_previous_file_and_the_rejected_one(model, dig
     assert path.stat().st_size > 100 and (tmp_path / "m.labels.txt").exists()
 
 
-# --- the command line -----------------------------------------------------
-
-def cli(*argv):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
-    return subprocess.run([sys.executable, "-m", "keras_vit.cli", "export", *map(str, argv)],
-                          capture_output=True, text=True, cwd=REPO_ROOT, env=env, timeout=300)
-
+# --- the command line (in this process: conftest's run_cli) ---------------
 
 def test_cli_export_onnx_int8_json(model, digits, tmp_path):
     model.save(tmp_path / "m.keras")
-    result = cli(tmp_path / "m.keras", "--format", "onnx", "--quantize", "int8",
-                 "--calibration", digits, "--calibration-samples", "20", "--out",
-                 tmp_path / "m.onnx", "--no-check", "--json")
-    assert result.returncode == 0, result.stderr[-3000:]
-    report = json.loads(result.stdout.strip().splitlines()[-1])
+    result = run_cli("export", tmp_path / "m.keras", "--format", "onnx", "--quantize", "int8",
+                     "--calibration", digits, "--calibration-samples", "20", "--out",
+                     tmp_path / "m.onnx", "--no-check", "--json")
+    assert result.code == 0, result.err[-3000:]
+    report = json.loads(result.out.strip().splitlines()[-1])
     assert report["format"] == "onnx" and report["quantization"] == "int8"
     assert report["opset"] == 15 and report["labels"] == str(tmp_path / "m.labels.txt")
     assert report["calibration"]["split"] == "train" and report["calibration"]["images"] == 20
@@ -371,6 +346,6 @@ def test_cli_export_onnx_int8_json(model, digits, tmp_path):
      "batch size."),
 ], ids=["onnx-float16", "openvino-int8", "tflite-opset", "onnx-batch-size"])
 def test_cli_export_argument_errors_are_one_line(argv, message, tmp_path):
-    result = cli(tmp_path / "m.keras", *argv, "--out", tmp_path / "m.out")
-    assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert result.stderr.strip().splitlines() == [f"keras-vit: error: {message}"]
+    result = run_cli("export", tmp_path / "m.keras", *argv, "--out", tmp_path / "m.out")
+    assert result.code == 2 and "Traceback" not in result.err
+    assert result.err_lines == [f"keras-vit: error: {message}"]

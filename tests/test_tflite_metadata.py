@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 import keras_vit
+from conftest import random_weights, run_cli, tiny_vit
 from keras_vit import export
 from keras_vit.export import tflite_metadata
 
@@ -25,14 +26,11 @@ MODES = ("none", "float16", "dynamic", "int8")
 
 
 def tiny(**kw):
-    kw.setdefault("classes", 10)
-    model = keras_vit.VisionTransformer(patch_size=8, hidden_size=32, num_layers=1,
-                                        num_heads=2, mlp_dim=64, input_shape=(SIZE, SIZE, 3),
-                                        classifier_activation=None, **kw)
-    rng = np.random.default_rng(0)
-    model.set_weights([rng.normal(size=w.shape).astype("float32") * 0.3
-                       for w in model.get_weights()])
-    return model
+    """conftest's tiny ViT, 32 wide, 10 logits unless `kw` says otherwise,
+    its weights redrawn (scale 0.3)."""
+    kw = {"classes": 10, **kw}
+    return random_weights(tiny_vit(hidden_size=32, mlp_dim=64, classifier_activation=None,
+                                   **kw), scale=0.3)
 
 
 def pixels(n, seed=1):
@@ -291,26 +289,21 @@ def test_metadata_overrides_and_the_reader_command(exports, tmp_path, capsys):
 
 
 def test_cli_no_metadata(exports, tmp_path, capsys):
-    from keras_vit import cli
-
     model = exports.model("official")
     model.save(tmp_path / "m.keras")
-    out = io.StringIO()
-    status = cli.main(["export", str(tmp_path / "m.keras"), "--format", "tflite",
-                       "--no-metadata", "--out", str(tmp_path / "m.tflite"), "--json"],
-                      out=out)
-    assert status == 0
-    report = json.loads(out.getvalue().strip().splitlines()[-1])
+    result = run_cli("export", tmp_path / "m.keras", "--format", "tflite", "--no-metadata",
+                     "--out", tmp_path / "m.tflite", "--json")
+    assert result.code == 0
+    report = json.loads(result.out.strip().splitlines()[-1])
     assert report["metadata"] is None and report["passed"]
     assert export.read_tflite_metadata(tmp_path / "m.tflite") is None
     assert (tmp_path / "m.labels.txt").read_text().splitlines() == NAMES
     assert tflite_metadata.main([str(tmp_path / "m.tflite")]) == 1
     assert "no TFLite Metadata" in capsys.readouterr().out
-    status = cli.main(["export", str(tmp_path / "m.keras"), "--format", "saved_model",
-                       "--no-metadata", "--out", str(tmp_path / "sm")], out=io.StringIO())
-    assert status == 2
-    assert ("--no-metadata applies to --format tflite; not to --format saved_model."
-            in capsys.readouterr().err)
+    result = run_cli("export", tmp_path / "m.keras", "--format", "saved_model",
+                     "--no-metadata", "--out", tmp_path / "sm")
+    assert result.code == 2
+    assert "--no-metadata applies to --format tflite; not to --format saved_model." in result.err
 
 
 @pytest.mark.parametrize("quantization", MODES)

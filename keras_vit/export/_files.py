@@ -49,19 +49,13 @@ def _writer_alive(host, pid):
     return True
 
 
-def _size(path):
+def directory_size(path):
+    """The bytes of a file, or of the files in a directory tree: what
+    removing it frees (a link counts as itself, never followed)."""
     if os.path.isdir(path) and not os.path.islink(path):
         return sum(os.lstat(os.path.join(root, f)).st_size
                    for root, _, files in os.walk(path) for f in files)
     return os.lstat(path).st_size
-
-
-def directory_size(path):
-    """The bytes of a file, or of the files in a directory (links followed)."""
-    if os.path.isfile(path):
-        return os.path.getsize(path)
-    return sum(os.path.getsize(os.path.join(root, f))
-               for root, _, files in os.walk(path) for f in files)
 
 
 # `.<name>.tmp-` then this: the temporaries `temporary_path` names (and the
@@ -111,7 +105,7 @@ def remove_stale_temporaries(path):
     removed, freed, failed = 0, 0, []
     for temporary in stale:
         try:
-            size = _size(temporary)
+            size = directory_size(temporary)
             remove_path(temporary)
         except FileNotFoundError:  # removed meanwhile (another export's sweep)
             continue

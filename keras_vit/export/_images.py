@@ -65,17 +65,17 @@ def _images_and_labels(data, image_size, limit, name):
     return array, labels, kind
 
 
-def as_images(data, image_size, limit, split="test", name="validation_data", seed=0):
-    """float32 pixels in [0, 255], shape (N, H, W, 3), N <= limit, from an
-    array, a `tf.data.Dataset` (of images or `(images, labels)`, batched or
-    not; its first `limit` images) or a `keras_vit.data` source string (a
-    seeded class-stratified sample of its `split`, see
-    `keras_vit.data.sample.sample_images`). None stays None."""
-    if data is None:
-        return None
+def as_images(data, image_size, limit, name="images"):
+    """float32 pixels in [0, 255], shape (N, H, W, 3), N <= limit, resized
+    to `image_size` when they differ, from an array or a `tf.data.Dataset`
+    (of images or `(images, labels)`, batched or not; its first `limit`
+    images): what `verify_tflite`, `verify_onnx` and `verify_openvino`
+    compare on. A string is refused (a TypeError): sample a data source
+    first (`keras_vit.data.sample.sample_images`)."""
     if isinstance(data, str):
-        return sample_images(data, split, image_size=image_size, count=limit,
-                             seed=seed).images
+        raise TypeError(f"{name}={data!r}; give images: an array (N, height, width, 3) of "
+                        "RGB pixels in [0, 255] or a tf.data.Dataset (sample a data source "
+                        "first: keras_vit.data.sample.sample_images).")
     return _images_and_labels(data, image_size, limit, name)[0]
 
 

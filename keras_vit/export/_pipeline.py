@@ -8,9 +8,10 @@ way for every format:
 1. sample the calibration and validation images (`_images.export_images`);
 2. convert in memory (`ExportFormat.prepare`);
 3. write under a temporary name beside the target (`_files.temporary_path`);
-4. run the written file on the validation images and the Keras model on
-   the same pixels, and compare the logits;
-5. time both (the latency of one batch);
+4. load the written file once (`ExportFormat.runner`), run it on the
+   validation images and the Keras model on the same pixels, and compare
+   the logits;
+5. time both with that same runner (the latency of one batch);
 6. fill in the `ExportReport` and judge it by the format's bars;
 7. move a file that misses them to `<path>.rejected` (raising
    `ExportVerificationError`) unless `check=False`, else rename it into
@@ -60,10 +61,12 @@ class ExportFormat:
 
     A subclass sets `name` (the report's `format`) and `checks`
     (quantization -> the bars `evaluate` takes), and implements `write` and
-    `run`; the other methods have defaults that fit a single file with
+    `runner`; the other methods have defaults that fit a single file with
     `<stem>.labels.txt` beside it. One instance serves one export: the
     arguments are its fields, what `prepare` and `write` find is kept on it
-    for the later steps.
+    for the later steps. The written file is loaded once, by `runner`: the
+    function it returns gives the logits compared with Keras, is timed for
+    the latency (`timed`) and is handed to `report_fields`.
 
     Example (a format that copies bytes the model was converted to):
 
@@ -75,8 +78,8 @@ class ExportFormat:
     ...         with open(temporary, "wb") as f:
     ...             f.write(self.content)
     ...         return temporary
-    ...     def run(self, file, images):
-    ...         return run_copy(file, images)
+    ...     def runner(self, file):
+    ...         return load_copy(file)  # a function of images -> logits
     >>> export_verified(Copy(model, "m.copy", "none", (224, 224)), Sampling())  # doctest: +SKIP
     """
 
@@ -89,6 +92,9 @@ class ExportFormat:
 
     name = None
     checks = None
+    # Whether the report times one `latency_batch` through the runner and
+    # through the Keras model (`latency_ms`, `keras_latency_ms`).
+    timed = True
 
     @property
     def kind(self):
@@ -112,22 +118,20 @@ class ExportFormat:
         validation pixels (0..255 float32)."""
         return images
 
-    def run(self, file, images):
-        """The written file's logits on `images`."""
+    def runner(self, file):
+        """Loads the written file (what `write` returned) once; returns a
+        function of images (as `inputs` gives them, any number) -> the
+        file's logits (NumPy), which the comparison and the latency call."""
         raise NotImplementedError
 
-    def report_fields(self, file, images, reference):
+    def report_fields(self, file, run, images, reference):
         """The `ExportReport` fields this format fills in (batch size,
-        signature, ops, runtime...), after the logits are compared."""
+        signature, ops, runtime...), after the logits are compared (`run`:
+        what `runner(file)` returned)."""
         return {}
 
-    def timed(self, file):
-        """A function of one batch that runs the written file, timed for
-        `report.latency_ms`; None: no latency is measured."""
-        return None
-
     def latency_batch(self, images):
-        """The batch `timed` and the Keras model are timed on."""
+        """The batch the runner and the Keras model are timed on."""
         return np.asarray(images[:1], "float32")
 
     def judge(self, report):
@@ -155,17 +159,17 @@ def _measure(fmt, temporary, names, calibration, validation, latency_repeats):
     file = fmt.write(temporary, names)
     images = fmt.inputs(validation.images)
     reference = reference_logits(fmt.model, images, fmt.outputs)
-    max_diff, agreement, max_logit = compare(reference, fmt.run(file, images))
+    run = fmt.runner(file)  # the file is loaded once, for both measures
+    max_diff, agreement, max_logit = compare(reference, run(images))
     report = ExportReport(
         format=fmt.name, path=fmt.path, quantization=fmt.quantization,
         size_bytes=directory_size(temporary), validation=validation.info,
         max_abs_diff=max_diff, top1_agreement=agreement, max_abs_logit=max_logit,
         calibration=calibration.info if fmt.quantization == "int8" else None,
-        **fmt.report_fields(file, images, reference))
-    timed = fmt.timed(file)
-    if timed is not None:
+        **fmt.report_fields(file, run, images, reference))
+    if fmt.timed:
         batch = fmt.latency_batch(images)
-        report.latency_ms = median_ms(lambda: timed(batch), latency_repeats)
+        report.latency_ms = median_ms(lambda: run(batch), latency_repeats)
         report.keras_latency_ms = keras_latency_ms(fmt.model, batch, latency_repeats)
     return report
 

@@ -203,15 +203,6 @@ def reject(report, file=None):
         "to keep it", report)
 
 
-def check(report, max_abs_diff=None, min_top1_agreement=None, file=None):
-    """Sets `report.passed`/`criteria`; when the export falls short, moves
-    it (`file`, default `report.path`) to `<path>.rejected` with the report
-    as `<path>.rejected.json` and raises ExportVerificationError."""
-    if not evaluate(report, max_abs_diff, min_top1_agreement):
-        reject(report, file)
-    return report
-
-
 def warn_kept(report):
     """Logs that an export missing its bar was kept (`check=False`)."""
     logger.warning(

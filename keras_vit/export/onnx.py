@@ -313,9 +313,16 @@ def run_onnx(path, images, *, num_threads=None, output="logits", batch=32):
     """Runs a `to_onnx` file with ONNX Runtime on `images` (N, H, W, 3)
     float32 pixels in [0, 255], `batch` images per call; returns `output`
     (`"logits"` or `"probabilities"`) for all N."""
+    return _runner(path, num_threads, output, batch)(images)
+
+
+def _runner(path, num_threads=None, output="logits", batch=32):
+    """Opens a `to_onnx` file once (`session`): a function of images
+    (N, H, W, 3) float32 pixels -> `output` for all N, `batch` per call."""
     runner = session(path, num_threads)
-    return batched(lambda x: runner.run([output], {"images": np.asarray(x, "float32")})[0],
-                   np.asarray(images, "float32"), batch)
+    return lambda images: batched(
+        lambda x: runner.run([output], {"images": np.asarray(x, "float32")})[0],
+        np.asarray(images, "float32"), batch)
 
 
 def onnx_class_names(path):
@@ -370,19 +377,15 @@ class _ONNX(ExportFormat):
         onnx.save_model(proto, temporary)
         return temporary
 
-    def run(self, file, images):
-        return run_onnx(file, images, num_threads=self.num_threads)
+    def runner(self, file):
+        return _runner(file, self.num_threads)
 
-    def report_fields(self, file, images, reference):
+    def report_fields(self, file, run, images, reference):
         import onnxruntime as ort  # optional: the [onnx] extra
 
         return dict(batch_size=1, opset=self.opset,
                     runtime=f"onnxruntime {ort.__version__} (CPUExecutionProvider)",
                     signature=pixel_graph_signature(self.size))
-
-    def timed(self, file):
-        runner = session(file, self.num_threads)
-        return lambda batch: runner.run(["logits"], {"images": batch})
 
 
 def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | None = None,

@@ -125,10 +125,17 @@ def run_openvino(path, images, *, num_threads=None, output="logits", precision="
     call, at `precision` (`"f32"` or `"bf16"`, OpenVINO's
     `INFERENCE_PRECISION_HINT`); returns `output` for all N."""
     _require()
+    return _runner(path, num_threads, output, precision, batch)(images)
+
+
+def _runner(path, num_threads=None, output="logits", precision="f32", batch=32):
+    """Compiles a `to_openvino` IR once for the CPU: a function of images
+    (N, H, W, 3) float32 pixels -> `output` for all N, `batch` per call."""
     compiled = _compile(path, precision, num_threads)
     port = compiled.output(output)
-    return batched(lambda x: compiled({"images": np.asarray(x, "float32")})[port],
-                   np.asarray(images, "float32"), batch)
+    return lambda images: batched(
+        lambda x: compiled({"images": np.asarray(x, "float32")})[port],
+        np.asarray(images, "float32"), batch)
 
 
 def bf16_support():
@@ -218,17 +225,13 @@ class _OpenVINO(ExportFormat):
         ov.save_model(self.ov_model, xml, compress_to_fp16=self.quantization == "float16")
         return xml
 
-    def run(self, file, images):
-        return run_openvino(file, images, num_threads=self.num_threads)
+    def runner(self, file):
+        return _runner(file, self.num_threads)
 
-    def report_fields(self, file, images, reference):
+    def report_fields(self, file, run, images, reference):
         return dict(batch_size=1, runtime=f"OpenVINO {_version()} (CPU, f32)",
                     bf16=_measure_bf16(file, images, reference, self.num_threads),
                     signature=pixel_graph_signature(self.size))
-
-    def timed(self, file):
-        compiled = _compile(file, "f32", self.num_threads)
-        return lambda batch: compiled({"images": batch})
 
     def judge(self, report):
         passed = super().judge(report)

@@ -144,6 +144,27 @@ def _check_replaceable(path):
                          "(e.g. a version subdirectory such as served/1).")
 
 
+class _Served:
+    """A written SavedModel loaded once (`tf.saved_model.load`): called on
+    images (N, H, W, 3) of uint8 values, its `serving_default` logits, 32
+    images per call; `outputs`: the signature's outputs, `name -> "dtype
+    shape"`."""
+
+    def __init__(self, path):
+        self.loaded = tf.saved_model.load(path)  # kept: its signature reads its variables
+        self.signature = self.loaded.signatures["serving_default"]
+
+    def __call__(self, images):
+        pixels = np.asarray(images).astype("uint8")
+        return batched(lambda x: self.signature(images=tf.constant(x))["logits"].numpy(),
+                       pixels)
+
+    @property
+    def outputs(self):
+        return {k: f"{v.dtype.name} {v.shape.as_list()}"
+                for k, v in self.signature.structured_outputs.items()}
+
+
 @dataclasses.dataclass
 class _SavedModel(ExportFormat):
     """The SavedModel of `to_saved_model`: a directory with the
@@ -156,6 +177,7 @@ class _SavedModel(ExportFormat):
 
     name = "saved_model"
     checks = CHECKS
+    timed = False
 
     def write(self, temporary, names):
         # Standard ops only, so that the file also converts (TFLite, ONNX, TF.js).
@@ -177,18 +199,13 @@ class _SavedModel(ExportFormat):
     def inputs(self, images):
         return np.clip(np.round(images), 0, 255).astype("uint8").astype("float32")
 
-    def run(self, file, images):
-        self.loaded = tf.saved_model.load(file)  # kept: its signature reads its variables
-        signature = self.loaded.signatures["serving_default"]
-        pixels = images.astype("uint8")
-        return batched(lambda x: signature(images=tf.constant(x))["logits"].numpy(), pixels)
+    def runner(self, file):
+        return _Served(file)
 
-    def report_fields(self, file, images, reference):
-        outputs = self.loaded.signatures["serving_default"].structured_outputs
+    def report_fields(self, file, run, images, reference):
         return dict(batch_size=min(32, len(images)),
                     signature={"inputs": {"images": f"uint8 {self.spec.shape.as_list()}"},
-                               "outputs": {k: f"{v.dtype.name} {v.shape.as_list()}"
-                                           for k, v in outputs.items()}})
+                               "outputs": run.outputs})
 
     def label_file(self, names):
         return os.path.join(self.path, "assets", LABELS_ASSET) if names else None

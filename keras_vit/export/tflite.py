@@ -110,17 +110,29 @@ def run_tflite(model_path, images, *, num_threads=None, output="logits", normali
     `images` as they are."""
     if normalize_input:
         images = normalize(images, read_tflite_metadata(model_path))
+    return _runner(model_path, num_threads=num_threads, output=output)(images)
+
+
+def _runner(model_path, num_threads=None, output="logits"):
+    """Loads a `to_tflite` file once: a function of images (N, H, W, 3),
+    float32 as the graph takes them (not normalized here) -> `output` for
+    all N, in batches of the file's static batch size (a partial last batch
+    padded, the padding dropped)."""
     interpreter = _interpreter(model_path, num_threads=num_threads)
     runner = interpreter.get_signature_runner("serving_default")
     batch = runner.get_input_details()["images"]["shape"][0]
-    results = []
-    for start in range(0, len(images), batch):
-        chunk = np.asarray(images[start:start + batch], "float32")
-        n = len(chunk)
-        if n < batch:
-            chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, 0)])
-        results.append(runner(images=chunk)[output][:n])
-    return np.concatenate(results)
+
+    def run(images):
+        results = []
+        for start in range(0, len(images), batch):
+            chunk = np.asarray(images[start:start + batch], "float32")
+            n = len(chunk)
+            if n < batch:
+                chunk = np.concatenate([chunk, np.repeat(chunk[-1:], batch - n, 0)])
+            results.append(runner(images=chunk)[output][:n])
+        return np.concatenate(results)
+
+    return run
 
 
 def verify_tflite(path, model, images, *, image_size=None, outputs="auto", num_threads=None):
@@ -357,10 +369,10 @@ class _TFLite(ExportFormat):
     def inputs(self, images):
         return normalize(images, self.meta)  # as MediaPipe feeds the graph
 
-    def run(self, file, images):
-        return run_tflite(file, images, num_threads=self.num_threads, normalize_input=False)
+    def runner(self, file):
+        return _runner(file, num_threads=self.num_threads)  # fed as `inputs` normalizes
 
-    def report_fields(self, file, images, reference):
+    def report_fields(self, file, run, images, reference):
         int8 = self.quantization == "int8"
         height, width = self.size
         return dict(
@@ -370,11 +382,6 @@ class _TFLite(ExportFormat):
                                             f"{width}, 3]"},
                        "outputs": {"logits": "float32", "probabilities": "float32"}},
             metadata=_report_metadata(self.meta, self.info))
-
-    def timed(self, file):
-        runner = _interpreter(file, num_threads=self.num_threads).get_signature_runner(
-            "serving_default")
-        return lambda batch: runner(images=batch)
 
     def latency_batch(self, images):
         return np.resize(images, (self.batch_size, *images.shape[1:])).astype("float32")
