@@ -762,7 +762,7 @@ def plot(result, path):
     figure, axes = plt.subplots(len(modes), 1, squeeze=False,
                                 figsize=(max(8, 0.3 * bars + 2), 4.5 * len(modes)))
     width = 0.8 / max(len(frameworks), 1)
-    for axis, mode in zip(axes[:, 0], modes):
+    for axis, mode in zip(axes[:, 0], modes, strict=True):
         rows = [r for r in result["rows"] if r["mode"] == mode]
         groups = list(dict.fromkeys((r["model"], r["batch"], r["dtype"]) for r in rows))
         for i, framework in enumerate(frameworks):

@@ -538,7 +538,7 @@ def run_config(model, batch, engines, workers, paths, args, label):
             reference = reply["top1"]
         if reference:
             rows[engine]["top1_agreement"] = (
-                sum(a == b for a, b in zip(reply["top1"], reference)) / len(reference))
+                sum(a == b for a, b in zip(reply["top1"], reference, strict=True)) / len(reference))
     for worker in workers.values():
         worker.request("release")
     return list(rows.values())

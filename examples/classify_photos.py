@@ -57,7 +57,7 @@ def check_fixture(name):
         "within_tolerance": bool(np.allclose(logits, io["logits"], rtol=1e-5, atol=2e-5)),
         "predictions": [
             {"photo": crop, "class": int(p.argmax()), "probability": float(p.max())}
-            for crop, p in zip(CROPS, softmax(logits))
+            for crop, p in zip(CROPS, softmax(logits), strict=True)
         ],
     }
     size = config.get("resize_to")
@@ -100,7 +100,7 @@ def self_contained():
         "max_abs_diff_vs_original": float(np.abs(a - b).max()),
         "within_tolerance": bool(np.array_equal(a, b)),
         "predictions": [{"photo": p, "class": int(c)} for p, c in
-                        zip(["china", "flower"], b.argmax(1))],
+                        zip(["china", "flower"], b.argmax(1), strict=True)],
     }]
 
 

@@ -98,10 +98,10 @@ def run(spec, out, args, dataset, processes):
                     if hasattr(v.value.sharding, "spec")}
         weights = {v.path.replace("/", "."): global_value(v.value) for v in model.weights}
         weights.update({"initial." + v.path.replace("/", "."): w
-                        for v, w in zip(model.weights, initial)})
+                        for v, w in zip(model.weights, initial, strict=True)})
         if spec == "hand-sam":
             weights.update({"sgd." + v.path.replace("/", "."): np.asarray(w)
-                            for v, w in zip(model.trainable_variables, sgd)})
+                            for v, w in zip(model.trainable_variables, sgd, strict=True)})
     info = training.distribution.describe(distribution)
     print("DISTRIBUTION", info, "SHARDING", sharding, "PROCESSES", processes,
           "LOCAL_DEVICES", jax.local_device_count(), flush=True)
@@ -128,9 +128,9 @@ def hand_sam(model, dataset, loss, rho):
     for x, y in dataset.as_numpy_iterator():
         g = grad(values, x, y)
         norm = jnp.sqrt(sum(jnp.sum(t ** 2) for t in g))
-        g_sam = grad([v + t * (rho / (norm + 1e-12)) for v, t in zip(values, g)], x, y)
-        values = [v - SAM_LR * t for v, t in zip(values, g_sam)]
-    for variable, value in zip(model.trainable_variables, values):
+        g_sam = grad([v + t * (rho / (norm + 1e-12)) for v, t in zip(values, g, strict=True)], x, y)
+        values = [v - SAM_LR * t for v, t in zip(values, g_sam, strict=True)]
+    for variable, value in zip(model.trainable_variables, values, strict=True):
         variable.assign(value)
     return values
 

@@ -72,14 +72,14 @@ def m_sharpness_reference(rho=0.05, lr=0.1):
             loss = loss_fn(y[half], model(x[half], training=True))
         grads = tape.gradient(loss, variables)
         scale = rho / (tf.linalg.global_norm(grads) + 1e-12)
-        values = [v.value + g * scale for v, g in zip(variables, grads)]
+        values = [v.value + g * scale for v, g in zip(variables, grads, strict=True)]
         with tf.GradientTape() as tape:
             tape.watch(values)
-            with keras.StatelessScope(state_mapping=list(zip(variables, values))):
+            with keras.StatelessScope(state_mapping=list(zip(variables, values, strict=True))):
                 loss = loss_fn(y[half], model(x[half], training=True))
         sam_grads.append(tape.gradient(loss, values))
     return [v.numpy() - lr * (a.numpy() + b.numpy()) / 2
-            for v, a, b in zip(variables, *sam_grads)]
+            for v, a, b in zip(variables, *sam_grads, strict=True)]
 
 
 def main(scenario):
@@ -96,7 +96,7 @@ def main(scenario):
         STEPS = 1
         expected = m_sharpness_reference()
         got, _ = run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), 0.05)
-        diff = max(float(np.abs(a - b).max()) for a, b in zip(got, expected))
+        diff = max(float(np.abs(a - b).max()) for a, b in zip(got, expected, strict=True))
         print(json.dumps({"scenario": scenario, "max_weight_diff": diff}))
         return
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
@@ -104,7 +104,7 @@ def main(scenario):
     rho = 0.05 if scenario == "sam_mirrored" else None
     w_multi, loss_multi = run(mirrored, rho)
     w_single, loss_single = run(single, rho)
-    diff = max(float(np.abs(a - b).max()) for a, b in zip(w_multi, w_single))
+    diff = max(float(np.abs(a - b).max()) for a, b in zip(w_multi, w_single, strict=True))
     print(json.dumps({"scenario": scenario, "replicas": mirrored.num_replicas_in_sync,
                       "max_weight_diff": diff, "loss_multi": float(loss_multi),
                       "loss_single": float(loss_single)}))

@@ -37,7 +37,7 @@ def test_folder_eval_pipeline_gives_the_source_pixels_and_labels(folder):
     assert info.class_names == list(CLASSES) and info.num_examples == 18
     assert images.dtype == np.float32 and images.shape == (18, 64, 64, 3)
     assert labels.shape == (18, 3) and (labels.sum(1) == 1).all()
-    got = sorted((int(y.argmax()), digest(x)) for x, y in zip(images, labels))
+    got = sorted((int(y.argmax()), digest(x)) for x, y in zip(images, labels, strict=True))
     expected = sorted((label, digest(pixels)) for label, pixels in truth.values())
     assert got == expected
 
@@ -63,7 +63,7 @@ def test_same_seed_same_batches_other_seed_other_batches(folder):
         return [b.numpy() for b, _ in ds.take(2)]
 
     a, b, c = first_batches(5), first_batches(5), first_batches(6)
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
     assert not np.array_equal(a[0], c[0])
 

@@ -274,13 +274,13 @@ def test_skip_corrupt_keeps_the_pixels_and_the_order(tmp_path):
     plain = data.make_dataset(f"folder:{root}", image_size=8, batch_size=5, holdout=0)
     skipping = data.make_dataset(f"folder:{root}", image_size=8, batch_size=5, holdout=0,
                                  skip_corrupt=True)
-    for (a, la), (b, lb) in zip(plain, skipping):
+    for (a, la), (b, lb) in zip(plain, skipping, strict=True):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
         np.testing.assert_array_equal(la.numpy(), lb.numpy())
     kwargs = dict(image_size=8, batch_size=4, holdout=0, training=True, preset="light1", seed=3)
     a = [x.numpy() for x, _ in data.make_dataset(f"folder:{root}", **kwargs)]
     b = [x.numpy() for x, _ in data.make_dataset(f"folder:{root}", skip_corrupt=True, **kwargs)]
-    for x, y in zip(a, b):
+    for x, y in zip(a, b, strict=True):
         np.testing.assert_array_equal(x, y)
 
 

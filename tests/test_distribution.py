@@ -116,7 +116,7 @@ def run_two_processes(command, devices):
     finally:
         for p in procs:
             p.kill()
-    return [(p.returncode, *output) for p, output in zip(procs, outputs)]
+    return [(p.returncode, *output) for p, output in zip(procs, outputs, strict=True)]
 
 
 @pytest.mark.parametrize("spec", ["data", "model:4"])
@@ -340,7 +340,7 @@ def test_cli_train_in_two_processes_writes_one_run(tmp_path):
     assert lines[0]["val_accuracy"] == lines[1]["val_accuracy"]
     assert lines[0]["val_loss"] == lines[1]["val_loss"]
     models = [keras.saving.load_model(line["model"]) for line in lines]
-    for a, b in zip(*(m.get_weights() for m in models)):
+    for a, b in zip(*(m.get_weights() for m in models), strict=True):
         np.testing.assert_array_equal(a, b)
     scores = evaluate_in_tensorflow(lines[0]["model"], data)
     assert scores["images"] == 30

@@ -387,7 +387,7 @@ def test_four_processes_on_an_empty_cache_download_once(server):
                 for _ in range(4)]
     errors = [[] for _ in children]
     readers = [threading.Thread(target=lambda c=c, e=e: e.extend(c.stderr), daemon=True)
-               for c, e in zip(children, errors)]
+               for c, e in zip(children, errors, strict=True)]
     for reader in readers:
         reader.start()
 

@@ -94,7 +94,7 @@ def test_fused_and_portable_graphs_agree_in_value_and_gradient(block):
     np.testing.assert_allclose(fused_y.numpy(), ops.convert_to_numpy(block(x)),
                                rtol=1e-5, atol=1e-5)
     assert len(fused_grads) == len(block.trainable_variables) + 1
-    for fused, plain in zip(fused_grads, plain_grads):
+    for fused, plain in zip(fused_grads, plain_grads, strict=True):
         np.testing.assert_allclose(fused.numpy(), plain.numpy(), rtol=1e-4, atol=1e-4)
 
     fused_ops = _op_types(block, (None, 9, 16), portable=False)

@@ -403,7 +403,7 @@ def test_cli_predict_with_a_hub_folder(tmp_path):
     from keras_vit.cli import _load_images
 
     expected = model.predict(_load_images([str(tmp_path)], (32, 32)), verbose=0)
-    for row, probs in zip(result["predictions"], expected):
+    for row, probs in zip(result["predictions"], expected, strict=True):
         got = {t["index"]: t["probability"] for t in row["top"]}
         assert {t["label"] for t in row["top"]} == {f"class_{i}" for i in range(10)}
         np.testing.assert_allclose([got[i] for i in range(10)], probs, atol=1e-5)

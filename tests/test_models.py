@@ -143,7 +143,7 @@ def test_weights_h5_file_loads(tmp_path):
     path = tmp_path / "tiny.weights.h5"
     model.save_weights(path)
     again = tiny_vit(weights=str(path))
-    for a, b in zip(model.get_weights(), again.get_weights()):
+    for a, b in zip(model.get_weights(), again.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
 
 

@@ -30,7 +30,7 @@ def folders(tmp_path_factory):
     root = tmp_path_factory.mktemp("runs")
     make_folder(str(root / "X"), per_class=6, size=32)
     make_folder(str(root / "Y"), per_class=6, size=32)
-    for old, new in zip(CLASSES, "abc"):
+    for old, new in zip(CLASSES, "abc", strict=True):
         os.rename(root / "Y" / old, root / "Y" / new)
     tiny_keras_file(root / "tiny.keras", classifier="gap", classifier_activation=None)
     return root

@@ -96,7 +96,7 @@ def test_dataset_from_records_gives_the_source_pixels(built):
     _, truth, out, _ = built
     dataset = data.make_dataset(f"tfrecord:{out}", image_size=64, batch_size=4)
     got = sorted((int(y.argmax()), x.astype("uint8").tobytes())
-                 for xb, yb in dataset for x, y in zip(xb.numpy(), yb.numpy()))
+                 for xb, yb in dataset for x, y in zip(xb.numpy(), yb.numpy(), strict=True))
     expected = sorted((label, pixels.tobytes()) for label, pixels in truth.values())
     assert got == expected
 

@@ -108,7 +108,7 @@ def test_a_run_of_one_update_moves_the_weights(folder, tmp_path):
     assert results["summary"]["steps_per_epoch"] == 1
     assert results["summary"]["warmup_steps"] == 0
     start, end = _weights(folder / "tiny.keras"), _weights(results["model"])
-    assert max(float(np.max(np.abs(a - b))) for a, b in zip(start, end)) > 1e-4
+    assert max(float(np.max(np.abs(a - b))) for a, b in zip(start, end, strict=True)) > 1e-4
 
 
 def test_a_run_that_changes_no_weight_fails_and_says_why(folder, tmp_path):

@@ -94,21 +94,21 @@ def test_sam_step_equals_the_hand_computed_reference():
         loss = loss_fn(y, reference(x))
     g = tape.gradient(loss, reference.trainable_variables)
     norm = np.sqrt(sum(float(np.sum(gi.numpy() ** 2)) for gi in g))
-    for v, gi in zip(reference.trainable_variables, g):
+    for v, gi in zip(reference.trainable_variables, g, strict=True):
         v.assign_add(rho * gi / (norm + 1e-12))  # the ascent, then the gradient there
     with tf.GradientTape() as tape:
         loss = loss_fn(y, reference(x))
     g_sam = tape.gradient(loss, reference.trainable_variables)
-    expected = [wi - lr * gi.numpy() for wi, gi in zip(w, g_sam)]
-    plain = [wi - lr * gi.numpy() for wi, gi in zip(w, g)]
+    expected = [wi - lr * gi.numpy() for wi, gi in zip(w, g_sam, strict=True)]
+    plain = [wi - lr * gi.numpy() for wi, gi in zip(w, g, strict=True)]
 
     model = tiny_model()
     sam = training.SAMModel(model, rho=rho)
     sam.compile(keras.optimizers.SGD(lr), loss_fn)
     sam.train_on_batch(x, y)
-    for got, want in zip(model.get_weights(), expected):
+    for got, want in zip(model.get_weights(), expected, strict=True):
         np.testing.assert_allclose(got, want, atol=1e-6)
-    assert max(np.abs(a - b).max() for a, b in zip(model.get_weights(), plain)) > 1e-3
+    assert max(np.abs(a - b).max() for a, b in zip(model.get_weights(), plain, strict=True)) > 1e-3
 
 
 def test_sam_with_fit_logs_loss_and_saves_the_inner_model(tmp_path):
@@ -186,8 +186,8 @@ def test_multi_worker_mirrored_two_processes_match_single_process(tmp_path):
                             env=dict(os.environ, WEIGHTS_OUT=str(tmp_path / "single.npz")))
     assert single.returncode == 0, single.stderr[-3000:]
     worker0, worker1, alone = (load_npz(p) for p in outputs + [tmp_path / "single.npz"])
-    assert all(np.array_equal(a, b) for a, b in zip(worker0, worker1))
-    assert max(float(np.abs(a - b).max()) for a, b in zip(worker0, alone)) < 1e-6
+    assert all(np.array_equal(a, b) for a, b in zip(worker0, worker1, strict=True))
+    assert max(float(np.abs(a - b).max()) for a, b in zip(worker0, alone, strict=True)) < 1e-6
 
 
 def test_cli_train_on_two_workers(digits_folder, tmp_path):
@@ -205,7 +205,7 @@ def test_cli_train_on_two_workers(digits_folder, tmp_path):
     assert other["model"] == str(out / "workers" / "1" / "model.keras")
     assert chief["val_accuracy"] == other["val_accuracy"]
     weights = [keras.saving.load_model(r["model"]).get_weights() for r in (chief, other)]
-    assert all(np.array_equal(a, b) for a, b in zip(*weights))
+    assert all(np.array_equal(a, b) for a, b in zip(*weights, strict=True))
 
 
 def test_sam_under_mirrored_is_per_replica_m_sharpness():

@@ -46,7 +46,7 @@ def plan(source, split, data_dir=None, seed=0):
     scheme, rest = parse_source(source)
     if scheme == "folder":
         files, labels, classes = list_folder(rest, split)
-        examples = list(zip(files, labels))
+        examples = list(zip(files, labels, strict=True))
         random.Random(seed).shuffle(examples)  # mix classes across shards
         return "folder", examples, classes, len(examples)
     if scheme == "tfds":

@@ -181,7 +181,7 @@ def check_step(out):
             max_prob_diff_keras=float(np.abs(probs - ref["keras"]).max()),
             max_prob_diff_litert=float(np.abs(probs - ref[f"litert_{mode}"]).max()),
             full_size_photos_top1=full,
-            full_size_photos_agree_keras=sum(f == keras_top[i] for f, i in zip(full, photos)))
+            full_size_photos_agree_keras=sum(f == keras_top[i] for f, i in zip(full, photos, strict=True)))
         passed = (heads == ["probabilities", "logits"] and row["agree_litert"] == len(top)
                   and (row["photos_agree_keras"] + row["digits_agree_keras"])
                   >= BARS[mode] * len(top))
