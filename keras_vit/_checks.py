@@ -49,6 +49,20 @@ def positive_int(value, name=None, hint=None, *, or_none=False):
     return int(value)
 
 
+def boolean(value, name=None, hint=None):
+    """`value` (True or False, a NumPy bool too) as a bool: a flag given
+    as 1, "yes" or None is a TypeError, not silently true or false.
+
+    >>> boolean("false", "ema")
+    Traceback (most recent call last):
+    TypeError: `ema` must be True or False, got 'false'.
+    """
+    numpy_bool = type(value).__module__ == "numpy" and type(value).__name__ in ("bool", "bool_")
+    if not (isinstance(value, bool) or numpy_bool):  # NumPy is not imported here: the CLI
+        _fail(TypeError, value, name, "True or False", hint)
+    return bool(value)
+
+
 def non_negative_int(value, name=None, hint=None):
     """`value` (an int >= 0, not a bool) as an int."""
     if not _is_int(value):

@@ -310,6 +310,10 @@ def _load_images(paths, size):
     return _resize(images, size)
 
 
+# The files --model auto reads the architecture of (besides Hub folders and hf://).
+CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar")
+
+
 def _check_model_args(args):
     """Validates `--model` / `--weights` without importing TensorFlow."""
     model = args.model
@@ -337,11 +341,12 @@ def _check_model_args(args):
     weights = args.weights
     if weights.startswith("hf://"):
         return
-    if not weights.endswith((".npz", ".safetensors")) and not os.path.isdir(weights):
+    if not weights.endswith(CHECKPOINT_SUFFIXES) and not os.path.isdir(weights):
         raise ValueError(
             "--model auto reads the architecture from a local official .npz, a "
-            "Hugging Face Hub folder (config.json + model.safetensors), a "
-            f".safetensors file or hf://ORG/NAME; for --weights {weights!r} name the "
+            "Hugging Face Hub folder (config.json + model.safetensors or "
+            "pytorch_model.bin), a .safetensors or PyTorch file (.pth, .pt, .bin, "
+            f".ckpt, .pth.tar) or hf://ORG/NAME; for --weights {weights!r} name the "
             "model, e.g. --model ViTB16.")
     if not os.path.exists(weights):
         raise ValueError(f"Checkpoint not found: {weights!r}.")
@@ -355,8 +360,9 @@ def _model_from_args(args):
     _keras()
     shape = (args.image_size, args.image_size, 3) if args.image_size else None
     if args.model == "auto":
-        return keras_vit.model_from_checkpoint(args.weights, input_shape=shape)
-    return getattr(keras_vit, args.model)(weights=args.weights, input_shape=shape)
+        return keras_vit.model_from_checkpoint(args.weights, input_shape=shape, ema=args.ema)
+    return getattr(keras_vit, args.model)(weights=args.weights, input_shape=shape,
+                                          ema=args.ema)
 
 
 def _read_labels(path):
@@ -523,6 +529,8 @@ def cmd_train(args, out):
                       process_id="process_id")
     if args.skip_corrupt:
         extra["skip_corrupt"] = True
+    if args.ema:
+        extra["model_kwargs"] = {"ema": True}
     # --json: stdout carries only the JSON line; Keras' progress goes to stderr.
     progress = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     try:
@@ -740,6 +748,9 @@ def _predict_parser(add):
     p.add_argument("--weights",
                    help="registered name, augreg:<file>, URL, path to an official .npz, "
                         "hf://ORG/NAME (timm / transformers), a Hub folder or .safetensors")
+    p.add_argument("--ema", action="store_true",
+                   help="with a PyTorch training checkpoint as --weights, its EMA weights "
+                        "(state_dict_ema / model_ema)")
     p.add_argument("--top", type=POSITIVE_INT, default=5, help="classes per image (default 5)")
     p.add_argument("--image-size", type=POSITIVE_INT, default=None,
                    help="input resolution (default: the checkpoint's; for a .keras "
@@ -769,6 +780,9 @@ def _explain_parser(add):
                         "describes) or a .keras file")
     p.add_argument("--weights", help="registered name, augreg:<file>, URL, .npz path, "
                                      "hf://ORG/NAME, Hub folder or .safetensors")
+    p.add_argument("--ema", action="store_true",
+                   help="with a PyTorch training checkpoint as --weights, its EMA weights "
+                        "(state_dict_ema / model_ema)")
     p.add_argument("--image-size", type=POSITIVE_INT, default=None)
     p.add_argument("--out", required=True, help="folder for the PNG files")
     p.add_argument("--json", action="store_true", help="one JSON line listing the files")
@@ -781,6 +795,9 @@ def _train_parser(add):
     p.add_argument("--model", default="ViTB16", help="named model or a .keras file")
     p.add_argument("--weights", help="registered name, augreg:<file>, path, "
                                      "hf://ORG/NAME, Hub folder or .safetensors")
+    p.add_argument("--ema", action="store_true",
+                   help="with a PyTorch training checkpoint as --weights, its EMA weights "
+                        "(state_dict_ema / model_ema)")
     p.add_argument("--data", required=True, help="tfds:NAME, tfrecord:DIR_OR_GLOB, folder:DIR")
     p.add_argument("--recipe", default="finetune", choices=["finetune", "augreg", "scratch"])
     p.add_argument("--image-size", type=POSITIVE_INT)

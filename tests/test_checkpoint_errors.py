@@ -74,12 +74,25 @@ def write_torch_zip(path):
 
 @pytest.mark.parametrize("filename", ["model.pth", "model.bin", "renamed.npz"])
 def test_pytorch_zip_checkpoint(tmp_path, filename):
+    """The official-format readers name a PyTorch file and where it is read;
+    `weights=` and `model_from_checkpoint` read it (tests/test_pytorch.py),
+    and this one holds no tensors."""
     path = tmp_path / filename
     write_torch_zip(path)
-    message = assert_unsupported_everywhere(
-        path, f"{str(path)!r} is a PyTorch checkpoint (zip with data.pkl); ")
-    assert message.endswith(
-        f"; {ACCEPTED} Convert it or load it with the library that wrote it.")
+    for name, load in entry_points().items():
+        with pytest.raises(UnsupportedCheckpointError) as info:
+            load(str(path))
+        message = str(info.value)
+        if name in ("read_checkpoint", "load_official_weights"):
+            assert message == (
+                f"{str(path)!r} is a PyTorch checkpoint (zip with data.pkl); {ACCEPTED} Load a "
+                "timm, Hugging Face transformers or DINO PyTorch file with weights=path or "
+                "keras_vit.model_from_checkpoint(path) (or its folder with config.json)."), name
+        else:
+            assert message == (
+                f"{str(path)!r} holds no tensor state dict: looked for a dict of tensors, then "
+                "under 'state_dict', 'model', 'module', 'model_state_dict', 'teacher'; the "
+                "file holds head.weight."), name
 
 
 def test_legacy_pytorch_pickle(tmp_path):
@@ -90,7 +103,9 @@ def test_legacy_pytorch_pickle(tmp_path):
                      + pickle.dumps({"protocol_version": 1001}, protocol=2))
     assert_unsupported_everywhere(
         path, f"{str(path)!r} is a legacy PyTorch checkpoint (pickled, "
-        f"torch.save before 1.6); {ACCEPTED} Convert it")
+        f"torch.save before 1.6); {ACCEPTED} Save it again with PyTorch >= 1.6, e.g. "
+        "torch.save(torch.load(path, weights_only=True), 'model.pth'): that zip format is "
+        "read with weights=path or keras_vit.model_from_checkpoint(path).")
 
 
 def test_plain_pickle(tmp_path):

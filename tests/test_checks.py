@@ -20,6 +20,7 @@ from keras_vit import _checks
     (_checks.fraction, 0.25, 0.25),
     (_checks.positive_int_pair, 16, (16, 16)),
     (_checks.positive_int_pair, [224, 160], (224, 160)),
+    (_checks.boolean, np.bool_(True), True),
 ])
 def test_good_values_come_back_as_python_numbers(check, value, expected):
     got = check(value, "x")
@@ -28,6 +29,8 @@ def test_good_values_come_back_as_python_numbers(check, value, expected):
 
 @pytest.mark.parametrize("check, value, error, message", [
     (_checks.positive_int, 0, ValueError, "`epochs` must be a positive integer, got 0."),
+    (_checks.boolean, 1, TypeError, "`epochs` must be True or False, got 1."),
+    (_checks.boolean, None, TypeError, "`epochs` must be True or False, got None."),
     (_checks.positive_int, -2, ValueError, "`epochs` must be a positive integer, got -2."),
     (_checks.positive_int, 2.5, TypeError, "`epochs` must be a positive integer, got 2.5."),
     (_checks.positive_int, True, TypeError, "`epochs` must be a positive integer, got True."),

@@ -3,8 +3,9 @@
 Each page's blocks run in order, in one fresh namespace, in this process,
 in a temporary folder that holds what they read, made only for the pages
 that read it: the quickstart's outputs (`runs/quickstart/digits`, and a
-small digits ViT trained here as `runs/quickstart/model.keras`) and
-`flowers/` (class subfolders). Downloads cannot succeed here:
+small digits ViT trained here as `runs/quickstart/model.keras`),
+`flowers/` (class subfolders) and `vit_repo/` (config.json +
+pytorch_model.bin). Downloads cannot succeed here:
 `KERAS_VIT_MIRROR` points at a closed port on 127.0.0.1 and the Hugging
 Face Hub is offline, so each statement that names a download (a registered
 `weights=` name, a URL, `hf://`) must stop with the library's offline
@@ -16,6 +17,7 @@ Relative links and images must point at files that exist.
 
 import ast
 import re
+import shutil
 import socket
 
 import keras
@@ -133,6 +135,23 @@ def flowers(tmp_path_factory):
     return folder
 
 
+@pytest.fixture(scope="module")
+def vit_repo(tmp_path_factory):
+    """`vit_repo/`: a Hub folder as older repositories hold it, config.json
+    and `pytorch_model.bin` (torch.save of the timm fixture's weights)."""
+    torch = pytest.importorskip("torch")
+    from keras_vit.weights import hub
+
+    fixture = REPO_ROOT / "tests" / "fixtures" / "hub" / "timm_vit_token"
+    folder = tmp_path_factory.mktemp("docs") / "vit_repo"
+    folder.mkdir()
+    shutil.copy(fixture / "config.json", folder)
+    state = hub.read_safetensors(fixture / "model.safetensors")
+    torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()},
+               folder / "pytorch_model.bin")
+    return folder
+
+
 @pytest.fixture
 def offline(monkeypatch, tmp_path):
     """No download can succeed: the official files' mirror is a closed port
@@ -159,7 +178,8 @@ def test_python_blocks_run(page, offline, tmp_path, monkeypatch, request):
     runnable = [(line, code) for line, code, skip in blocks(page) if skip is None]
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    for name, fixture in (("runs/quickstart", "quickstart_run"), ("folder:flowers", "flowers")):
+    for name, fixture in (("runs/quickstart", "quickstart_run"), ("folder:flowers", "flowers"),
+                          ('"vit_repo"', "vit_repo")):
         if any(name in code for _, code in runnable):  # made only for the pages that read it
             folder = request.getfixturevalue(fixture)
             (cwd / folder.name).symlink_to(folder)

@@ -343,7 +343,8 @@ import sys, numpy as np, keras, keras_vit
 refs = np.load(sys.argv[1])
 x = refs["photos/32"].astype("float32")
 for uri, name in (("hf://test/tiny-timm-vit", "timm_vit_token"),
-                  ("hf://google/tiny-vit", "transformers_vit_classifier")):
+                  ("hf://google/tiny-vit", "transformers_vit_classifier"),
+                  ("hf://test/torch-only-vit", "timm_vit_token")):
     model = keras_vit.model_from_checkpoint(uri, classifier_activation=None)
     ref = refs[name + "/32/logits"]
     diff = float(np.abs(keras.ops.convert_to_numpy(model(x)) - ref).max())
@@ -354,10 +355,20 @@ print("OK")
 
 def test_hf_uri_through_a_loopback_hub(tmp_path):
     """hf:// downloads with huggingface_hub from HF_ENDPOINT into its cache
-    (HF_HOME); then HF_HUB_OFFLINE=1 loads from the cache alone."""
+    (HF_HOME); then HF_HUB_OFFLINE=1 loads from the cache alone. A
+    repository that holds only `pytorch_model.bin` (written by torch.save)
+    loads too."""
     pytest.importorskip("huggingface_hub")
+    torch = pytest.importorskip("torch")
+    torch_only = tmp_path / "torch_only"
+    torch_only.mkdir()
+    shutil.copy(HUB / "timm_vit_token" / "config.json", torch_only)
+    state = hub.read_safetensors(HUB / "timm_vit_token" / "model.safetensors")
+    torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()},
+               torch_only / "pytorch_model.bin")
     _HubHandler.repos = {"test/tiny-timm-vit": HUB / "timm_vit_token",
-                         "google/tiny-vit": HUB / "transformers_vit_classifier"}
+                         "google/tiny-vit": HUB / "transformers_vit_classifier",
+                         "test/torch-only-vit": torch_only}
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _HubHandler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()

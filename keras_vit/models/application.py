@@ -370,6 +370,7 @@ def build_application(
     include_preprocessing: bool,
     name: str | None,
     representation_size: int | None = None,
+    ema: bool = False,
     **given_arithmetic: Any,
 ) -> keras.Model:
     """Builds a keras.applications-style model around `encoder`: weights,
@@ -388,7 +389,7 @@ def build_application(
     ```
     """
     description = encoder.description
-    checkpoint = resolve(weights, variant, description)
+    checkpoint = resolve(weights, variant, description, ema=ema)
     info = checkpoint.info() if checkpoint is not None else None
     check_checkpoint(checkpoint, info, encoder.family, encoder.classifier, description)
     classes, representation_size, dropped = plan_head(
@@ -424,6 +425,8 @@ _NAMED_DOC = """Builds {description} ({params}).
         include_top, weights, input_tensor, input_shape, pooling, classes,
         classifier_activation, include_preprocessing, name: as in
             `keras_vit.VisionTransformer` (keras.applications style).
+        ema: with a PyTorch training checkpoint as `weights`, its EMA
+            weights (`state_dict_ema` / `model_ema`).
         **kwargs: {regularization}.
 
     Registered weights: {weights}.{imagenet}{architecture}
@@ -483,7 +486,7 @@ def named_model_builder(variant: Variant, builder: Callable[..., keras.Model],
               pooling: str | None = None, classes: int | None = None,
               classifier_activation: str | Callable | None = "softmax",
               include_preprocessing: bool = True, name: str | None = None,
-              **kwargs: Any) -> keras.Model:
+              ema: bool = False, **kwargs: Any) -> keras.Model:
         unknown = sorted(set(kwargs) - set(allowed_kwargs))
         if unknown:
             raise TypeError(
@@ -498,7 +501,7 @@ def named_model_builder(variant: Variant, builder: Callable[..., keras.Model],
             input_shape=input_shape, pooling=pooling, classes=classes,
             classifier_activation=classifier_activation,
             include_preprocessing=include_preprocessing,
-            name=name or default_name(variant),
+            name=name or default_name(variant), ema=ema,
         )
 
     names = available_weights(variant)

@@ -21,7 +21,8 @@ if TYPE_CHECKING:
 __all__ = ["architecture_from_checkpoint", "model_from_checkpoint"]
 
 
-def model_from_checkpoint(path: str | os.PathLike | Checkpoint, **kwargs: Any) -> keras.Model:
+def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = False,
+                          **kwargs: Any) -> keras.Model:
     """Builds and loads the ViT / hybrid / Mixer stored in a checkpoint.
 
     The checkpoint is read once (`keras_vit.weights.resolve`): the
@@ -32,8 +33,11 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, **kwargs: Any) -
             by `keras_vit.weights.resolve`; or a timm /
             Hugging Face transformers checkpoint: `"hf://ORG/NAME"`
             (downloaded with huggingface_hub, the `hf` extra), a folder in
-            the Hub layout (config.json + model.safetensors), or a bare
-            `.safetensors` file. Those bring their source's arithmetic
+            the Hub layout (config.json + model.safetensors or
+            pytorch_model.bin), a bare `.safetensors` file, or a PyTorch
+            file (`torch.save` of a state dict or of a training checkpoint
+            holding one; `keras_vit.weights.pytorch`). Those bring their
+            source's arithmetic
             (GELU form, LayerNorm epsilon, fc_norm, hybrid stem, position-
             embedding resize, input mean/std); see
             `keras_vit.weights.hub`. A checkpoint without a head
@@ -41,6 +45,8 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, **kwargs: Any) -
             `save_official_weights` wrote from an `include_top=False`
             model) gives `include_top=False` and, with its pooler or
             pre_logits, `pooling="token"`.
+        ema: with a PyTorch training checkpoint, its EMA weights
+            (`state_dict_ema` / `model_ema`) instead of its weights.
         **kwargs: further builder arguments (`input_shape`, `classes`,
             `include_top`, `classifier_activation`, ...); architecture
             arguments given here (e.g. `num_heads` for a bare
@@ -49,9 +55,10 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, **kwargs: Any) -
     Raises:
         CheckpointNotFoundError: no file at `path` ("Weights file not found:
             'PATH'.", the same as `weights=path` of any builder).
-        UnsupportedCheckpointError: not an official `.npz` (PyTorch,
-            safetensors, a Keras model or `.weights.h5`, an HTML page, ...).
-        CorruptCheckpointError: a damaged `.npz`.
+        UnsupportedCheckpointError: a file in none of those formats (a
+            Keras model or `.weights.h5`, an HTML page, ...).
+        CorruptCheckpointError: a damaged file.
+        ValueError: `ema=True` for a checkpoint without EMA weights.
         CheckpointMismatchError: an `.npz` whose keys are not those of an
             official ViT / hybrid / Mixer checkpoint.
 
@@ -64,7 +71,7 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, **kwargs: Any) -
     model = keras_vit.model_from_checkpoint("hf://google/vit-base-patch16-224")
     ```
     """
-    checkpoint = read_source(path)
+    checkpoint = read_source(path, ema=ema)
     family, config = checkpoint.model_config()
     for key in list(kwargs):
         if key in config:

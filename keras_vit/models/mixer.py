@@ -48,6 +48,7 @@ def MLPMixer(
     layer_norm_epsilon: float | None = None,
     image_mean: float | Sequence[float] | None = None,
     image_std: float | Sequence[float] | None = None,
+    ema: bool = False,
 ) -> keras.Model:
     """Builds an MLP-Mixer.
 
@@ -79,6 +80,7 @@ def MLPMixer(
         gelu, layer_norm_epsilon, image_mean, image_std: the arithmetic, as
             in `keras_vit.VisionTransformer`: None takes it from a timm
             checkpoint (exact GELU, its mean/std), else the official one.
+        ema: as in `keras_vit.VisionTransformer`.
 
     Example:
 
@@ -120,7 +122,8 @@ def MLPMixer(
         input_tensor=input_tensor, input_shape=input_shape, pooling=pooling,
         classes=classes, classifier_activation=classifier_activation,
         include_preprocessing=include_preprocessing, name=name, gelu=gelu,
-        layer_norm_epsilon=layer_norm_epsilon, image_mean=image_mean, image_std=image_std)
+        layer_norm_epsilon=layer_norm_epsilon, image_mean=image_mean, image_std=image_std,
+        ema=ema)
 
 
 def mixer_encoder(

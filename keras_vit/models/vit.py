@@ -67,6 +67,7 @@ def VisionTransformer(
     resnet_arithmetic: str | None = None,
     image_mean: float | Sequence[float] | None = None,
     image_std: float | Sequence[float] | None = None,
+    ema: bool = False,
 ) -> keras.Model:
     """Builds a Vision Transformer or an R+ViT hybrid.
 
@@ -141,6 +142,9 @@ def VisionTransformer(
             weight standardisation and GroupNorm epsilons), and input
             normalisation `image_mean=image_std=0.5` per channel on the
             [0, 1] scale, i.e. `(x - 127.5) / 127.5`.
+        ema: with a PyTorch training checkpoint as `weights` (timm's
+            `train.py`, ...), load its EMA weights (`state_dict_ema` /
+            `model_ema`) instead of its weights.
 
     Returns:
         A functional `keras.Model`.
@@ -212,7 +216,8 @@ def VisionTransformer(
         include_preprocessing=include_preprocessing, name=name,
         representation_size=representation_size, gelu=gelu,
         layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm,
-        resnet_arithmetic=resnet_arithmetic, image_mean=image_mean, image_std=image_std)
+        resnet_arithmetic=resnet_arithmetic, image_mean=image_mean, image_std=image_std,
+        ema=ema)
 
 
 def vit_encoder(

@@ -35,6 +35,7 @@ _EXPORTS = {
     "Checkpoint": "checkpoint",
     "KerasWeightsFile": "keras_h5",
     "read_hub_checkpoint": "hub",
+    "read_torch_state": "pytorch",
     "HubCheckpoint": "hub",
     "MissingDependencyError": "hub",
 }

@@ -9,11 +9,13 @@ transformers formats).
   every Hugging Face library). Needs the `hf` extra:
   `pip install 'keras-vision-transformer[hf]'`.
 - a local folder in the Hub layout: `config.json` + `model.safetensors`
-  (or `model.safetensors.index.json` and its shards), plus
+  (or `model.safetensors.index.json` and its shards), or else
+  `pytorch_model.bin` (or its index and shards), plus
   `preprocessor_config.json` for transformers, as written by timm's
-  `push_to_hf.save_for_hf(..., safe_serialization=True)` or transformers'
-  `save_pretrained`.
-- a bare `.safetensors` file, with a builder that says the architecture
+  `push_to_hf.save_for_hf` or transformers' `save_pretrained`.
+- a bare `.safetensors` file or PyTorch file (`torch.save` of a state dict
+  or of a training checkpoint holding one: `keras_vit.weights.pytorch`),
+  with a builder that says the architecture
   (no `config.json`: the format is told from the key names; the
   preprocessing stays the official one unless `image_mean`/`image_std`
   are given).
@@ -26,8 +28,8 @@ source library computes: its GELU form, LayerNorm epsilon, `fc_norm`,
 hybrid-stem standardisation, position-embedding resize and input
 normalisation become the model's configuration (and so are kept by
 `.keras` files). Files are read with NumPy (float32, float16 and bfloat16
-tensors); nothing is unpickled: repositories with only
-`pytorch_model.bin` are refused.
+tensors); PyTorch's pickles go through a restricted unpickler that calls
+nothing the file names.
 
 Example:
 
@@ -63,6 +65,7 @@ from keras_vit.weights.download import WeightsDownloadError
 from keras_vit.weights.npz import POSEMB_KEY
 from keras_vit.weights.official import load_official_weights
 from keras_vit.weights.posemb import POSEMB_RESIZES, square_grid
+from keras_vit.weights.pytorch import ema_error, read_torch_state
 from keras_vit.weights.sniff import (
     SAFETENSORS_MAX_HEADER,
     check_checkpoint_bytes,
@@ -78,6 +81,10 @@ INSTALL_HINT = "pip install 'keras-vision-transformer[hf]'"
 CONFIG = "config.json"
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
+TORCH_WEIGHTS = "pytorch_model.bin"
+TORCH_INDEX = "pytorch_model.bin.index.json"
+# A folder's weights, in the order they are looked for: safetensors first.
+WEIGHT_FILES = (WEIGHTS, WEIGHTS_INDEX, TORCH_WEIGHTS, TORCH_INDEX)
 PREPROCESSOR = "preprocessor_config.json"
 _DTYPES = {"F32": np.float32, "F16": np.float16, "F64": np.float64, "BF16": None,
            "I64": np.int64, "I32": np.int32}
@@ -98,11 +105,11 @@ def is_hub_uri(weights):
 
 
 def is_hub_folder(path):
-    """True for a folder with a `config.json` and safetensors weights."""
+    """True for a folder with a `config.json` and weights (safetensors or
+    `pytorch_model.bin`, single or sharded)."""
     path = os.path.expanduser(os.fspath(path))
-    return os.path.isdir(path) and os.path.isfile(os.path.join(path, CONFIG)) and (
-        os.path.isfile(os.path.join(path, WEIGHTS))
-        or os.path.isfile(os.path.join(path, WEIGHTS_INDEX)))
+    return os.path.isdir(path) and os.path.isfile(os.path.join(path, CONFIG)) and any(
+        os.path.isfile(os.path.join(path, name)) for name in WEIGHT_FILES)
 
 
 def read_safetensors(path):
@@ -308,20 +315,28 @@ def _shards(index_path, index):
     return shards
 
 
-def _read_folder_weights(folder):
-    single = os.path.join(folder, WEIGHTS)
-    if os.path.isfile(single):
-        return read_safetensors(single)
-    index_path = os.path.join(folder, WEIGHTS_INDEX)
-    shards = _shards(index_path, _read_json(index_path, "Index"))
+def _read_folder_weights(folder, ema=False):
+    """The folder's state dict: `model.safetensors` (or its shards) when
+    present, else `pytorch_model.bin` (or its shards)."""
+    name = next(n for n in WEIGHT_FILES if os.path.isfile(os.path.join(folder, n)))
+    path = os.path.join(folder, name)
+    if ema and name in (WEIGHTS, WEIGHTS_INDEX):
+        raise ema_error(folder, f"a folder of {name}")
+    if name == WEIGHTS:
+        return read_safetensors(path)
+    if name == TORCH_WEIGHTS:
+        return read_torch_state(path, ema=ema)
+    read = read_safetensors if name == WEIGHTS_INDEX else (
+        lambda shard: read_torch_state(shard, ema=ema))
+    shards = _shards(path, _read_json(path, "Index"))
     paths = {shard: os.path.join(folder, shard) for shard in sorted(shards)}
-    for path in paths.values():
-        if not os.path.isfile(path):
-            raise CheckpointNotFoundError(path)
+    for shard_path in paths.values():
+        if not os.path.isfile(shard_path):
+            raise CheckpointNotFoundError(shard_path)
     check_checkpoint_bytes(repr(folder), sum(map(os.path.getsize, paths.values())))
     state = {}
-    for shard, path in paths.items():
-        arrays = read_safetensors(path)
+    for shard, shard_path in paths.items():
+        arrays = read(shard_path)
         if set(arrays) != shards[shard]:
             absent = sorted(shards[shard] - set(arrays))
             extra = sorted(set(arrays) - shards[shard])
@@ -329,7 +344,7 @@ def _read_folder_weights(folder):
                 [f"it holds {extra[0]!r}, which the index maps elsewhere or not at "
                  f"all ({len(extra)} such)"] if extra else [])
             raise CorruptCheckpointError(
-                f"Shard {path!r} does not match {index_path!r}: {'; '.join(says)}.")
+                f"Shard {shard_path!r} does not match {path!r}: {'; '.join(says)}.")
         state.update(arrays)
     return state
 
@@ -361,8 +376,9 @@ def parse_uri(uri):
 
 
 def download(uri):
-    """Downloads the files a model needs (config.json, the safetensors
-    weights, preprocessor_config.json when there is one) with
+    """Downloads the files a model needs (config.json, the weights:
+    `model.safetensors` or else `pytorch_model.bin`, single or sharded,
+    preprocessor_config.json when there is one) with
     `huggingface_hub.hf_hub_download` and returns the folder they are in
     (a snapshot folder of the Hugging Face cache).
 
@@ -370,9 +386,7 @@ def download(uri):
         MissingDependencyError: huggingface_hub is not installed.
         WeightsDownloadError: the repository or a file cannot be fetched
             (offline without a cached copy, unknown repository, ...).
-        UnsupportedCheckpointError: the repository has no safetensors
-            weights (only `pytorch_model.bin`, which keras_vit never
-            unpickles).
+        UnsupportedCheckpointError: the repository has neither weights file.
     """
     hub = _huggingface_hub()
     import huggingface_hub.errors as errors  # a submodule, not an attribute
@@ -382,6 +396,8 @@ def download(uri):
         """The file is not in the repository (the server said so)."""
 
     def get(filename, optional=False):
+        """The file's local path; None for an `optional` file that the
+        repository does not have (or, offline, the cache)."""
         try:
             return hub.hf_hub_download(repo, filename, revision=revision)
         except errors.LocalEntryNotFoundError:  # offline and not cached
@@ -396,17 +412,18 @@ def download(uri):
     try:
         config = get(CONFIG)
         folder = os.path.dirname(config)
-        try:
-            get(WEIGHTS)
-        except Absent:
-            index = get(WEIGHTS_INDEX, optional=True)
-            if index is None:
-                raise UnsupportedCheckpointError(
-                    f"{uri} has no {WEIGHTS} (nor a sharded {WEIGHTS_INDEX}); "
-                    "keras_vit reads safetensors weights only and never "
-                    "unpickles pytorch_model.bin files.") from None
-            for shard in sorted(set(_read_json(index, "Index")["weight_map"].values())):
-                get(shard)
+        for single, sharded in ((WEIGHTS, WEIGHTS_INDEX), (TORCH_WEIGHTS, TORCH_INDEX)):
+            if get(single, optional=True) is not None:
+                break
+            index = get(sharded, optional=True)
+            if index is not None:
+                for shard in sorted(_shards(index, _read_json(index, "Index"))):
+                    get(shard)
+                break
+        else:
+            raise UnsupportedCheckpointError(
+                f"{uri} has no weights keras_vit reads: no {WEIGHTS}, {TORCH_WEIGHTS} "
+                f"or their sharded indexes ({WEIGHTS_INDEX}, {TORCH_INDEX}).")
         get(PREPROCESSOR, optional=True)
     except (UnsupportedCheckpointError, MissingDependencyError):
         raise
@@ -421,6 +438,11 @@ def download(uri):
             "repository elsewhere and pass its folder."
         ) from error
     return folder
+
+
+def _is_zip(path):
+    with open(path, "rb") as f:
+        return f.read(4) == b"PK\x03\x04"
 
 
 # --- one checkpoint --------------------------------------------------------------
@@ -584,13 +606,17 @@ def _detect_format(config, state, source):
         f"checkpoint (keys: {shown}, ...).")
 
 
-def read_hub_checkpoint(path, source=None):
-    """Reads a Hub-layout folder or a bare `.safetensors` file.
+def read_hub_checkpoint(path, source=None, ema=False):
+    """Reads a Hub-layout folder, or a bare `.safetensors` or PyTorch file
+    (`keras_vit.weights.pytorch`) of timm or transformers keys.
 
     Args:
-        path: a folder (config.json + model.safetensors [+
-            preprocessor_config.json]) or a `.safetensors` file.
+        path: a folder (config.json + model.safetensors or
+            pytorch_model.bin, single or sharded [+
+            preprocessor_config.json]) or a `.safetensors` / PyTorch file.
         source: how to name it in messages (default: `path`).
+        ema: read a PyTorch training checkpoint's EMA weights
+            (`state_dict_ema` / `model_ema`).
 
     Returns:
         A `HubCheckpoint`.
@@ -613,17 +639,23 @@ def read_hub_checkpoint(path, source=None):
     source = source or name
     path = os.path.expanduser(name)
     config = preprocessor = None
+    torch_file = False
     if os.path.isdir(path):
         if not is_hub_folder(path):
             raise UnsupportedCheckpointError(
-                f"{name!r} is a folder without {CONFIG} and {WEIGHTS}: not in the "
+                f"{name!r} is a folder without {CONFIG} and {WEIGHTS} (or {TORCH_WEIGHTS}): "
+                "not in the "
                 "Hugging Face Hub layout (timm save_for_hf / transformers "
                 "save_pretrained). Pass the checkpoint file inside it, or a "
                 "folder with both files.")
         config = _read_json(os.path.join(path, CONFIG), "Config")
         if os.path.isfile(os.path.join(path, PREPROCESSOR)):
             preprocessor = _read_json(os.path.join(path, PREPROCESSOR), "Preprocessor config")
-        state = _read_folder_weights(path)
+        state = _read_folder_weights(path, ema=ema)
+    elif torch_file := _is_zip(path):
+        state = read_torch_state(path, name, ema=ema)
+    elif ema:
+        raise ema_error(name, "a safetensors file")
     else:
         state = read_safetensors(path)
     fmt = _detect_format(config, state, source)
@@ -640,9 +672,10 @@ def read_hub_checkpoint(path, source=None):
         names = transformers_format.class_names(config)
     if config is None:
         logger.info(
-            "%s is a bare %s safetensors file: no config.json says its input "
+            "%s is a bare %s %s file: no config.json says its input "
             "normalisation; the model uses the official (x - 127.5) / 127.5 "
-            "unless image_mean/image_std are given.", source, fmt)
+            "unless image_mean/image_std are given.", source, fmt,
+            "PyTorch" if torch_file else "safetensors")
     return HubCheckpoint(format=fmt, source=source, path=path, config=config, state=state,
                          family=family, architecture=arch, arithmetic=arithmetic,
                          preprocessing=preprocessing, class_names=names)

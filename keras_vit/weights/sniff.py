@@ -80,6 +80,9 @@ _TF_INDEX_MAGIC = struct.pack("<Q", 0xDB4775248B80FB57)
 _TF_DATA_SHARD = re.compile(r"\.data-\d+-of-\d+$")
 _CONVERT = "Convert it or load it with the library that wrote it."
 _LOAD_MODEL = "Load it with keras.saving.load_model(path)"
+_READ_ELSEWHERE = ("Load a timm, Hugging Face transformers or DINO PyTorch file with "
+                   "weights=path or keras_vit.model_from_checkpoint(path) (or its folder "
+                   "with config.json).")
 
 
 def _unsupported(name, what, advice=_CONVERT):
@@ -163,7 +166,7 @@ def _sniff_safetensors(name, path, head, size):
         "folder with config.json).")
 
 
-def _sniff_zip(name, path):
+def _sniff_zip(name, path, torch=False):
     """"npz", or an error naming the kind of zip."""
     try:
         with zipfile.ZipFile(path) as archive:
@@ -176,7 +179,9 @@ def _sniff_zip(name, path):
     if all(m.endswith(".npy") for m in members):
         return "npz"
     if any(m == "data.pkl" or m.endswith("/data.pkl") for m in members):
-        return _unsupported(name, "a PyTorch checkpoint (zip with data.pkl)")
+        if torch:
+            return "torch"
+        return _unsupported(name, "a PyTorch checkpoint (zip with data.pkl)", _READ_ELSEWHERE)
     if "config.json" in members and any(m.startswith("model.weights.") for m in members):
         return _unsupported(
             name, "a whole Keras model (.keras zip with config.json and "
@@ -240,22 +245,24 @@ def _sniff_directory(name, path):
     return _unsupported(name, "a directory", "Pass the checkpoint file inside it.")
 
 
-def sniff_checkpoint(path, name=None, safetensors=False):
+def sniff_checkpoint(path, name=None, safetensors=False, torch=False):
     """Tells what the file at `path` is, from its first bytes (magic numbers,
     not the extension), before anything reads it.
 
     Args:
         path: local path.
         name: how to name it in messages (default: `path` as given).
-        safetensors: whether the caller reads safetensors files (`weights=`
-            does, with `keras_vit.weights.hub`; `read_checkpoint` does not).
+        safetensors, torch: whether the caller reads safetensors files and
+            PyTorch zip files (`weights=` does, with `keras_vit.weights.hub`
+            and `keras_vit.weights.pytorch`; `read_checkpoint` does not).
 
     Returns:
         `"npz"` for an official-format `.npz` (a zip of `.npy` arrays),
         `"keras_weights"` for a Keras 3 `.weights.h5` (HDF5) written by a
         keras_vit model (its Functional layers include `patches`), or, with
         `safetensors=True`, `"safetensors"` for a file that starts as one
-        (a truncated one too: its reader says so).
+        (a truncated one too: its reader says so), with `torch=True`,
+        `"torch"` for a zip holding a `data.pkl`.
 
     Raises:
         CheckpointNotFoundError: no file at `path`.
@@ -289,21 +296,24 @@ def sniff_checkpoint(path, name=None, safetensors=False):
         )
     if safetensors and safetensors_header_length(head) is not None:
         return "safetensors"
-    found = _identify(name, path, head, size)
+    found = _identify(name, path, head, size, torch)
     if isinstance(found, Exception):
         raise found
     return found
 
 
-def _identify(name, path, head, size):
+def _identify(name, path, head, size, torch=False):
     """The accepted kind, or the exception that names what the file is."""
     if head.startswith(_ZIP_MAGICS):
-        return _sniff_zip(name, path)
+        return _sniff_zip(name, path, torch)
     if any(head[o:o + 8] == _HDF5_MAGIC for o in (0, 512, 1024, 2048)):
         return _sniff_hdf5(name, path)
     if head.startswith(_LEGACY_TORCH_MAGIC):
         return _unsupported(
-            name, "a legacy PyTorch checkpoint (pickled, torch.save before 1.6)")
+            name, "a legacy PyTorch checkpoint (pickled, torch.save before 1.6)",
+            "Save it again with PyTorch >= 1.6, e.g. torch.save(torch.load(path, "
+            "weights_only=True), 'model.pth'): that zip format is read with "
+            "weights=path or keras_vit.model_from_checkpoint(path).")
     if head[0] == 0x80 and len(head) > 1 and 2 <= head[1] <= 5:
         return _unsupported(
             name, f"a Python pickle (protocol {head[1]}), e.g. a PyTorch or "

@@ -12,7 +12,10 @@ class names), and no file is opened again after it:
 | `"hf://ORG/NAME[@REV]"`              | the Hugging Face Hub (`weights.hub`)    |
 | `"http(s)://..."`                    | a download, cached (`weights.download`) |
 | a path (exists, has a separator or a | a local file or Hub folder, told by its |
-| checkpoint suffix, starts with `~`)  | bytes (`read_local`)                    |
+| checkpoint suffix, starts with `~`)  | bytes (`read_local`): an official       |
+|                                      | `.npz`, a Keras `.weights.h5`, a timm / |
+|                                      | transformers `.safetensors` or PyTorch  |
+|                                      | file (`weights.pytorch`)                |
 | anything else                        | a registered name (`weights.registry`)  |
 """
 
@@ -20,12 +23,14 @@ from __future__ import annotations
 
 import os
 
+from keras_vit import _checks
 from keras_vit.errors import UnsupportedCheckpointError
 from keras_vit.weights import hub, registry
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.download import cached_source, fetch_checkpoint
 from keras_vit.weights.keras_h5 import KerasWeightsFile
 from keras_vit.weights.npz import as_not_npz, read_npz
+from keras_vit.weights.pytorch import ema_error
 from keras_vit.weights.sniff import sniff_checkpoint
 from keras_vit.variants import Variant
 
@@ -38,7 +43,7 @@ FILE_SUFFIXES = (
 
 
 def resolve(weights: str | os.PathLike | Checkpoint | None, variant: Variant | None = None,
-            description: str = "this model") -> Checkpoint | None:
+            description: str = "this model", ema: bool = False) -> Checkpoint | None:
     """Turns `weights` (None, a registered name, a URL, an `hf://`
     reference, a local path, or a `Checkpoint` read already) into a
     `Checkpoint`.
@@ -54,13 +59,16 @@ def resolve(weights: str | os.PathLike | Checkpoint | None, variant: Variant | N
         variant: the named variant being built (None: an architecture that
             is no named variant); registered names depend on it.
         description: the model's name in messages (`"ViT-B_16"`).
+        ema: read the EMA weights of a PyTorch training checkpoint
+            (`state_dict_ema` / `model_ema`) instead of its weights.
 
     Returns:
         None for `weights=None`, else a `Checkpoint`.
 
     Raises:
         TypeError: `weights` is not None, a str, a path or a `Checkpoint`.
-        ValueError: an unknown registered name.
+        ValueError: an unknown registered name; `ema=True` for weights that
+            are not a PyTorch training checkpoint.
         CheckpointNotFoundError: a path with no file ("Weights file not
             found: 'PATH'.").
         UnsupportedCheckpointError: a file in another format (PyTorch, a
@@ -80,7 +88,13 @@ def resolve(weights: str | os.PathLike | Checkpoint | None, variant: Variant | N
     checkpoint.format, checkpoint.info().classes   # ("official", 21843)
     ```
     """
+    ema = _checks.boolean(ema, "ema")
     if weights is None or isinstance(weights, Checkpoint):
+        if ema:
+            raise ValueError(
+                "ema=True picks the EMA weights when a PyTorch training checkpoint is "
+                + ("read; this Checkpoint is read already (pass ema=True to "
+                   "keras_vit.weights.resolve)." if weights else "read; weights is None."))
         return weights
     if not isinstance(weights, (str, os.PathLike)):
         raise TypeError(
@@ -89,19 +103,21 @@ def resolve(weights: str | os.PathLike | Checkpoint | None, variant: Variant | N
         )
     weights = os.fspath(weights)
     if hub.is_hub_uri(weights):
-        return hub.read_hub_checkpoint(hub.download(weights), source=weights)
+        return hub.read_hub_checkpoint(hub.download(weights), source=weights, ema=ema)
+    if _looks_like_path(weights):
+        return read_local(weights, ema=ema)
+    if ema:
+        raise ema_error(weights, "an official checkpoint")
     if weights.startswith(("http://", "https://")):
         # One cache entry per URL (its digest in the name); an official
         # bucket URL comes from $KERAS_VIT_MIRROR when that is set.
         return _fetched(weights, registry.download_url(weights),
                         registry.url_cache_name(weights))
-    if _looks_like_path(weights):
-        return read_local(weights)
     remote = registry.resolve(weights, variant, description)
     return _fetched(weights, remote.url, remote.filename)
 
 
-def read_local(path: str | os.PathLike) -> Checkpoint:
+def read_local(path: str | os.PathLike, ema: bool = False) -> Checkpoint:
     """The `Checkpoint` of a local file or Hub folder, sniffed once and
     read once (a Keras weights file: when the model loads it).
 
@@ -109,22 +125,26 @@ def read_local(path: str | os.PathLike) -> Checkpoint:
         CheckpointNotFoundError, UnsupportedCheckpointError,
         CorruptCheckpointError: as `resolve`.
     """
+    ema = _checks.boolean(ema, "ema")
     name = os.fspath(path)
     path = os.path.expanduser(name)
     if hub.is_hub_folder(path):
-        return hub.read_hub_checkpoint(path, source=name)
+        return hub.read_hub_checkpoint(path, source=name, ema=ema)
     try:
-        kind = sniff_checkpoint(path, name=name, safetensors=True)
+        kind = sniff_checkpoint(path, name=name, safetensors=True, torch=True)
     except UnsupportedCheckpointError as error:
         raise as_not_npz(error, name) from error
-    if kind == "safetensors":
-        return hub.read_hub_checkpoint(path, source=name)
+    if kind == "torch" or (kind == "safetensors" and not ema):
+        return hub.read_hub_checkpoint(path, source=name, ema=ema)
+    if ema:
+        raise ema_error(name, {"safetensors": "a safetensors file", "npz": "an official .npz",
+                             "keras_weights": "a Keras .weights.h5 file"}[kind])
     if kind == "keras_weights":
         return KerasWeightsFile(source=name, path=path)
     return Checkpoint(source=name, path=path, params=read_npz(path, name))
 
 
-def read_source(path: str | os.PathLike | Checkpoint) -> Checkpoint:
+def read_source(path: str | os.PathLike | Checkpoint, ema: bool = False) -> Checkpoint:
     """`model_from_checkpoint`'s sources, which describe a model: a
     `Checkpoint`, an `hf://` reference or a local file or Hub folder (no
     registered name, which needs the model it is for).
@@ -132,11 +152,9 @@ def read_source(path: str | os.PathLike | Checkpoint) -> Checkpoint:
     Raises:
         as `resolve`.
     """
-    if isinstance(path, Checkpoint):
-        return path
-    if hub.is_hub_uri(path):
-        return resolve(path)
-    return read_local(path)
+    if isinstance(path, Checkpoint) or hub.is_hub_uri(path):
+        return resolve(path, ema=ema)
+    return read_local(path, ema=ema)
 
 
 def _fetched(weights, url, filename):
