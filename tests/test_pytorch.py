@@ -313,11 +313,17 @@ def test_ema_through_the_builders_model_from_checkpoint_and_the_cli(tmp_path):
                                          r"checkpoint \(state_dict_ema / model_ema\); '.*"
                                          "timm_vit_token' is a folder of model.safetensors"):
         keras_vit.model_from_checkpoint(HUB / "timm_vit_token", ema=True)
+    torch.save(state, path)
+    with pytest.raises(ValueError, match=r"\(state_dict_ema / model_ema\); '.*pytorch_model.bin' "
+                                         "is a state dict of 32 tensors, which holds one set"):
+        keras_vit.model_from_checkpoint(folder, ema=True)
     with pytest.raises(TypeError, match="`ema` must be True or False, got 'yes'."):
         keras_vit.model_from_checkpoint(folder, ema="yes")
     image = tmp_path / "photo.png"
     from PIL import Image
     Image.fromarray(PHOTOS[0].astype("uint8")).save(image)
+    torch.save({"state_dict": {k: v * 0 for k, v in state.items()}, "state_dict_ema": state},
+               path)
     result = run_cli("predict", str(image), "--weights", str(folder), "--ema", "--top", "1",
                      "--json")
     assert result.code == 0, result.err

@@ -311,6 +311,8 @@ def state_dict_of(obj, name, ema=False):
             message names the global found there).
     """
     where, others = None, []
+    if ema and _is_state(obj):
+        raise ema_error(name, f"a state dict of {len(obj)} tensors")
     if not _is_state(obj) or ema:
         keys = EMA_KEYS if ema else STATE_KEYS
         found = next((k for k in keys if isinstance(obj, dict) and _is_state(obj.get(k))), None)

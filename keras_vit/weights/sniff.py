@@ -174,7 +174,7 @@ def _sniff_zip(name, path, torch=False):
     except (zipfile.BadZipFile, OSError, EOFError) as error:
         return CorruptCheckpointError(
             f"{name!r} is a damaged or truncated zip archive, not a readable "
-            f".npz checkpoint ({error}). Download it again."
+            f"{'.npz or PyTorch' if torch else '.npz'} checkpoint ({error}). Download it again."
         )
     if all(m.endswith(".npy") for m in members):
         return "npz"
