@@ -652,6 +652,8 @@ def read_hub_checkpoint(path, source=None, ema=False):
         if os.path.isfile(os.path.join(path, PREPROCESSOR)):
             preprocessor = _read_json(os.path.join(path, PREPROCESSOR), "Preprocessor config")
         state = _read_folder_weights(path, ema=ema)
+    elif not os.path.isfile(path):
+        raise CheckpointNotFoundError(name)
     elif torch_file := _is_zip(path):
         state = read_torch_state(path, name, ema=ema)
     elif ema:

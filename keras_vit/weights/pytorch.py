@@ -36,24 +36,32 @@ import logging
 import math
 import os
 import pickle
+import reprlib
 import zipfile
 
 import numpy as np
 
 from keras_vit.errors import CorruptCheckpointError, UnsupportedCheckpointError
-from keras_vit.weights.sniff import check_checkpoint_bytes, max_checkpoint_bytes
+from keras_vit.weights.sniff import (
+    check_checkpoint_bytes,
+    max_checkpoint_bytes,
+    sniff_checkpoint,
+)
 
 logger = logging.getLogger("keras_vit")
 
-MAX_PICKLE_BYTES = 1 << 26  # 64 MiB: a ViT-H state dict's data.pkl is about 0.2 MB
+MAX_PICKLE_BYTES = 1 << 23  # 8 MiB: a ViT-H state dict's data.pkl is about 0.2 MB
+MAX_GLOBALS = 1000          # distinct globals a data.pkl may name (a state dict: 3 or 4)
+MAX_DEPTH = 32              # nesting of the pickled object (a training checkpoint: about 6)
+_MAX_INT = 1 << 63          # sizes, strides and offsets are int64 in torch
 # Where the weights sit in a checkpoint that holds more than a state dict,
 # in the order they are looked up (timm train.py, Lightning-style, DDP
 # wrappers, PyTorch tutorials, DINO's teacher); with `ema=True`: the EMA copies.
 STATE_KEYS = ("state_dict", "model", "module", "model_state_dict", "teacher")
 EMA_KEYS = ("state_dict_ema", "model_ema")
-# Prefixes of every key that wrappers add: DistributedDataParallel,
-# torch.compile, DINO's MultiCropWrapper.
-WRAPPER_PREFIXES = ("module.", "_orig_mod.", "backbone.")
+# Prefixes that wrappers add to every key: DistributedDataParallel,
+# torch.compile, DINO's MultiCropWrapper, a Lightning module's `model`.
+WRAPPER_PREFIXES = ("module.", "_orig_mod.", "backbone.", "model.")
 
 _STORAGES = {
     "FloatStorage": np.dtype("<f4"), "HalfStorage": np.dtype("<f2"),
@@ -64,12 +72,17 @@ _STORAGES = {
 }
 
 
+class _FileError(ValueError):
+    """A ValueError this module raises about the file (re-raised as it is;
+    any other ValueError from reading is wrapped as a CorruptCheckpointError)."""
+
+
 class Opaque:
     """A global of the file that is not part of a tensor state dict (e.g.
     `argparse.Namespace`), kept as its name and arguments: never imported,
     never called."""
 
-    def __init__(self, *args):
+    def __init__(self, *args, **kwargs):
         self.args = args
         self.state = None
 
@@ -80,46 +93,79 @@ class Opaque:
         return f"<{self.name} (not loaded)>"
 
 
-def _opaque(name):
-    return type("Opaque", (Opaque,), {"name": name, "__module__": __name__})
+class _Sealed:
+    """Objects of ours that a pickle reaches: no attribute of theirs can be
+    set by the file (BUILD raises)."""
+
+    __slots__ = ()
+
+    def __setstate__(self, state):
+        raise pickle.UnpicklingError(f"BUILD on {type(self).__name__.strip('_')}")
 
 
-class _StorageType:
+class _StorageType(_Sealed):
+    __slots__ = ("name",)
+
     def __init__(self, name):
         self.name = name
-        self.dtype = _STORAGES[name]
+
+    @property
+    def dtype(self):
+        return _STORAGES.get(self.name)
 
 
-class _Storage:
+class _Storage(_Sealed):
     """One `data/<key>` member as a 1-D array of its dtype."""
+
+    __slots__ = ("array", "name", "bfloat16")
 
     def __init__(self, array, name, bfloat16):
         self.array, self.name, self.bfloat16 = array, name, bfloat16
 
 
-class _Tensor:
+class _Tensor(_Sealed):
     """What `_rebuild_tensor_v2` made: the checked, copied array."""
+
+    __slots__ = ("array",)
 
     def __init__(self, array):
         self.array = array
+
+
+class _Call(_Sealed):
+    """One of the reader's functions, as the file's global resolves to it."""
+
+    __slots__ = ("function",)
+
+    def __init__(self, function):
+        self.function = function
+
+    def __call__(self, *args):
+        return self.function(*args)
 
 
 class _Unpickler(pickle.Unpickler):
     def __init__(self, file, reader):
         super().__init__(file)
         self.reader = reader
+        self.opaque = {}
+        self.calls = {"torch._utils._rebuild_tensor_v2": _Call(reader.rebuild_tensor),
+                      "torch._utils._rebuild_parameter": _Call(reader.rebuild_parameter)}
 
     def find_class(self, module, name):
         full = f"{module}.{name}"
         if full == "collections.OrderedDict":
             return collections.OrderedDict
-        if full == "torch._utils._rebuild_tensor_v2":
-            return self.reader.rebuild_tensor
-        if full == "torch._utils._rebuild_parameter":
-            return self.reader.rebuild_parameter
-        if module == "torch" and name in _STORAGES:
+        if full in self.calls:
+            return self.calls[full]
+        if module == "torch" and name.endswith("Storage"):
             return _StorageType(name)
-        return _opaque(full)
+        if full not in self.opaque:
+            if len(self.opaque) >= MAX_GLOBALS:
+                raise _FileError(f"{self.reader.name!r}: its data.pkl names more than "
+                                 f"{MAX_GLOBALS} globals; a tensor checkpoint names a few.")
+            self.opaque[full] = type("Opaque", (Opaque,), {"name": full, "__module__": __name__})
+        return self.opaque[full]
 
     def persistent_load(self, pid):
         return self.reader.storage(pid)
@@ -127,48 +173,67 @@ class _Unpickler(pickle.Unpickler):
 
 class _Reader:
     """Reads one torch zip: its storages on demand (each once), the tensors
-    checked against them, the bytes made counted against the bound."""
+    checked against them, every byte made counted against the bound."""
 
-    def __init__(self, name, archive, prefix):
-        self.name, self.archive, self.prefix = name, archive, prefix
+    def __init__(self, name, archive, prefix, limit):
+        self.name, self.archive, self.prefix, self.limit = name, archive, prefix, limit
         self.storages, self.made = {}, 0
-        self.limit = max_checkpoint_bytes()
         order = self._member("byteorder", optional=True)
+        if order is not None and order.strip() not in (b"little", b"big"):
+            raise CorruptCheckpointError(
+                f"{name!r} is a damaged PyTorch checkpoint: its byteorder is "
+                f"{reprlib.repr(order)}, not little or big.")
         self.big_endian = order is not None and order.strip() == b"big"
 
-    def _member(self, path, optional=False):
+    def _count(self, nbytes):
+        self.made += nbytes
+        check_checkpoint_bytes(repr(self.name), self.made)
+
+    def _member(self, path, optional=False, size=None):
+        """The bytes of `<prefix>path` (at most `size` of them are used)."""
         try:
-            info = self.archive.getinfo(f"{self.prefix}/{path}")
+            info = self.archive.getinfo(self.prefix + path)
         except KeyError:
             if optional:
                 return None
             raise CorruptCheckpointError(
                 f"{self.name!r} is a damaged PyTorch checkpoint: it has no "
-                f"{self.prefix}/{path}, which its data.pkl refers to.") from None
+                f"{self.prefix}{path}, which its data.pkl refers to.") from None
         if info.compress_type != zipfile.ZIP_STORED:
             raise CorruptCheckpointError(
                 f"{self.name!r}: {info.filename} is compressed; torch.save stores its "
                 "members uncompressed, so the file was rewritten by another tool. Save "
                 "it again with torch.save.")
+        if size is not None and info.file_size < size:
+            raise CorruptCheckpointError(
+                f"{self.name!r} is a damaged PyTorch checkpoint: {path} holds "
+                f"{info.file_size:,} bytes, fewer than its tensors need ({size:,}).")
+        if info.file_size > (size if size is not None else MAX_PICKLE_BYTES):
+            raise CorruptCheckpointError(
+                f"{self.name!r}: {path} holds {info.file_size:,} bytes, more than "
+                f"{'its storage declares' if size is not None else 'such a member needs'}.")
         return self.archive.read(info)
 
     def storage(self, pid):
+        if isinstance(pid, tuple) and len(pid) == 5 and _what(pid[1]).startswith("the global"):
+            raise UnsupportedCheckpointError(
+                f"{self.name!r} holds tensors stored as {pid[1].name}, a type keras_vit does "
+                f"not read ({', '.join(sorted(_STORAGES))}); convert them to float32.")
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] == "storage"
                 and isinstance(pid[1], _StorageType) and isinstance(pid[2], str)
-                and isinstance(pid[4], int) and not isinstance(pid[4], bool) and pid[4] >= 0):
+                and _is_count(pid[4])):
             raise CorruptCheckpointError(
                 f"{self.name!r} is not a PyTorch tensor checkpoint: its data.pkl refers to "
-                f"{str(pid)[:80]}, not to a storage ('storage', type, key, location, size).")
+                f"{reprlib.repr(pid)}, not to a storage ('storage', type, key, location, size).")
         _, kind, key, _, numel = pid
+        if kind.dtype is None:
+            raise UnsupportedCheckpointError(
+                f"{self.name!r} holds tensors of torch.{kind.name}, a type keras_vit does "
+                f"not read ({', '.join(sorted(_STORAGES))}); convert them to float32.")
         if key not in self.storages:
-            if numel * kind.dtype.itemsize > self.limit:
-                check_checkpoint_bytes(repr(self.name), numel * kind.dtype.itemsize)
-            data = self._member(f"data/{key}")
-            if len(data) < numel * kind.dtype.itemsize:
-                raise CorruptCheckpointError(
-                    f"{self.name!r} is a damaged PyTorch checkpoint: storage {key} holds "
-                    f"{len(data):,} bytes, fewer than its {numel:,} {kind.name} elements "
-                    f"need ({numel * kind.dtype.itemsize:,}).")
+            nbytes = numel * kind.dtype.itemsize
+            self._count(nbytes)
+            data = self._member(f"data/{key}", size=nbytes)
             dtype = kind.dtype.newbyteorder(">") if self.big_endian else kind.dtype
             array = np.frombuffer(data, dtype, count=numel)
             self.storages[key] = _Storage(array, key, kind.name == "BFloat16Storage")
@@ -176,38 +241,40 @@ class _Reader:
 
     def rebuild_tensor(self, storage, offset, size, stride, *rest):
         if not isinstance(storage, _Storage):
-            raise ValueError(
+            raise _FileError(
                 f"{self.name!r}: a tensor's data is {_what(storage)}, not a storage of "
                 "the file.")
-        shape, strides = _ints(size, "shape"), _ints(stride, "strides")
-        if len(shape) != len(strides) or not _is_count(offset):
+        if not (_is_counts(size) and _is_counts(stride) and len(size) == len(stride)
+                and _is_count(offset)):
             raise CorruptCheckpointError(
                 f"{self.name!r} is a damaged PyTorch checkpoint: a tensor of storage "
-                f"{storage.name} has shape {size!r}, strides {stride!r} and offset "
-                f"{offset!r}, which do not describe a view.")
-        count = math.prod(shape)
-        end = offset + sum((n - 1) * s for n, s in zip(shape, strides, strict=True)) + 1
+                f"{storage.name} has shape {reprlib.repr(size)}, strides "
+                f"{reprlib.repr(stride)} and offset {reprlib.repr(offset)}, which do not "
+                "describe a view (tuples of whole numbers below 2**63 of one length).")
+        count = math.prod(size)
+        # float32 out, or the integers' own size; bfloat16 needs two temporaries more
+        item = storage.array.itemsize
+        self._count(count * (max(4, item) + (8 if storage.bfloat16 else 0)))
+        end = offset + sum((n - 1) * s for n, s in zip(size, stride, strict=True)) + 1
         if count and end > len(storage.array):
             raise CorruptCheckpointError(
                 f"{self.name!r} is a damaged PyTorch checkpoint: a tensor of shape "
-                f"{shape} (strides {strides}, offset {offset}) reaches element {end - 1:,} "
+                f"{size} (strides {stride}, offset {offset}) reaches element {end - 1:,} "
                 f"of storage {storage.name}, which has {len(storage.array):,}.")
-        self.made += count * 4
-        check_checkpoint_bytes(repr(self.name), self.made)
-        item = storage.array.itemsize
         view = np.lib.stride_tricks.as_strided(
-            storage.array[offset:] if count else storage.array[:0], shape,
-            tuple(s * item for s in strides), writeable=False)
-        array = np.array(view)
+            storage.array[offset:] if count else storage.array[:0], size,
+            tuple(s * item for s in stride) if count else (0,) * len(size), writeable=False)
         if storage.bfloat16:
-            array = (array.astype(np.uint32) << 16).view(np.float32)
-        elif array.dtype.kind == "f":
-            array = array.astype(np.float32)
-        return _Tensor(array.astype(array.dtype.newbyteorder("=")))
+            array = (view.astype(np.uint32) << 16).view(np.float32)
+        elif view.dtype.kind == "f":
+            array = view.astype(np.float32)
+        else:
+            array = view.astype(view.dtype.newbyteorder("="))
+        return _Tensor(array)
 
     def rebuild_parameter(self, data, requires_grad=False, backward_hooks=None, *rest):
         if not isinstance(data, _Tensor):
-            raise ValueError(f"{self.name!r}: a parameter's data is {_what(data)}, not a tensor.")
+            raise _FileError(f"{self.name!r}: a parameter's data is {_what(data)}, not a tensor.")
         return data
 
 
@@ -219,14 +286,11 @@ def ema_error(name, what):
 
 
 def _is_count(value):
-    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value < _MAX_INT
 
 
-def _ints(values, what):
-    if not isinstance(values, tuple) or not all(_is_count(v) for v in values):
-        raise CorruptCheckpointError(
-            f"a tensor's {what} is {str(values)[:60]}, not a tuple of whole numbers >= 0")
-    return values
+def _is_counts(values):
+    return isinstance(values, tuple) and len(values) <= 64 and all(map(_is_count, values))
 
 
 def _what(value):
@@ -236,19 +300,14 @@ def _what(value):
 
 
 def _data_pickle(name, archive):
-    """The archive prefix: the folder holding the one `data.pkl`."""
+    """The archive prefix ("<folder>/" or ""): where the one `data.pkl` is."""
     found = [n for n in archive.namelist()
-             if n.endswith("/data.pkl") and n.count("/") == 1]
+             if n == "data.pkl" or (n.endswith("/data.pkl") and n.count("/") == 1)]
     if len(found) != 1:
         raise UnsupportedCheckpointError(
             f"{name!r} is a zip archive but not a PyTorch checkpoint "
-            f"({len(found)} top-level */data.pkl members, torch.save writes one).")
-    info = archive.getinfo(found[0])
-    if info.file_size > MAX_PICKLE_BYTES:
-        raise CorruptCheckpointError(
-            f"{name!r}: its data.pkl has {info.file_size:,} bytes, more than the "
-            f"{MAX_PICKLE_BYTES:,} a tensor checkpoint's needs.")
-    return found[0][:-len("/data.pkl")]
+            f"({len(found)} top-level data.pkl members, torch.save writes one).")
+    return found[0][:-len("data.pkl")]
 
 
 def read_torch_file(path, name=None):
@@ -256,38 +315,62 @@ def read_torch_file(path, name=None):
     array and each other global an `Opaque` record.
 
     Raises:
-        UnsupportedCheckpointError: not a PyTorch zip checkpoint.
+        CheckpointNotFoundError: no file at `path`.
+        UnsupportedCheckpointError: not a PyTorch zip checkpoint (a legacy
+            torch < 1.6 file says how to save it again), or tensors of a
+            type keras_vit does not read.
         CorruptCheckpointError: a damaged file (truncated zip, a storage
-            shorter than its tensors, views past a storage, ...), or more
-            than `max_checkpoint_bytes()` of tensors.
+            shorter than its tensors, views past a storage, nesting deeper
+            than `MAX_DEPTH`, ...), or more than `max_checkpoint_bytes()`
+            of storages and tensors.
         ValueError: a tensor whose data is something other than a storage
             (the message names the global found).
     """
     name = os.fspath(path) if name is None else name
+    path = os.path.expanduser(os.fspath(path))
+    if sniff_checkpoint(path, name=name, torch=True) != "torch":
+        raise UnsupportedCheckpointError(f"{name!r} is not a PyTorch checkpoint.")
+    limit = max_checkpoint_bytes()  # a bad setting is its own error, not the file's
     try:
-        with zipfile.ZipFile(os.path.expanduser(os.fspath(path))) as archive:
-            reader = _Reader(name, archive, _data_pickle(name, archive))
+        with zipfile.ZipFile(path) as archive:
+            reader = _Reader(name, archive, _data_pickle(name, archive), limit)
             pickled = reader._member("data.pkl")
-            obj = _Unpickler(io.BytesIO(pickled), reader).load()
-    except (CorruptCheckpointError, UnsupportedCheckpointError, ValueError):
+            return _arrays(_Unpickler(io.BytesIO(pickled), reader).load(), name)
+    except (CorruptCheckpointError, UnsupportedCheckpointError, _FileError):
         raise
     except (zipfile.BadZipFile, pickle.UnpicklingError, EOFError, OSError, KeyError,
-            IndexError, TypeError, AttributeError, MemoryError, RecursionError) as error:
+            IndexError, TypeError, AttributeError, ValueError, OverflowError, MemoryError,
+            RecursionError) as error:
         raise CorruptCheckpointError(
             f"{name!r} is not a readable PyTorch checkpoint ({type(error).__name__}: "
-            f"{error}).") from error
-    return _arrays(obj)
+            f"{str(error)[:200]}).") from error
 
 
-def _arrays(obj):
-    """`obj` with each `_Tensor` replaced by its array (in dicts, lists, tuples)."""
-    if isinstance(obj, _Tensor):
-        return obj.array
-    if isinstance(obj, dict):
-        return {k: _arrays(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return type(obj)(_arrays(v) for v in obj)
-    return obj
+def _arrays(obj, name):
+    """`obj` with each `_Tensor` replaced by its array (in dicts, lists,
+    tuples), each object converted once (a pickle can share one list under
+    many others), at most `MAX_DEPTH` deep."""
+    done = {}
+
+    def convert(value, depth):
+        if isinstance(value, _Tensor):
+            return value.array
+        if not isinstance(value, (dict, list, tuple)):
+            return value
+        if id(value) in done:
+            return done[id(value)]
+        if depth > MAX_DEPTH:
+            raise CorruptCheckpointError(
+                f"{name!r}: its data.pkl nests deeper than {MAX_DEPTH} levels (or holds a "
+                "cycle); a tensor checkpoint nests a few.")
+        if isinstance(value, dict):
+            out = {k: convert(v, depth + 1) for k, v in value.items()}
+        else:
+            out = type(value)(convert(v, depth + 1) for v in value)
+        done[id(value)] = out
+        return out
+
+    return convert(obj, 0)
 
 
 def _is_state(obj):
@@ -317,7 +400,7 @@ def state_dict_of(obj, name, ema=False):
         keys = EMA_KEYS if ema else STATE_KEYS
         found = next((k for k in keys if isinstance(obj, dict) and _is_state(obj.get(k))), None)
         if found is None:
-            held = sorted(map(str, obj)) if isinstance(obj, dict) else [type(obj).__name__]
+            held = sorted(map(str, obj)) if isinstance(obj, dict) else [_what(obj)]
             raise UnsupportedCheckpointError(
                 f"{name!r} holds no {'EMA ' if ema else ''}tensor state dict: looked for "
                 f"a dict of tensors, then under {', '.join(map(repr, keys))}; the file "
@@ -329,14 +412,21 @@ def state_dict_of(obj, name, ema=False):
         if not isinstance(value, np.ndarray):
             raise ValueError(
                 f"{name!r}: {key!r} in its state dict is {_what(value)}, not a tensor.")
+    state = _unwrapped(state)
     if where == "teacher" and any(k.startswith("backbone.") for k in state):
         dropped = [k for k in state if not k.startswith("backbone.")]
-        state = {k: v for k, v in state.items() if k.startswith("backbone.")}
+        state = _unwrapped({k: v for k, v in state.items() if k.startswith("backbone.")})
         others.append(f"the teacher's projection head ({len(dropped)} tensors)")
-    for prefix in WRAPPER_PREFIXES:
-        if all(k.startswith(prefix) for k in state):
-            state = {k[len(prefix):]: v for k, v in state.items()}
     return state, where, others
+
+
+def _unwrapped(state):
+    """`state` without the wrapper prefixes that every key has, stripped
+    until none is left (`_orig_mod.module.x` -> `x`)."""
+    while state and (prefix := next((p for p in WRAPPER_PREFIXES
+                                     if all(k.startswith(p) for k in state)), None)):
+        state = {k[len(prefix):]: v for k, v in state.items()}
+    return state
 
 
 def read_torch_state(path, name=None, ema=False):

@@ -104,11 +104,12 @@ def resolve(weights: str | os.PathLike | Checkpoint | None, variant: Variant | N
     weights = os.fspath(weights)
     if hub.is_hub_uri(weights):
         return hub.read_hub_checkpoint(hub.download(weights), source=weights, ema=ema)
-    if _looks_like_path(weights):
+    url = weights.startswith(("http://", "https://"))
+    if not url and _looks_like_path(weights):
         return read_local(weights, ema=ema)
     if ema:
         raise ema_error(weights, "an official checkpoint")
-    if weights.startswith(("http://", "https://")):
+    if url:
         # One cache entry per URL (its digest in the name); an official
         # bucket URL comes from $KERAS_VIT_MIRROR when that is set.
         return _fetched(weights, registry.download_url(weights),
