@@ -3,7 +3,8 @@ and read, and which keras_vit functions the path passes through.
 
 For each kind of source (an official `.npz` through a builder and through
 `model_from_checkpoint`, a Keras `.weights.h5`, a Hub folder, a bare
-`.safetensors` file), one warm-up call, then one measured call:
+`.safetensors` file, and a `.pth` written by torch when torch is
+installed), one warm-up call, then one measured call:
 
 - `opens`: `open` audit events (`sys.addaudithook`) for a path inside the
   checkpoint, plus `h5py.File` calls on it (h5py opens files in C, without
@@ -111,7 +112,19 @@ def cases(tmp):
                                 classes=10).save_weights(h5)
     folder = str(FIXTURES / "hub" / "timm_vit_token")
     bare = os.path.join(folder, "model.safetensors")
-    return {
+    cases = {}
+    try:
+        import torch  # optional: the PyTorch case
+    except ImportError:
+        torch = None
+    if torch is not None:
+        from keras_vit.weights import hub
+
+        pth = os.path.join(tmp, "vit.pth")
+        torch.save({k: torch.from_numpy(v.copy()) for k, v in
+                    hub.read_safetensors(bare).items()}, pth)
+        cases[".pth, builder"] = (lambda: keras_vit.VisionTransformer(**TIMM, weights=pth), pth)
+    return cases | {
         "npz, builder": (lambda: keras_vit.VisionTransformer(**OFFICIAL, weights=npz), npz),
         "npz, model_from_checkpoint": (lambda: keras_vit.model_from_checkpoint(npz), npz),
         ".weights.h5, builder": (lambda: keras_vit.VisionTransformer(

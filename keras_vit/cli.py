@@ -744,10 +744,11 @@ def _predict_parser(add):
     p.add_argument("--model", default="auto",
                    help="named model, e.g. ViTB16; 'auto' (default): the architecture the "
                         "checkpoint describes (official .npz, hf://ORG/NAME, Hub folder, "
-                        ".safetensors); or a .keras file")
+                        ".safetensors, PyTorch file); or a .keras file")
     p.add_argument("--weights",
                    help="registered name, augreg:<file>, URL, path to an official .npz, "
-                        "hf://ORG/NAME (timm / transformers), a Hub folder or .safetensors")
+                        "hf://ORG/NAME (timm / transformers), a Hub folder, .safetensors "
+                        "or PyTorch file (.pth, .bin, ...)")
     p.add_argument("--ema", action="store_true",
                    help="with a PyTorch training checkpoint as --weights, its EMA weights "
                         "(state_dict_ema / model_ema)")
@@ -779,7 +780,8 @@ def _explain_parser(add):
                    help="named model (ViTB16), 'auto' (the architecture the checkpoint "
                         "describes) or a .keras file")
     p.add_argument("--weights", help="registered name, augreg:<file>, URL, .npz path, "
-                                     "hf://ORG/NAME, Hub folder or .safetensors")
+                                     "hf://ORG/NAME, Hub folder, .safetensors or PyTorch "
+                                     "file")
     p.add_argument("--ema", action="store_true",
                    help="with a PyTorch training checkpoint as --weights, its EMA weights "
                         "(state_dict_ema / model_ema)")
@@ -794,7 +796,8 @@ def _train_parser(add):
     p = add("train", help="train or fine-tune with a recipe; ends with a JSON line")
     p.add_argument("--model", default="ViTB16", help="named model or a .keras file")
     p.add_argument("--weights", help="registered name, augreg:<file>, path, "
-                                     "hf://ORG/NAME, Hub folder or .safetensors")
+                                     "hf://ORG/NAME, Hub folder, .safetensors or PyTorch "
+                                     "file")
     p.add_argument("--ema", action="store_true",
                    help="with a PyTorch training checkpoint as --weights, its EMA weights "
                         "(state_dict_ema / model_ema)")

@@ -411,3 +411,16 @@ def test_big_endian_files_and_missing_files(tmp_path):
         pickle.dumps(0x1950A86A20F9469CFC6C, protocol=2) + pickle.dumps(1001, protocol=2))
     with pytest.raises(UnsupportedCheckpointError, match="is a legacy PyTorch checkpoint"):
         keras_vit.model_from_checkpoint(legacy)
+
+
+def test_weights_sniffs_a_pytorch_file_once(tmp_path, monkeypatch):
+    """`weights=` tells the file's kind once; the reader does not sniff it
+    again (a .pth was opened six times, now three: head, zip directory, read)."""
+    from keras_vit.weights import pytorch
+
+    path = tmp_path / "vit.pth"
+    torch.save(tensors("timm_vit_token"), path)
+    monkeypatch.setattr(pytorch, "sniff_checkpoint", lambda *a, **k: pytest.fail("sniffed twice"))
+    monkeypatch.setattr(hub, "_is_zip", lambda *a, **k: pytest.fail("opened to tell the kind"))
+    keras_vit.VisionTransformer(patch_size=8, hidden_size=32, num_layers=2, num_heads=2,
+                                mlp_dim=64, input_shape=(32, 32, 3), weights=str(path))

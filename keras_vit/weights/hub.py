@@ -606,7 +606,7 @@ def _detect_format(config, state, source):
         f"checkpoint (keys: {shown}, ...).")
 
 
-def read_hub_checkpoint(path, source=None, ema=False):
+def read_hub_checkpoint(path, source=None, ema=False, kind=None):
     """Reads a Hub-layout folder, or a bare `.safetensors` or PyTorch file
     (`keras_vit.weights.pytorch`) of timm or transformers keys.
 
@@ -617,6 +617,8 @@ def read_hub_checkpoint(path, source=None, ema=False):
         source: how to name it in messages (default: `path`).
         ema: read a PyTorch training checkpoint's EMA weights
             (`state_dict_ema` / `model_ema`).
+        kind: for a file, what `sniff_checkpoint` called it already
+            (`"torch"` or `"safetensors"`; None: told here).
 
     Returns:
         A `HubCheckpoint`.
@@ -654,8 +656,8 @@ def read_hub_checkpoint(path, source=None, ema=False):
         state = _read_folder_weights(path, ema=ema)
     elif not os.path.isfile(path):
         raise CheckpointNotFoundError(name)
-    elif torch_file := _is_zip(path):
-        state = read_torch_state(path, name, ema=ema)
+    elif torch_file := (kind == "torch" if kind else _is_zip(path)):
+        state = read_torch_state(path, name, ema=ema, sniffed=kind == "torch")
     elif ema:
         raise ema_error(name, "a safetensors file")
     else:

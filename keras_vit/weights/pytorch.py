@@ -310,9 +310,12 @@ def _data_pickle(name, archive):
     return found[0][:-len("data.pkl")]
 
 
-def read_torch_file(path, name=None):
+def read_torch_file(path, name=None, sniffed=False):
     """The object `torch.save` wrote to `path`, with each tensor a NumPy
     array and each other global an `Opaque` record.
+
+    `sniffed=True`: `sniff_checkpoint` has called the file `"torch"`
+    already (it is not sniffed again).
 
     Raises:
         CheckpointNotFoundError: no file at `path`.
@@ -328,7 +331,7 @@ def read_torch_file(path, name=None):
     """
     name = os.fspath(path) if name is None else name
     path = os.path.expanduser(os.fspath(path))
-    if sniff_checkpoint(path, name=name, torch=True) != "torch":
+    if not sniffed and sniff_checkpoint(path, name=name, torch=True) != "torch":
         raise UnsupportedCheckpointError(f"{name!r} is not a PyTorch checkpoint.")
     limit = max_checkpoint_bytes()  # a bad setting is its own error, not the file's
     try:
@@ -429,7 +432,7 @@ def _unwrapped(state):
     return state
 
 
-def read_torch_state(path, name=None, ema=False):
+def read_torch_state(path, name=None, ema=False, sniffed=False):
     """`{key: array}` of the tensor state dict in a PyTorch checkpoint
     (see `state_dict_of`), with one log line saying what was read and what
     else the file held.
@@ -443,7 +446,7 @@ def read_torch_state(path, name=None, ema=False):
     ```
     """
     name = os.fspath(path) if name is None else name
-    state, where, others = state_dict_of(read_torch_file(path, name), name, ema=ema)
+    state, where, others = state_dict_of(read_torch_file(path, name, sniffed), name, ema=ema)
     what = f"{where!r}" if where else "the state dict"
     also = f"; also in the file: {', '.join(others)}" if others else ""
     logger.info("read %s (%d tensors) of %r%s", what, len(state), name, also)

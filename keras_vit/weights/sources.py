@@ -136,7 +136,7 @@ def read_local(path: str | os.PathLike, ema: bool = False) -> Checkpoint:
     except UnsupportedCheckpointError as error:
         raise as_not_npz(error, name) from error
     if kind == "torch" or (kind == "safetensors" and not ema):
-        return hub.read_hub_checkpoint(path, source=name, ema=ema)
+        return hub.read_hub_checkpoint(path, source=name, ema=ema, kind=kind)
     if ema:
         raise ema_error(name, {"safetensors": "a safetensors file", "npz": "an official .npz",
                              "keras_weights": "a Keras .weights.h5 file"}[kind])
