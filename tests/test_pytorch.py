@@ -424,3 +424,16 @@ def test_weights_sniffs_a_pytorch_file_once(tmp_path, monkeypatch):
     monkeypatch.setattr(hub, "_is_zip", lambda *a, **k: pytest.fail("opened to tell the kind"))
     keras_vit.VisionTransformer(patch_size=8, hidden_size=32, num_layers=2, num_heads=2,
                                 mlp_dim=64, input_shape=(32, 32, 3), weights=str(path))
+
+
+def test_a_checkpoint_of_another_width_is_a_mismatch_not_a_reshape_error(tmp_path):
+    """Found by using it: `keras-vit train --model ViTB16 --weights DIR` with
+    a width-32 checkpoint said `cannot reshape array of size 1024 into shape
+    (12,newaxis,32)`; the 12 heads of ViT-B do not split width 32."""
+    folder = torch_folder(tmp_path, "timm_vit_token")
+    with pytest.raises(keras_vit.weights.CheckpointMismatchError,
+                       match=r"\(timm format\) does not fit model 'vit_b_16': 120 missing, "
+                             "0 unexpected, 30 mis-shaped keys") as info:
+        keras_vit.ViTB16(weights=str(folder), classes=3)
+    assert "blocks.0.attn.qkv.weight: checkpoint (32, 2, 16) vs model (768, 12, 64)" \
+        in str(info.value)

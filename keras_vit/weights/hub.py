@@ -531,7 +531,11 @@ class HubCheckpoint(Checkpoint):
                 f"{self.format} computes. Build one model per size, e.g. "
                 "input_shape=(384, 384, 3).")
         blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
-        params = dict(self.convert(blocks[0].num_heads) if blocks else self.params)
+        heads = blocks[0].num_heads if blocks else None
+        width = self.architecture.get("hidden_size")
+        if heads and width and width % heads:
+            heads = None  # cannot split: the shape check below names the misfit
+        params = dict(self.convert(heads) if heads else self.params)
         encoder = next(
             (layer for layer in model.layers if isinstance(layer, PatchEncoder)), None)
         posemb = params.get(POSEMB_KEY)
