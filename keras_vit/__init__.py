@@ -48,7 +48,8 @@ _SUBMODULES = ("cli", "data", "export", "inspect", "labels", "layers", "models",
                "preprocessing", "training", "weights")
 # Modules that register serializable Keras objects (imported by `_load_all`).
 _REGISTERING = ("keras_vit.layers", "keras_vit.models.vit", "keras_vit.models.mixer",
-                "keras_vit.models.auto", "keras_vit.training.schedules")
+                "keras_vit.models.auto", "keras_vit.training.schedules",
+                "keras_vit.training.layer_decay")
 
 __getattr__, __dir__, __all__ = _attach(__name__, _EXPORTS, extra=["layers", "weights"],
                                         submodules=_SUBMODULES)

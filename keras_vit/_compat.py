@@ -224,6 +224,25 @@ def optimizer_learning_rate(optimizer):
     return rate
 
 
+def optimizer_variable_index(optimizer, variable):
+    """The position of `variable` among the variables `optimizer` was built
+    with (`optimizer.variables` of each slot are in that order), for the
+    variable an `update_step` receives: a Keras variable, or on TensorFlow
+    the `tf.Variable` under it (also a replica's, under a strategy).
+
+    Calls `Optimizer._get_variable_index` (private: how Keras' own
+    `update_step`s find a variable's slots). Checked on Keras 3.15.1.
+
+    >>> optimizer_variable_index(optimizer, variable)  # doctest: +SKIP
+    3
+    """
+    method = getattr(optimizer, "_get_variable_index", None)
+    if not callable(method):
+        raise _stale("Optimizer._get_variable_index (a variable's position in an "
+                     "optimizer)", _keras_release(), "Keras 3.15.1")
+    return method(variable)
+
+
 class AroundBackupSave:
     """Mixin for a `keras.callbacks.BackupAndRestore` subclass (listed
     first among the bases): each backup is written inside the context

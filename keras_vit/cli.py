@@ -519,6 +519,10 @@ def _progress_verbosity(args):
 
 
 def cmd_train(args, out):
+    if args.ema is _BARE_EMA:
+        raise ValueError("--ema takes a decay in (0, 1), e.g. --ema 0.9998 (a moving "
+                         "average of the weights while training); a PyTorch checkpoint's "
+                         "EMA weights are --weights-ema.")
     if args.model.endswith((".keras", ".npz")) or os.path.splitext(args.model)[1]:
         _check_model_file(args.model, "--model")
     _keras()
@@ -529,8 +533,13 @@ def cmd_train(args, out):
                       process_id="process_id")
     if args.skip_corrupt:
         extra["skip_corrupt"] = True
-    if args.ema:
-        extra["model_kwargs"] = {"ema": True}
+    model_kwargs = {key: True for key, flag in (("ema", args.weights_ema),
+                                                ("remat", args.remat)) if flag}
+    if model_kwargs:
+        extra["model_kwargs"] = model_kwargs
+    if args.lora_targets is not None:
+        extra["lora_targets"] = tuple(t.strip() for t in args.lora_targets.split(","))
+    extra.update(_optional(args, lora_rank="lora", layer_decay="layer_decay", ema="ema"))
     # --json: stdout carries only the JSON line; Keras' progress goes to stderr.
     progress = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     try:
@@ -682,6 +691,8 @@ def _checked(check, parse):
     return convert
 
 
+# `keras-vit train --ema` without a decay (it once meant --weights-ema).
+_BARE_EMA = object()
 POSITIVE_INT = _checked(_checks.positive_int, int)
 NON_NEGATIVE_INT = _checked(_checks.non_negative_int, int)
 POSITIVE_FLOAT = _checked(_checks.positive_float, float)
@@ -754,7 +765,7 @@ def _predict_parser(add):
                    help="registered name, augreg:<file>, URL, path to an official .npz, "
                         "hf://ORG/NAME (timm / transformers), a Hub folder, .safetensors "
                         "or PyTorch file (.pth, .bin, ...)")
-    p.add_argument("--ema", action="store_true",
+    p.add_argument("--weights-ema", "--ema", dest="ema", action="store_true",
                    help="with a PyTorch training checkpoint as --weights, its EMA weights "
                         "(state_dict_ema / model_ema)")
     p.add_argument("--top", type=POSITIVE_INT, default=5, help="classes per image (default 5)")
@@ -787,7 +798,7 @@ def _explain_parser(add):
     p.add_argument("--weights", help="registered name, augreg:<file>, URL, .npz path, "
                                      "hf://ORG/NAME, Hub folder, .safetensors or PyTorch "
                                      "file")
-    p.add_argument("--ema", action="store_true",
+    p.add_argument("--weights-ema", "--ema", dest="ema", action="store_true",
                    help="with a PyTorch training checkpoint as --weights, its EMA weights "
                         "(state_dict_ema / model_ema)")
     p.add_argument("--image-size", type=POSITIVE_INT, default=None)
@@ -803,7 +814,7 @@ def _train_parser(add):
     p.add_argument("--weights", help="registered name, augreg:<file>, path, "
                                      "hf://ORG/NAME, Hub folder, .safetensors or PyTorch "
                                      "file")
-    p.add_argument("--ema", action="store_true",
+    p.add_argument("--weights-ema", action="store_true",
                    help="with a PyTorch training checkpoint as --weights, its EMA weights "
                         "(state_dict_ema / model_ema)")
     p.add_argument("--data", required=True, help="tfds:NAME, tfrecord:DIR_OR_GLOB, folder:DIR")
@@ -815,6 +826,22 @@ def _train_parser(add):
     p.add_argument("--steps-per-epoch", type=POSITIVE_INT)
     p.add_argument("--learning-rate", type=POSITIVE_FLOAT)
     p.add_argument("--sam-rho", type=POSITIVE_FLOAT, help="train with SAM at this radius")
+    p.add_argument("--lora", type=POSITIVE_INT, metavar="RANK",
+                   help="LoRA fine-tuning: adapters of this rank; only they and the head "
+                        "train (model.keras holds the merged model)")
+    p.add_argument("--lora-targets", metavar="NAMES",
+                   help="comma-separated Dense layers of each block that get adapters: "
+                        "qkv, attention_output, mlp (ViT; default qkv,attention_output); "
+                        "token_mixing, channel_mixing (Mixer; default both)")
+    p.add_argument("--layer-decay", type=float, metavar="RATE",
+                   help="layer-wise learning-rate decay in (0, 1]: block i of L trains at "
+                        "RATE**(L-i) times the rate, the head at 1 (e.g. 0.65)")
+    p.add_argument("--ema", type=float, nargs="?", const=_BARE_EMA, metavar="DECAY",
+                   help="keep a moving average of the weights with this decay (e.g. "
+                        "0.9998): validation, best.keras and model.keras use it")
+    p.add_argument("--remat", action="store_true",
+                   help="named models: recompute each block's activations in the backward "
+                        "pass (less memory, more time)")
     p.add_argument("--precision", default="float32",
                    choices=["float32", "mixed_bfloat16", "mixed_float16"])
     p.add_argument("--strategy", default="auto",

@@ -161,6 +161,17 @@ def test_optimizer_learning_rate_is_what_the_optimizer_was_given():
         _compat.optimizer_learning_rate(object())
 
 
+def test_optimizer_variable_index_is_the_variables_position():
+    """`training.layer_decay` (covered by test_finetune_tools.py)."""
+    variables = [keras.Variable(np.zeros(2), name=n) for n in "abc"]
+    optimizer = keras.optimizers.SGD(0.1)
+    optimizer.build(variables)
+    assert [_compat.optimizer_variable_index(optimizer, v) for v in variables] == [0, 1, 2]
+    with pytest.raises(RuntimeError, match=_stale_message("Optimizer._get_variable_index")
+                       + KERAS_3_15):
+        _compat.optimizer_variable_index(object(), variables[0])
+
+
 def test_around_backup_save_wraps_each_backup_keras_writes(tmp_path):
     """`training.callbacks.BackupAndRestore` (covered by test_training.py::
     test_killed_training_resumes_from_the_backup)."""

@@ -13,6 +13,7 @@ from keras_vit import __version__, _compat
 from keras_vit.export._batches import batched
 from keras_vit.layers._fused import portable_graph
 from keras_vit.layers._utils import quantization_modes
+from keras_vit.layers.lora import merge_lora
 
 OUTPUT_KINDS = ("auto", "logits", "probabilities")
 
@@ -53,6 +54,15 @@ def refuse_keras_quantized(model, fmt):
             f"{model.name!r} is quantized by model.quantize({refused[0]!r}) and the {fmt} "
             f"export runs only model.quantize({' / '.join(map(repr, allowed))}) models as Keras "
             f"does: {why}.")
+
+
+def exported_model(model, fmt):
+    """The model an export `fmt` traces: `model`, refused when quantized in
+    a mode `fmt` cannot run (`refuse_keras_quantized`), with LoRA adapters
+    merged into plain Dense kernels (`keras_vit.layers.lora.merge_lora`;
+    the graph then has no adapter matmuls)."""
+    refuse_keras_quantized(model, fmt)
+    return merge_lora(model)
 
 
 def walk_layers(model):

@@ -42,7 +42,7 @@ from keras_vit.export._model import (
     pixel_graph_metadata,
     pixel_graph_signature,
     reference_logits,
-    refuse_keras_quantized,
+    exported_model,
     require_tensorflow_backend,
 )
 from keras_vit.export._pipeline import (
@@ -480,7 +480,7 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
     path = check_file_path(path, ".onnx", "an ONNX file name")
     require_tensorflow_backend()
     quantization = check_quantization(quantization, QUANTIZATIONS)
-    refuse_keras_quantized(model, "onnx")
+    model = exported_model(model, "onnx")
     _require()  # before the conversion: an unverifiable file is never written
     opset = _check_opset(opset)
     size = model_image_size(model, image_size)

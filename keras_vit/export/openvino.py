@@ -37,7 +37,7 @@ from keras_vit.export._model import (
     pixel_graph_metadata,
     pixel_graph_signature,
     reference_logits,
-    refuse_keras_quantized,
+    exported_model,
     require_tensorflow_backend,
 )
 from keras_vit.export._pipeline import (
@@ -324,7 +324,7 @@ def to_openvino(model: keras.Model, path: str | os.PathLike, *,
                            " (its weights go to the .bin beside it)")
     require_tensorflow_backend()
     quantization = check_quantization(quantization, QUANTIZATIONS)
-    refuse_keras_quantized(model, "openvino")
+    model = exported_model(model, "openvino")
     _require()  # before the conversion: an unverifiable file is never written
     size = model_image_size(model, image_size)
     output_kind(model, outputs)  # an ambiguous model is refused before any work

@@ -18,6 +18,7 @@ from keras_vit.export._files import check_replaceable_directory
 from keras_vit.export._images import Sampling
 from keras_vit.export._labels import write_labels
 from keras_vit.export._model import (
+    exported_model,
     logits_and_probabilities,
     model_classes,
     model_image_size,
@@ -276,6 +277,7 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
     require_tensorflow_backend()
     path = str(path)
     _check_replaceable(path)
+    model = exported_model(model, "saved_model")
     if image_size is None and takes_any_size(model):
         image_size = dynamic_size_layout(model)[0]  # verify at the stored grid's size
     size = model_image_size(model, image_size)

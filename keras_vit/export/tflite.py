@@ -39,7 +39,7 @@ from keras_vit.export._model import (
     model_image_size,
     output_kind,
     reference_logits,
-    refuse_keras_quantized,
+    exported_model,
     require_tensorflow_backend,
 )
 from keras_vit.export._pipeline import (
@@ -496,7 +496,7 @@ def to_tflite(model: keras.Model, path: str | os.PathLike, *, quantization: str 
     path = check_file_path(path, ".tflite", "a TFLite file name")
     require_tensorflow_backend()
     quantization = check_quantization(quantization, QUANTIZATIONS)
-    refuse_keras_quantized(model, "tflite")
+    model = exported_model(model, "tflite")
     size = model_image_size(model, image_size)
     batch_size = check_batch_size(batch_size, size)
     output_kind(model, outputs)

@@ -2,6 +2,9 @@
 Data pipelines are tf.data on every backend; multi-device training uses
 tf.distribute strategies on TensorFlow and `keras.distribution` on JAX.
 
+LoRA (`enable_lora`, `merge_lora`) is Keras' own `Dense.enable_lora` on the
+encoder blocks (`keras_vit.layers.lora`).
+
 The names load on first use (PEP 562), so `import keras_vit` can register
 the serializable `WarmupDecay` (needed to load a trained `.keras` file)
 without importing TensorFlow under another backend.
@@ -19,9 +22,12 @@ _EXPORTS = {
     "NO_DECAY": "recipes", "RECIPES": "recipes", "Recipe": "recipes",
     "get_recipe": "recipes", "make_optimizer": "recipes",
     "SAMModel": "sam",
+    "enable_lora": "keras_vit.layers.lora", "merge_lora": "keras_vit.layers.lora",
     "get_distribution": "distribution", "initialize_processes": "distribution",
     "vit_layout_map": "distribution",
     "WarmupDecay": "schedules",
+    "LayerDecayAdamW": "layer_decay", "LayerDecaySGD": "layer_decay",
+    "layer_decay_scales": "layer_decay", "layer_depths": "layer_decay",
     "get_strategy": "strategy", "is_multi_worker": "strategy",
     "prepare_model": "strategy", "worker_task": "strategy",
     "PRECISIONS": "trainer", "TrainingDivergedError": "trainer", "evaluate": "trainer",

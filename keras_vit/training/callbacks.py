@@ -1,14 +1,17 @@
 """Fault tolerance and logs for `model.fit`."""
 
+import contextlib
 import json
 import logging
 import math
 import os
 
 import keras
+import numpy as np
 
 from keras_vit import _compat
 from keras_vit._saving import host_values, save_atomically
+from keras_vit.layers import lora
 
 logger = logging.getLogger("keras_vit")
 
@@ -62,7 +65,8 @@ class BestModelCheckpoint(keras.callbacks.Callback):
       beat;
     - an epoch whose loss or monitored value is not finite never counts;
     - the model is written to a temporary file and renamed, so a kill never
-      leaves a partial file under `path`.
+      leaves a partial file under `path`;
+    - a model with LoRA adapters is written merged (`merge_lora`).
 
     `model`: what to save (default: the model being fit; `train` gives the
     network inside a `SAMModel`).
@@ -114,7 +118,9 @@ class BestModelCheckpoint(keras.callbacks.Callback):
         if not (_finite(value) and _finite(logs.get("loss", 0.0))) or not self._better(value):
             return
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        save_atomically(self._to_save or self.model, self.path)
+        # A model with LoRA adapters is saved merged, without optimizer state
+        # (it holds slots of the adapters, which the merged model has not).
+        save_atomically(lora.merge_lora(self._to_save or self.model), self.path)
         self.best = {"monitor": self.monitor, "value": float(value), "epoch": epoch + 1}
         with open(self.state_path + ".tmp", "w") as f:
             json.dump(self.best, f)
@@ -124,22 +130,70 @@ class BestModelCheckpoint(keras.callbacks.Callback):
 class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestore):
     """Keras' `BackupAndRestore`, whose backup every process of a
     multi-process JAX job can write, also when the model's variables are
-    split over several processes' devices (`_saving.host_values`)."""
+    split over several processes' devices (`_saving.host_values`).
 
+    A model with LoRA adapters (`keras_vit.layers.lora.enable_lora`) is
+    backed up exactly: Keras' weights file would hold each adapted kernel
+    merged (`W + delta`) and no adapters, and a resumed run would go on
+    from zeroed adapters, which never train again (both factors zero: no
+    gradient). Here the file holds the frozen `W`, and the adapters go to
+    `lora_adapters.npz` beside it, with the backup's epoch."""
+
+    ADAPTERS = "lora_adapters.npz"
+
+    def _metadata_epoch(self):
+        path = os.path.join(self.backup_dir, "training_metadata.json")
+        if not os.path.exists(path):
+            return None
+        with open(path) as f:
+            return json.load(f).get("epoch")
+
+    @contextlib.contextmanager
     def saving_context(self):
-        return host_values(self.model)
+        with host_values(self.model), lora.base_kernels_saved(self.model):
+            yield
+        adapters = lora.adapter_values(self.model)
+        if adapters:  # after Keras' files: the epoch they record
+            path = os.path.join(self.backup_dir, self.ADAPTERS)
+            with open(path + ".tmp", "wb") as f:
+                np.savez(f, **{"__epoch__": np.int64(self._metadata_epoch()), **adapters})
+            os.replace(path + ".tmp", path)
+
+    def on_train_begin(self, logs=None):
+        super().on_train_begin(logs)
+        epoch = self._metadata_epoch()
+        if epoch is None or not lora.lora_layers(self.model):
+            return
+        path = os.path.join(self.backup_dir, self.ADAPTERS)
+        saved = {}
+        if os.path.exists(path):
+            with np.load(path, allow_pickle=False) as arrays:
+                saved = {name: arrays[name] for name in arrays.files}
+        if int(saved.pop("__epoch__", -1)) != epoch:
+            raise ValueError(
+                f"The backup in {self.backup_dir} holds epoch {epoch} but no LoRA adapters "
+                "of that epoch (the run was stopped while writing it); start the run "
+                "afresh (--overwrite).")
+        lora.set_adapter_values(self.model, saved)
 
 
-def default_callbacks(out, monitor="val_accuracy", model=None):
+def default_callbacks(out, monitor="val_accuracy", model=None, ema=False):
     """BackupAndRestore (resume after a kill), the best model over the whole
     run, CSV and TensorBoard logs, NaN guard. Files under `out`:
     `backup/`, `best.keras` (and `best.keras.json`: its epoch and value),
     `log.csv`, `tensorboard/`. `model`: what `best.keras` holds (default:
-    the model being fit)."""
+    the model being fit).
+
+    `ema`: the optimizer keeps a moving average of the weights (`use_ema`):
+    Keras' `SwapEMAWeights(swap_on_epoch=True)` after the backup (which
+    keeps the training weights and the average) puts the average in the
+    model for validation and for the callbacks after it (`best.keras`), and
+    leaves it there after the last epoch (then `model.keras`)."""
     os.makedirs(out, exist_ok=True)
     backup = os.path.join(out, "backup")
     callbacks = [
         BackupAndRestore(backup),
+        *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema else []),
         BestModelCheckpoint(os.path.join(out, "best.keras"), monitor=monitor,
                             backup_dir=backup, model=model),
         keras.callbacks.CSVLogger(os.path.join(out, "log.csv"), append=True),

@@ -11,6 +11,7 @@ import dataclasses
 
 import keras
 
+from keras_vit.training.layer_decay import LayerDecayAdamW, LayerDecaySGD
 from keras_vit.training.schedules import WarmupDecay
 
 # Variables never decayed: LayerNorm/GroupNorm scales and offsets, biases,
@@ -71,7 +72,8 @@ def get_recipe(name):
 
 
 def make_optimizer(recipe, total_steps, learning_rate=None,
-                   gradient_accumulation_steps=None):
+                   gradient_accumulation_steps=None, *, learning_rate_scales=None,
+                   ema=None):
     """The recipe's optimizer with its `WarmupDecay` schedule.
 
     Args:
@@ -81,6 +83,19 @@ def make_optimizer(recipe, total_steps, learning_rate=None,
         gradient_accumulation_steps: accumulate gradients over this many
             batches per update (a large effective batch on small hardware;
             count `total_steps` in updates).
+        learning_rate_scales: layer-wise learning-rate decay: `{variable
+            path: scale}` (`keras_vit.training.layer_decay_scales(model,
+            rate)`); the optimizer is then `LayerDecaySGD` or
+            `LayerDecayAdamW`, the recipe's weight decay scaled with each
+            variable's rate.
+        ema: keep an exponential moving average of the weights with this
+            decay (Keras' `use_ema`, `ema_momentum`), e.g. 0.9998.
+
+    Example:
+
+    >>> optimizer = make_optimizer("scratch", total_steps=1_000, ema=0.999)
+    >>> optimizer.use_ema, optimizer.ema_momentum
+    (True, 0.999)
     """
     recipe = get_recipe(recipe)
     base = learning_rate if learning_rate is not None else recipe.learning_rate
@@ -89,6 +104,15 @@ def make_optimizer(recipe, total_steps, learning_rate=None,
                            steps_per_update=gradient_accumulation_steps or 1)
     common = dict(learning_rate=schedule, global_clipnorm=recipe.global_clipnorm,
                   gradient_accumulation_steps=gradient_accumulation_steps)
+    if ema is not None:
+        common.update(use_ema=True, ema_momentum=ema)
+    if learning_rate_scales is not None:
+        if recipe.optimizer == "sgd":
+            return LayerDecaySGD(momentum=0.9, learning_rate_scales=learning_rate_scales,
+                                 **common)
+        return LayerDecayAdamW(beta_2=0.999, learning_rate_scales=learning_rate_scales,
+                               decoupled_weight_decay=recipe.weight_decay,
+                               no_decay=NO_DECAY, **common)
     if recipe.optimizer == "sgd":
         return keras.optimizers.SGD(momentum=0.9, **common)
     optimizer = keras.optimizers.AdamW(weight_decay=recipe.weight_decay, beta_2=0.999,

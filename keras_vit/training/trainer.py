@@ -11,6 +11,7 @@ import shutil
 import stat
 import sys
 import time
+from collections.abc import Sequence
 
 import keras
 import numpy as np
@@ -30,6 +31,7 @@ from keras_vit.data import data_error, make_dataset
 from keras_vit.data.presets import Preset, auto_preset
 from keras_vit.data.sources import check_holdout
 from keras_vit.export._model import output_kind
+from keras_vit.layers import lora
 from keras_vit.labels import class_names
 from keras_vit.training import distribution as distribution_lib
 from keras_vit.training.callbacks import (
@@ -37,6 +39,7 @@ from keras_vit.training.callbacks import (
     TerminateOnNaNWithAdvice,
     default_callbacks,
 )
+from keras_vit.training.layer_decay import layer_decay_scales
 from keras_vit.training.recipes import Recipe, get_recipe, make_optimizer
 from keras_vit.training.run_folder import open_run_folder
 from keras_vit.training.sam import SAMModel
@@ -224,8 +227,11 @@ def _strategy_row(strategy):
 def format_summary(summary):
     """The lines `train` prints before the first step."""
     d = summary
+    trainable = d.get("trainable_parameters", d["parameters"])
     rows = [
-        ("model", f"{d['model']} ({d['parameters']:,} parameters)"),
+        ("model", f"{d['model']} ({d['parameters']:,} parameters"
+                  + (f", {trainable:,} trainable" if trainable != d["parameters"] else "")
+                  + ")"),
         ("weights", d["weights"]),
         ("image size", f"{d['image_size']} px"),
         ("classes", f"{d['classes']}" + (f": {', '.join(d['class_names'][:10])}"
@@ -247,7 +253,10 @@ def format_summary(summary):
         ("optimizer", f"{d['recipe']} recipe: {d['optimizer']}, peak learning rate "
                       f"{d['learning_rate']:g}, {d['warmup_steps']} warmup updates, "
                       f"{d['decay']} decay" + (f", SAM rho {d['sam_rho']:g}"
-                                                if d.get("sam_rho") else "")),
+                                                if d.get("sam_rho") else "")
+                      + (f", layer decay {d['layer_decay']:g}" if d.get("layer_decay")
+                         else "")
+                      + (f", weight EMA {d['ema']:g}" if d.get("ema") else "")),
         ("precision", d["precision"]),
         ("strategy", f"{d['strategy']['name']}, {d['strategy']['replicas']} replica(s) on "
                      f"{', '.join(d['strategy']['devices'])}"),
@@ -295,6 +304,10 @@ class TrainPlan:
     dropout_rate: float | None
     drop_path_rate: float | None
     model_kwargs: dict | None
+    lora_rank: int | None
+    lora_targets: tuple | None
+    layer_decay: float | None
+    ema: float | None
     skip_corrupt: bool
     holdout: float
     verbose: int
@@ -359,6 +372,10 @@ def train(
     num_processes: int | None = None,
     process_id: int | None = None,
     overwrite: bool = False,
+    lora_rank: int | None = None,
+    lora_targets: str | Sequence[str] | None = None,
+    layer_decay: float | None = None,
+    ema: float | None = None,
 ) -> dict:
     """Trains `model` on `data` with a recipe; returns a results dict.
 
@@ -422,13 +439,32 @@ def train(
         skip_corrupt: skip and count corrupt image files instead of stopping
             at the first with an error naming it.
         holdout: fraction held out of a folder without split folders.
+        lora_rank: fine-tune with LoRA adapters of this rank
+            (`keras_vit.training.enable_lora`): only the adapters and the
+            head train. `model.keras` and `best.keras` hold the merged
+            model (plain Dense kernels `W + delta`), which loads and exports
+            as any other.
+        lora_targets: the blocks' Dense layers that get adapters (default:
+            `qkv` and `attention_output` of a ViT, both MLPs of a Mixer;
+            `"mlp"` adds a ViT's MLP).
+        layer_decay: layer-wise learning-rate decay rate in (0, 1]: the
+            learning rate of block `i` of `L` is multiplied by `rate ** (L -
+            i)`, that of the patch embedding by `rate ** (L + 1)`, the head's
+            by 1 (`keras_vit.training.layer_decay_scales`).
+        ema: keep an exponential moving average of the weights with this
+            decay in (0, 1) (Keras' `use_ema`): validation, `best.keras`
+            and `model.keras` use the averaged weights.
 
     Returns:
         dict with `status` (`"completed"`), `val_accuracy`, `val_loss`,
         `seconds`, `steps`, `epochs`, `data` (`{"train": {split, images,
         classes}, "validation": ...}`), `summary`, `skipped_corrupt`, the
         artifact paths and `best` (`{"monitor", "value", "epoch"}` of
-        `best.keras`, the best epoch of the whole run, resumes included).
+        `best.keras`, the best epoch of the whole run, resumes included),
+        `parameters` and `trainable_parameters` (of the model trained:
+        with LoRA, the adapters and the head), `lora` (`{"rank",
+        "targets"}` or None), `layer_decay` and `ema` (`{"decay",
+        "weights_saved": "ema"}` or None).
 
     Raises:
         ValueError: a bad argument (numbers are checked before any work),
@@ -452,6 +488,8 @@ def train(
                      steps=steps, epochs=epochs, steps_per_epoch=steps_per_epoch,
                      gradient_accumulation_steps=gradient_accumulation_steps)
     _checks.optional(_checks.positive_float, learning_rate=learning_rate, sam_rho=sam_rho)
+    _checks.optional(_checks.positive_int, lora_rank=lora_rank)
+    _check_fine_tuning(lora_rank, lora_targets, layer_decay, ema)
     check_holdout(holdout)  # (the data layer's check: also for sources without a folder)
     recipe = get_recipe(recipe)
     set_precision(precision)
@@ -483,7 +521,8 @@ def train(
         train_split=train_split, preset=preset, preset_reason=preset_reason,
         label_smoothing=label_smoothing, dropout_rate=dropout_rate,
         drop_path_rate=drop_path_rate, model_kwargs=model_kwargs,
-        skip_corrupt=skip_corrupt, holdout=holdout, verbose=verbose, overwrite=overwrite,
+        lora_rank=lora_rank, lora_targets=_targets(lora_targets), layer_decay=layer_decay,
+        ema=ema, skip_corrupt=skip_corrupt, holdout=holdout, verbose=verbose, overwrite=overwrite,
         start=start)
     if plan.named and weights is None and recipe.name == "finetune":
         logger.warning(
@@ -607,6 +646,11 @@ def _run_record(plan, datasets):
         "label_smoothing": plan.label_smoothing, "dropout_rate": plan.dropout_rate,
         "drop_path_rate": plan.drop_path_rate, "model_kwargs": plan.model_kwargs,
         "holdout": plan.holdout,
+        # Only when set: a folder of a run from before these options resumes.
+        **{key: value for key, value in (
+            ("lora_rank", plan.lora_rank),
+            ("lora_targets", list(plan.lora_targets) if plan.lora_targets else None),
+            ("layer_decay", plan.layer_decay), ("ema", plan.ema)) if value is not None},
     }
 
 
@@ -621,11 +665,16 @@ def _compiled_model(plan, info):
                            plan.model_kwargs)
         distribution_lib.check_model_split(net, plan.distribution)
         _check_classes(net, info, plan.data, names_must_match=False)
+        if plan.lora_rank:
+            lora.enable_lora(net, plan.lora_rank, plan.lora_targets, seed=plan.seed)
+        scales = (layer_decay_scales(net, plan.layer_decay) if plan.layer_decay is not None
+                  else None)
         trainable = SAMModel(net, rho=plan.sam_rho) if plan.sam_rho else net
         smoothing = (plan.recipe.label_smoothing if plan.label_smoothing is None
                      else plan.label_smoothing)
         optimizer = make_optimizer(plan.recipe, plan.updates, plan.learning_rate,
-                                   plan.gradient_accumulation_steps)
+                                   plan.gradient_accumulation_steps,
+                                   learning_rate_scales=scales, ema=plan.ema)
         trainable.compile(
             optimizer=optimizer,
             loss=keras.losses.CategoricalCrossentropy(from_logits=True,
@@ -644,7 +693,10 @@ def _summary(plan, net, datasets, strategy_row, distribution_row, folder):
     recipe, info = plan.recipe, datasets.info
     return {
         "model": plan.model if isinstance(plan.model, str) else net.name,
-        "parameters": int(net.count_params()),
+        **lora.parameter_counts(net),
+        "lora": ({"rank": plan.lora_rank, "targets": list(plan.lora_targets or ())
+                  or "default"} if plan.lora_rank else None),
+        "layer_decay": plan.layer_decay, "ema": plan.ema,
         "weights": (str(plan.weights) if plan.weights is not None else
                     "random initialisation" if plan.named else "those of the model given"),
         "image_size": plan.image_size, "classes": info.num_classes,
@@ -681,7 +733,7 @@ def _fit_and_save(plan, datasets, folder):
     if plan.verbose:
         print(f"keras-vit train: {summary['model']} on {plan.data}\n"
               f"{format_summary(summary)}", file=sys.stderr, flush=True)
-    callbacks = default_callbacks(out, model=net)
+    callbacks = default_callbacks(out, model=net, ema=plan.ema is not None)
     nan_guard = next(c for c in callbacks if isinstance(c, TerminateOnNaNWithAdvice))
     best = next(c for c in callbacks if isinstance(c, BestModelCheckpoint))
     moved = WeightsMoved()
@@ -703,7 +755,7 @@ def _fit_and_save(plan, datasets, folder):
                         epochs=plan.epochs, steps_per_epoch=plan.steps_per_epoch, out=out)
     if history.epoch and moved.changed is False:
         raise ValueError(_unmoved_message(optimizer, plan.updates, trainable))
-    save_atomically(net, final)
+    save_atomically(lora.merge_lora(net), final)  # LoRA: plain kernels, no optimizer state
     labels_path = os.path.join(out, "labels.txt")
     with open(labels_path, "w", encoding="utf-8") as f:
         f.write("".join(f"{name}\n" for name in info.class_names))
@@ -725,6 +777,11 @@ def _fit_and_save(plan, datasets, folder):
         "precision": plan.precision, "replicas": distribution_row["devices"],
         "distribution": distribution_row,
         "classes": info.num_classes, "class_names": list(info.class_names),
+        "parameters": summary["parameters"],
+        "trainable_parameters": summary["trainable_parameters"],
+        "lora": summary["lora"], "layer_decay": plan.layer_decay,
+        "ema": ({"decay": plan.ema, "weights_saved": "ema"} if plan.ema is not None
+                else None),
         "data": {k: {f: v[f] for f in ("split", "images", "classes")}
                  for k, v in summary["data"].items()},
         "preset": summary["preset"], "image_size": plan.image_size,
@@ -931,6 +988,30 @@ def _raise_data_error(error):
     converted = data_error(error)
     if converted is not None:
         raise converted from None
+
+
+def _targets(targets):
+    """`lora_targets` as a tuple of names (None: the default targets)."""
+    if targets is None:
+        return None
+    return (targets,) if isinstance(targets, str) else tuple(targets)
+
+
+def _check_fine_tuning(lora_rank, lora_targets, layer_decay, ema):
+    """The fine-tuning options' values, before any work (`enable_lora` and
+    `layer_decay_scales` check them against the model later)."""
+    if lora_targets is not None and lora_rank is None:
+        raise ValueError(f"lora_targets={lora_targets!r} (--lora-targets) needs lora_rank "
+                         "(--lora RANK).")
+    if layer_decay is not None and (isinstance(layer_decay, bool)
+                                    or not isinstance(layer_decay, (int, float))
+                                    or not 0 < layer_decay <= 1):
+        raise ValueError(f"layer_decay={layer_decay!r} (--layer-decay); allowed: a number "
+                         "in (0, 1], e.g. 0.65 for ViT-B or 0.75 for ViT-L (BEiT, MAE).")
+    if ema is not None and (isinstance(ema, bool) or not isinstance(ema, (int, float))
+                            or not 0 < ema < 1):
+        raise ValueError(f"ema={ema!r} (--ema); allowed: a decay in (0, 1), e.g. 0.9998 "
+                         "(timm's --model-ema-decay); 1 would keep the first weights.")
 
 
 def _check_classes(model, info, data, names_must_match=True):

@@ -45,6 +45,7 @@ from keras_vit.layers import (
     TransformerBlock,
 )
 from keras_vit.layers._utils import quantization_modes
+from keras_vit.layers.lora import lora_layers, merge_lora
 from keras_vit.weights.architecture import (  # noqa: F401
     CheckpointInfo,
     checkpoint_variant,
@@ -180,6 +181,11 @@ def official_params(model):
             "map only onto models built by keras_vit.VisionTransformer / "
             "keras_vit.MLPMixer (pass the inner model if you wrapped it)."
         ) from None
+    if lora_layers(model):
+        raise ValueError(
+            f"Model {model.name!r} has LoRA adapters: its kernels are W + (alpha / rank) * "
+            "A @ B, which official checkpoints do not hold; merge them first "
+            "(keras_vit.training.merge_lora(model)).")
     modes = quantization_modes(model)
     if modes:
         raise ValueError(
@@ -404,7 +410,7 @@ def official_arrays(model):
         ValueError: as `save_official_weights`.
     """
     arrays = {}
-    for param in official_params(model):
+    for param in official_params(merge_lora(model)):
         value = np.asarray(param.variable.numpy(), dtype="float32")
         for key, array in zip(param.keys, param.to_official(value), strict=True):
             arrays[key] = np.ascontiguousarray(array, dtype="float32")
