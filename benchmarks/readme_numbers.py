@@ -8,7 +8,7 @@ its flags.
 
 The generated blocks sit between `<!-- readme_numbers:NAME -->` and
 `<!-- /readme_numbers:NAME -->`, each in one of `PAGES` (README.md: the
-quickstart, quantize and parity blocks; docs/deploy.md: the export tables);
+quickstart, quantize, lora and parity blocks; docs/deploy.md: the export tables);
 `tests/test_readme.py` checks that they are what this script renders from
 `docs/readme_numbers.json`. Takes about 6 minutes on 2 cores (the
 quickstart, nine exports, the parity demo).
@@ -40,6 +40,7 @@ SERVER_EXPORT = (f"keras-vit export {RUN}/quickstart/model.keras --format {{form
 PARITY = "python examples/classify_photos.py --json"
 QUANTIZE = (f"python benchmarks/quantize.py --model {RUN}/quickstart/model.keras "
             f"--data folder:{RUN}/quickstart/digits --json")
+LORA = "python benchmarks/lora.py --json"
 MODES = ("none", "float16", "dynamic", "int8")
 # (format, --quantize, file suffix) of the ONNX / OpenVINO table.
 SERVER_MODES = (("onnx", "none", "onnx"), ("onnx", "dynamic", "onnx"), ("onnx", "int8", "onnx"),
@@ -115,6 +116,7 @@ def measure():
             "runtime": report.get("runtime"), "opset": report.get("opset"),
             "calibration": report.get("calibration"), "validation": report["validation"]})
     numbers["quantize"] = command(QUANTIZE)
+    numbers["lora"] = command(LORA)
     parity = command(PARITY)
     numbers["parity"] = {"command": PARITY, "rows": [
         {k: row.get(k) for k in ("checkpoint", "model", "max_abs_diff_vs_official",
@@ -188,7 +190,32 @@ def render(n):
                         + "\n".join(rows))
     if "quantize" in n:
         blocks["quantize"] = _quantize_block(n["quantize"])
+    if "lora" in n:
+        blocks["lora"] = _lora_block(n["lora"])
     return blocks
+
+
+def _span(digits):
+    """ "01234" -> "0-4" """
+    return f"{digits[0]}-{digits[-1]}"
+
+
+def _lora_block(q):
+    """The README's table of `benchmarks/lora.py` (its own CPU and date)."""
+    rows = ["| fine-tuning | test accuracy | trainable weights | seconds |",
+            "| --- | ---: | ---: | ---: |"]
+    for r in q["rows"]:
+        rows.append(f"| {r['run']} | {100 * r['test_accuracy']:.1f}% | "
+                    f"{r['trainable_parameters']:,} ({100 * r['trainable_fraction']:.1f}%) | "
+                    f"{r['seconds']:.0f} |")
+    pre, ft = q["pretrain"], q["finetune"]
+    return (f"Measured by `{q['command']}` ({_where(q)}, Keras {q['keras']}): the "
+            f"quickstart's ViT trained from scratch on the digits {_span(pre['digits'])} "
+            f"({pre['epochs']} epochs, {100 * pre['test_accuracy']:.1f}% on their test "
+            f"digits), then fine-tuned for {ft['epochs']} epochs on the digits "
+            f"{_span(ft['digits'])} "
+            f"({ft['train_images']} training images; a new head; the `scratch` recipe, seed "
+            f"0), tested on their {ft['test_images']} held-out digits:\n\n" + "\n".join(rows))
 
 
 def _quantize_block(q):

@@ -46,7 +46,7 @@ def test_readme_is_short():
 
 def test_readme_numbers_are_what_the_script_renders():
     """Every measured number in the generated blocks (README.md: quickstart,
-    quantize, parity; docs/deploy.md: the export tables) comes from
+    quantize, lora, parity; docs/deploy.md: the export tables) comes from
     `python benchmarks/readme_numbers.py` (docs/readme_numbers.json, with
     the date and the CPU model)."""
     script = _readme_numbers_script()
@@ -56,8 +56,8 @@ def test_readme_numbers_are_what_the_script_renders():
     assert set(texts) == {"README.md", "docs/deploy.md"}
     blocks = script.render(numbers)
     assert set(blocks) == {"quickstart", "parity", "tflite_digits", "server_digits",
-                           "quantize"}
-    for name in ("quickstart", "parity", "quantize"):
+                           "quantize", "lora"}
+    for name in ("quickstart", "parity", "quantize", "lora"):
         assert f"<!-- readme_numbers:{name} -->" in README
     assert script.rewrite_pages(blocks, texts) == texts
 
