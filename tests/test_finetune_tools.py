@@ -146,3 +146,16 @@ def test_validation_and_saved_models_use_the_moving_average(tmp_path):
     for got, want in zip([keras.ops.convert_to_numpy(v) for v in best.trainable_variables],
                          averages[3 * epoch - 1]):
         np.testing.assert_allclose(got, want, atol=1e-6)
+
+
+def test_builder_flags_on_a_model_file_are_refused(tmp_path, few_digits_folder):
+    """`--remat` and `--weights-ema` build a named model; on a `.keras`
+    file they were ignored."""
+    start = tmp_path / "start.keras"
+    tiny_vit(classes=10).save(start)
+    code, _, err = run_cli("train", "--model", start, "--data", f"folder:{few_digits_folder}",
+                           "--remat", "--out", tmp_path / "run")
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        "keras-vit: error: model_kwargs={'remat': True} (--remat, --weights-ema) build a "
+        f"named model, but the model is {str(start)!r}, which is not built here; give a "
+        "named model (e.g. ViTB16), or build the model with them yourself.")

@@ -93,6 +93,17 @@ def _build_model(model, weights, classes, image_size, recipe, dropout_rate, drop
         classifier_activation=None, **kwargs)
 
 
+def _check_model_kwargs(model, model_kwargs):
+    """`model_kwargs` go to a named model's builder: for a `.keras` file or
+    a keras.Model (not built here) they are a ValueError, not ignored."""
+    if model_kwargs and not (isinstance(model, str) and not model.endswith(".keras")):
+        given = "a keras.Model" if isinstance(model, keras.Model) else repr(str(model))
+        raise ValueError(
+            f"model_kwargs={model_kwargs!r} (--remat, --weights-ema) build a named model, "
+            f"but the model is {given}, which is not built here; give a named model "
+            "(e.g. ViTB16), or build the model with them yourself.")
+
+
 def _fixed_input_size(model):
     """`(height, width)` of a model (keras.Model or `.keras` path) whose
     input size is fixed; None for a named model or a dynamic input."""
@@ -490,6 +501,7 @@ def train(
     _checks.optional(_checks.positive_float, learning_rate=learning_rate, sam_rho=sam_rho)
     _checks.optional(_checks.positive_int, lora_rank=lora_rank)
     _check_fine_tuning(lora_rank, lora_targets, layer_decay, ema)
+    _check_model_kwargs(model, model_kwargs)
     check_holdout(holdout)  # (the data layer's check: also for sources without a folder)
     recipe = get_recipe(recipe)
     set_precision(precision)
