@@ -9,6 +9,7 @@ import re
 import subprocess
 import sys
 import warnings
+import zipfile
 
 import keras
 import numpy as np
@@ -143,6 +144,16 @@ def test_a_backup_restores_the_adapters_exactly(tmp_path):
     for path, value in adapter_values(model).items():
         np.testing.assert_array_equal(adapter_values(resumed)[path], value)
 
+    adapters = tmp_path / "backup" / "lora_adapters.npz"
+    good = adapters.read_bytes()
+    with zipfile.ZipFile(adapters, "w", zipfile.ZIP_DEFLATED) as archive:  # 64 MB of zeros
+        archive.writestr("encoderblock_0/qkv/lora_kernel_a.npy", bytes(64 << 20))
+    with pytest.raises(ValueError, match=re.escape(
+            "is not a LoRA backup of this model: its member "
+            "'encoderblock_0/qkv/lora_kernel_a.npy' holds 67,108,864 bytes, more than the "
+            "model's adapter of that name; start the run afresh (--overwrite).")):
+        restore.on_train_begin()
+    adapters.write_bytes(good)
     (tmp_path / "backup" / "training_metadata.json").write_text('{"epoch": 2, "batch": 0}')
     stale = BackupAndRestore(str(tmp_path / "backup"))
     stale.set_model(resumed)
@@ -225,7 +236,7 @@ def test_cli_fine_tuning_runs_save_models_a_fresh_process_loads(tmp_path, few_di
     (adapted, _, lora_logits), (_, optimizer, tools_logits) = json.loads(
         result.stdout.strip().splitlines()[-1])
     assert adapted == 0 and optimizer == "LayerDecayAdamW"
-    for path, logits in zip(paths, (lora_logits, tools_logits)):
+    for path, logits in zip(paths, (lora_logits, tools_logits), strict=True):
         np.testing.assert_allclose(logits, predict(keras.saving.load_model(path), IMAGES),
                                    atol=1e-5)
 

@@ -5,6 +5,7 @@ import json
 import logging
 import math
 import os
+import zipfile
 
 import keras
 import numpy as np
@@ -167,6 +168,7 @@ class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestor
         path = os.path.join(self.backup_dir, self.ADAPTERS)
         saved = {}
         if os.path.exists(path):
+            _check_member_sizes(path, lora.adapter_values(self.model))
             with np.load(path, allow_pickle=False) as arrays:
                 saved = {name: arrays[name] for name in arrays.files}
         if int(saved.pop("__epoch__", -1)) != epoch:
@@ -175,6 +177,21 @@ class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestor
                 "of that epoch (the run was stopped while writing it); start the run "
                 "afresh (--overwrite).")
         lora.set_adapter_values(self.model, saved)
+
+
+def _check_member_sizes(path, adapters, header=4096):
+    """A ValueError before reading `path` (an `.npz`) when one of its arrays
+    would decompress to more than the adapter of its name (plus a header):
+    what a backup holds is bounded by the model, whatever the file says."""
+    limits = {f"{name}.npy": value.nbytes + header for name, value in adapters.items()}
+    limits["__epoch__.npy"] = header
+    with zipfile.ZipFile(path) as archive:
+        for info in archive.infolist():
+            if info.file_size > limits.get(info.filename, 0):
+                raise ValueError(
+                    f"{path} is not a LoRA backup of this model: its member "
+                    f"{info.filename!r} holds {info.file_size:,} bytes, more than the model's "
+                    "adapter of that name; start the run afresh (--overwrite).")
 
 
 def default_callbacks(out, monitor="val_accuracy", model=None, ema=False):
