@@ -3,14 +3,12 @@
 
 import json
 import re
-import subprocess
-import sys
 
 import keras
 import numpy as np
 import pytest
 
-from conftest import predict, process_env, run_cli, tiny_mixer, tiny_vit
+from conftest import run_cli, tiny_mixer, tiny_vit
 from keras_vit import training
 from keras_vit.training.callbacks import default_callbacks
 from keras_vit.training.layer_decay import (
@@ -31,7 +29,7 @@ def _one_step(optimizer, model, gradient=1.0):
     before = [keras.ops.convert_to_numpy(v) for v in variables]
     optimizer.apply([keras.ops.full(v.shape, gradient) for v in variables], variables)
     return {v.path: float(np.mean(b - keras.ops.convert_to_numpy(v)))
-            for v, b in zip(variables, before)}
+            for v, b in zip(variables, before, strict=True)}
 
 
 @pytest.mark.backends
@@ -134,17 +132,17 @@ def test_validation_and_saved_models_use_the_moving_average(tmp_path):
                         validation_data=(IMAGES, labels))
     averages = [raw.after[0]]  # 3 updates per epoch
     for weights in raw.after[1:]:
-        averages.append([decay * a + (1 - decay) * w for a, w in zip(averages[-1], weights)])
+        averages.append([decay * a + (1 - decay) * w for a, w in zip(averages[-1], weights, strict=True)])
     final = [keras.ops.convert_to_numpy(v) for v in model.trainable_variables]
-    for got, want in zip(final, averages[-1]):
+    for got, want in zip(final, averages[-1], strict=True):
         np.testing.assert_allclose(got, want, atol=1e-6)
-    assert any(not np.allclose(f, w) for f, w in zip(final, raw.after[-1]))
+    assert any(not np.allclose(f, w) for f, w in zip(final, raw.after[-1], strict=True))
     loss, _ = model.evaluate(IMAGES, labels, verbose=0)
     assert loss == pytest.approx(history.history["val_loss"][-1], rel=1e-5)
     epoch = json.loads((tmp_path / "best.keras.json").read_text())["epoch"]
     best = keras.saving.load_model(tmp_path / "best.keras")
     for got, want in zip([keras.ops.convert_to_numpy(v) for v in best.trainable_variables],
-                         averages[3 * epoch - 1]):
+                         averages[3 * epoch - 1], strict=True):
         np.testing.assert_allclose(got, want, atol=1e-6)
 
 
