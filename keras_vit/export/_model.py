@@ -13,6 +13,7 @@ from keras_vit import __version__, _compat
 from keras_vit.export._batches import batched
 from keras_vit.layers._fused import portable_graph
 from keras_vit.layers._utils import quantization_modes
+from keras_vit.layers.features import FeatureMap
 from keras_vit.layers.lora import merge_lora
 
 OUTPUT_KINDS = ("auto", "logits", "probabilities")
@@ -136,9 +137,15 @@ def output_kind(model, outputs="auto"):
     ambiguous and must be named."""
     if outputs not in OUTPUT_KINDS:
         raise ValueError(f"outputs={outputs!r}; allowed: {OUTPUT_KINDS}.")
+    graph = _graph_inputs(model) is not None
+    if graph and (len(model.outputs) > 1 or isinstance(model.layers[-1], FeatureMap)):
+        raise ValueError(
+            f"{model.name!r} outputs {len(model.outputs)} feature map(s) (features_only=True), "
+            "not classes, and keras_vit's exports verify a classifier's top-1; export it "
+            "with Keras: model.export(path, format='tf_saved_model').")
     if outputs != "auto":
         return outputs
-    if _graph_inputs(model) is None:
+    if not graph:
         raise ValueError(
             f"Cannot tell whether {model.name!r} outputs logits or probabilities: it is a "
             f"subclassed model ({type(model).__name__}), whose last operation only its "

@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_vit import _checks
 from keras_vit.layers._fused import check_gelu, dense, layer_norm
+from keras_vit.layers._remat import rematerialized_call
 from keras_vit.layers._utils import dtype_config, sublayer_policy
 from keras_vit.layers.drop_path import DropPath
 
@@ -31,6 +32,8 @@ class MixerBlock(keras.layers.Layer):
         layer_norm_epsilon: LayerNorm epsilon (official: 1e-6).
         gelu: `"tanh"` (official) or `"erf"` (exact GELU, as timm's
             Mixers compute it).
+        remat: rematerialise the block in training calls (gradient
+            checkpointing), as `TransformerBlock(remat=True)`.
 
     Example:
 
@@ -46,10 +49,12 @@ class MixerBlock(keras.layers.Layer):
         drop_path_rate=0.0,
         layer_norm_epsilon=1e-6,
         gelu="tanh",
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.gelu = check_gelu(gelu)
+        self.remat = _checks.boolean(remat, "remat")
         self.tokens_mlp_dim = _checks.positive_int(tokens_mlp_dim, "tokens_mlp_dim")
         self.channels_mlp_dim = _checks.positive_int(
             channels_mlp_dim, "channels_mlp_dim"
@@ -101,6 +106,12 @@ class MixerBlock(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
+        if self.remat and training:
+            return rematerialized_call(
+                lambda x: self._forward(x, training), inputs, [self.drop_path])
+        return self._forward(inputs, training)
+
+    def _forward(self, inputs, training):
         _, tokens, channels = inputs.shape
         # Token mixing: one MLP over the token axis, shared by all channels.
         y = ops.reshape(ops.swapaxes(layer_norm(self.norm1, inputs), 1, 2), (-1, tokens))
@@ -133,6 +144,7 @@ class MixerBlock(keras.layers.Layer):
                 "drop_path_rate": self.drop_path_rate,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "gelu": self.gelu,
+                "remat": self.remat,
                 "dtype": dtype_config(self),
             }
         )

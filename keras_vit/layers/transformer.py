@@ -5,6 +5,7 @@ from keras import ops
 
 from keras_vit import _checks
 from keras_vit.layers._fused import check_gelu, dense, layer_norm, softmax_attention
+from keras_vit.layers._remat import rematerialized_call
 from keras_vit.layers._utils import dtype_config, sublayer_policy
 from keras_vit.layers.drop_path import DropPath
 
@@ -40,6 +41,12 @@ class TransformerBlock(keras.layers.Layer):
         gelu: `"tanh"` (the tanh approximation, official) or `"erf"`
             (exact GELU, PyTorch's `nn.GELU()` as timm and transformers
             use it). Weights loaded from those libraries set it.
+        remat: rematerialise the block in training calls (gradient
+            checkpointing, `keras.remat`): its activations are recomputed in
+            the backward pass instead of being kept, which lowers the peak
+            memory of training for more compute. The values and gradients
+            are those of the plain block (the recomputation draws the same
+            dropout and drop-path masks). Saved in the config.
 
     Call arguments:
         inputs: `(batch, tokens, hidden)`.
@@ -66,10 +73,12 @@ class TransformerBlock(keras.layers.Layer):
         drop_path_rate=0.0,
         layer_norm_epsilon=1e-6,
         gelu="tanh",
+        remat=False,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.gelu = check_gelu(gelu)
+        self.remat = _checks.boolean(remat, "remat")
         self.num_heads = _checks.positive_int(num_heads, "num_heads")
         self.mlp_dim = _checks.positive_int(mlp_dim, "mlp_dim")
         self.dropout_rate = _checks.fraction(dropout_rate, "dropout_rate")
@@ -162,12 +171,19 @@ class TransformerBlock(keras.layers.Layer):
         y = dense(self.mlp_dense2, y)
         return ops.reshape(y, ops.shape(x))
 
-    def call(self, inputs, training=None, return_attention_scores=False):
+    def _forward(self, inputs, training):
         y, weights = self._attention(layer_norm(self.norm1, inputs), training)
         y = self.drop_path(self.dropout(y, training=training), training=training)
         x = inputs + y
         y = self.dropout(self._mlp(layer_norm(self.norm2, x), training), training=training)
-        x = x + self.drop_path(y, training=training)
+        return x + self.drop_path(y, training=training), weights
+
+    def call(self, inputs, training=None, return_attention_scores=False):
+        if self.remat and training and not return_attention_scores:
+            return rematerialized_call(
+                lambda x: self._forward(x, training)[0], inputs,
+                [self.dropout, self.attention_dropout, self.drop_path])
+        x, weights = self._forward(inputs, training)
         if return_attention_scores:
             return x, ops.cast(weights, "float32")
         return x
@@ -191,6 +207,7 @@ class TransformerBlock(keras.layers.Layer):
                 "drop_path_rate": self.drop_path_rate,
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "gelu": self.gelu,
+                "remat": self.remat,
                 "dtype": dtype_config(self),
             }
         )

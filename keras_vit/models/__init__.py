@@ -11,6 +11,7 @@ from keras_vit.variants import ALL_VARIANTS
 
 _EXPORTS = {
     "architecture_from_checkpoint": "keras_vit.weights.architecture",  # NumPy only
+    "feature_info": "application",
     "model_from_checkpoint": "auto",
     "MLPMixer": "mixer",
     "VisionTransformer": "vit",

@@ -5,14 +5,17 @@ supplies a pure encoder function, preprocessed images -> token sequence;
 `build_application` does the rest, as keras.applications builders do: the
 weights (`keras_vit.weights.resolve`, read once into a `Checkpoint`), the
 input (shape, size, preprocessing), the head or feature pooling, and
-loading the checkpoint into the model. `named_model_builder` makes the
-one-line named models (`ViTB16`, `MixerB16`, ...) of the variants table.
+loading the checkpoint into the model; with `features_only=True`, the
+model of the blocks' outputs (`feature_info` describes it).
+`named_model_builder` makes the one-line named models (`ViTB16`,
+`MixerB16`, ...) of the variants table.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import numbers
 import os
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -22,7 +25,8 @@ import keras
 from keras_vit import _checks
 from keras_vit.errors import CheckpointMismatchError
 from keras_vit.labels import set_class_names
-from keras_vit.layers import ClassifierHead, SequencePooling
+from keras_vit.layers import ClassifierHead, MixerBlock, SequencePooling, TransformerBlock
+from keras_vit.layers.features import FEATURE_FORMATS, FeatureMap
 from keras_vit.layers.preprocessing import ImageNormalization
 from keras_vit.variants import Variant
 from keras_vit.weights.checkpoint import Checkpoint
@@ -71,6 +75,96 @@ def check_pooling(pooling, include_top, allowed):
             f"Unknown `pooling={pooling!r}`. Allowed: {allowed}."
         )
     return pooling
+
+
+# The Keras backends that train, hence rematerialise (`keras.remat`); numpy
+# and openvino run inference only, and their `keras.remat` is a no-op.
+REMAT_BACKENDS = ("tensorflow", "jax", "torch")
+
+
+def check_remat(remat):
+    """`remat` as a bool; True on a backend that does not train is a
+    ValueError naming it."""
+    remat = _checks.boolean(remat, "remat")
+    backend = keras.backend.backend()
+    if remat and backend not in REMAT_BACKENDS:
+        raise ValueError(
+            f"remat=True rematerialises the blocks in training, and the Keras backend "
+            f"{backend!r} does not train; use one of {REMAT_BACKENDS} "
+            "(KERAS_BACKEND), or remat=False.")
+    return remat
+
+
+# timm's default `out_indices` for ViTs and Mixers: the last 3 blocks.
+DEFAULT_FEATURE_BLOCKS = 3
+
+
+def check_feature_args(features_only, out_indices, feature_format, num_blocks, **head):
+    """`(block indices, feature_format)` for `features_only=True`, else
+    `(None, None)`; `head`: the head arguments the user gave (`pooling`,
+    `classes`, `representation_size`), each refused when not None with
+    `features_only=True` (no head is built), as `out_indices` and
+    `feature_format` are without it.
+
+    >>> check_feature_args(True, (0, -1), None, 4)
+    ((0, 3), 'nhwc')
+    """
+    if not _checks.boolean(features_only, "features_only"):
+        for name, value in (("out_indices", out_indices), ("feature_format", feature_format)):
+            if value is not None:
+                raise ValueError(f"`{name}={value!r}` is only used with features_only=True.")
+        return None, None
+    for name, value in head.items():
+        if value is not None:
+            raise ValueError(
+                f"features_only=True returns the blocks' outputs and builds no head; "
+                f"`{name}={value!r}` belongs to the head or its pooling. Leave it out.")
+    feature_format = "nhwc" if feature_format is None else feature_format
+    if feature_format not in FEATURE_FORMATS:
+        raise ValueError(
+            f"Unknown feature_format={feature_format!r}; allowed: {FEATURE_FORMATS}.")
+    return block_indices(out_indices, num_blocks), feature_format
+
+
+def block_indices(out_indices, num_blocks):
+    """timm's `out_indices` as absolute block indices, in the order given:
+    None: the last `DEFAULT_FEATURE_BLOCKS` blocks (all of them when there
+    are fewer); an int n: the last n blocks; a sequence: those blocks,
+    negative indices counted from the end.
+
+    >>> block_indices(2, 12), block_indices((3, -1), 12)
+    ((10, 11), (3, 11))
+    """
+    allowed = (f"an int n from 1 to {num_blocks} (the last n blocks) or a sequence of "
+               f"block indices from {-num_blocks} to {num_blocks - 1} (negative: from "
+               "the end)")
+
+    def is_int(value):
+        return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+    if out_indices is None:
+        last = min(DEFAULT_FEATURE_BLOCKS, num_blocks)
+        return tuple(range(num_blocks - last, num_blocks))
+    if is_int(out_indices):
+        if not 1 <= out_indices <= num_blocks:
+            raise ValueError(f"`out_indices={out_indices!r}` is out of range for "
+                             f"{num_blocks} blocks; allowed: {allowed}.")
+        return tuple(range(num_blocks - int(out_indices), num_blocks))
+    if not isinstance(out_indices, (tuple, list)) or not all(map(is_int, out_indices)):
+        raise TypeError(f"`out_indices` must be {allowed}, got {out_indices!r}.")
+    if not out_indices:
+        raise ValueError(f"`out_indices` is empty; allowed: {allowed}.")
+    chosen = []
+    for index in out_indices:
+        if not -num_blocks <= index < num_blocks:
+            raise ValueError(f"`out_indices={out_indices!r}`: {index} is out of range for "
+                             f"{num_blocks} blocks; allowed: {allowed}.")
+        block = int(index) % num_blocks
+        if block in chosen:
+            raise ValueError(f"`out_indices={out_indices!r}` names block {block} twice "
+                             f"({num_blocks} blocks); each block can be one output.")
+        chosen.append(block)
+    return tuple(chosen)
 
 
 def mixed_precision_head_dtype():
@@ -377,14 +471,20 @@ def build_application(
     name: str | None,
     representation_size: int | None = None,
     ema: bool = False,
+    out_indices: tuple[int, ...] | None = None,
+    feature_format: str = "nhwc",
     **given_arithmetic: Any,
 ) -> keras.Model:
     """Builds a keras.applications-style model around `encoder`: weights,
     input, preprocessing, head or pooling; the checkpoint loaded last.
 
     The family's builder has checked its arguments (`check_classes`,
-    `check_pooling`); `given_arithmetic`: the arithmetic arguments the user
-    gave (None: from the checkpoint, else official).
+    `check_pooling`, `check_feature_args`); `given_arithmetic`: the
+    arithmetic arguments the user gave (None: from the checkpoint, else
+    official). `out_indices` (absolute block indices): the
+    `features_only=True` model of those blocks' outputs (`features_model`),
+    built after the checkpoint is loaded into the model without head, so
+    that every weights source loads as it does for `include_top=False`.
 
     Example (what `VisionTransformer` does):
 
@@ -395,6 +495,8 @@ def build_application(
     ```
     """
     description = encoder.description
+    if out_indices is not None:
+        include_top, pooling = False, None
     checkpoint = resolve(weights, variant, description, ema=ema)
     info = checkpoint.info() if checkpoint is not None else None
     check_checkpoint(checkpoint, info, encoder.family, encoder.classifier, description)
@@ -409,6 +511,10 @@ def build_application(
         mixer_grid=grid if encoder.fixed_grid else None,
         allow_dynamic=not encoder.fixed_grid)
     arith = arithmetic(checkpoint, **given_arithmetic)
+    if arith["fc_norm"] and not include_top and pooling is None:
+        # fc_norm normalises the pooled vector: the token sequence (timm's
+        # forward_features) and the blocks' outputs have none to load.
+        dropped = (*dropped, "fc_norm/")
     if include_preprocessing:
         x = preprocessing_layer(arith["image_mean"], arith["image_std"])(x)
     x = encoder.encode(x, (size[0] // effective[0], size[1] // effective[1]), arith)
@@ -420,7 +526,72 @@ def build_application(
     model = keras.Model(inputs, x, name=name or encoder.default_name)
     if checkpoint is not None:
         load_checkpoint(model, checkpoint, dropped)
+    if out_indices is not None:
+        model = features_model(model, inputs, encoder, out_indices, feature_format)
     return model
+
+
+def features_model(model: keras.Model, inputs: Any, encoder: Encoder,
+                   out_indices: Sequence[int], feature_format: str) -> keras.Model:
+    """The `features_only=True` model of `model` (built without head from
+    `inputs`): the outputs of its blocks `out_indices` (absolute, in that
+    order), each through a `FeatureMap` named `<block>_features`; the
+    blocks after the last one asked for are left out, as timm prunes them."""
+    blocks = [layer for layer in model.layers
+              if isinstance(layer, (TransformerBlock, MixerBlock))]
+    grid = model.get_layer("patches").output
+    outputs = [
+        FeatureMap(encoder.num_prefix_tokens, feature_format, encoder.effective_patch,
+                   block=blocks[i].name, name=f"{blocks[i].name}_features")(
+            [blocks[i].output, grid])
+        for i in out_indices]
+    return keras.Model(inputs, outputs, name=model.name)
+
+
+def feature_info(model: keras.Model) -> list[dict]:
+    """What each output of a `features_only=True` model is, as timm's
+    `model.feature_info`: a list, in the order of the outputs, of
+    `{"module": the block's layer name, "index": its index among the
+    blocks, "num_chs": channels, "reduction": pixels of the image per
+    feature-map position}`. The reduction is the patch size (an int; a
+    `(rows, columns)` pair for a non-square patch), times the ResNet
+    stride for hybrids (R50+ViT-B/16: the ResNet's stride 16 times its
+    1x1 patch, 16; R26+ViT-S/32: 32).
+
+    It is read from the model's layers, so it holds for a model reloaded
+    from a `.keras` file.
+
+    Raises:
+        TypeError: `model` is not a `keras.Model`.
+        ValueError: `model` is not a `features_only=True` model.
+
+    Example:
+
+    >>> model = keras_vit.VisionTransformer(
+    ...     patch_size=4, hidden_size=48, num_layers=3, num_heads=3, mlp_dim=96,
+    ...     input_shape=(32, 32, 3), features_only=True, out_indices=(0, 2))
+    >>> [(info["module"], info["num_chs"], info["reduction"])
+    ...  for info in keras_vit.models.feature_info(model)]
+    [('encoderblock_0', 48, 4), ('encoderblock_2', 48, 4)]
+    """
+    if not isinstance(model, keras.Model):
+        raise TypeError(f"Expected a keras.Model, got {type(model).__name__}.")
+    names = getattr(model, "output_names", None) or []
+    layers = [model.get_layer(name) for name in names]
+    if not layers or not all(isinstance(layer, FeatureMap) for layer in layers):
+        raise ValueError(
+            f"{model.name!r} is not a features_only model (its outputs are not the "
+            "blocks' feature maps); build one with features_only=True, e.g. "
+            "keras_vit.ViTB16(features_only=True, out_indices=(3, 5, 7, 11)).")
+    blocks = [layer.name for layer in model.layers
+              if isinstance(layer, (TransformerBlock, MixerBlock))]
+    info = []
+    for layer, output in zip(layers, model.outputs, strict=True):
+        rows, columns = layer.reduction
+        info.append({"module": layer.block, "index": blocks.index(layer.block),
+                     "num_chs": int(output.shape[-1]),
+                     "reduction": rows if rows == columns else (rows, columns)})
+    return info
 
 
 _NAMED_DOC = """Builds {description} ({params}).
@@ -433,6 +604,12 @@ _NAMED_DOC = """Builds {description} ({params}).
             `keras_vit.VisionTransformer` (keras.applications style).
         ema: with a PyTorch training checkpoint as `weights`, its EMA
             weights (`state_dict_ema` / `model_ema`).
+        features_only, out_indices, feature_format: the blocks' outputs
+            for dense prediction (timm's `features_only=True`), as in
+            `keras_vit.VisionTransformer`; `keras_vit.models.feature_info`
+            describes them.
+        remat: rematerialise each block in training (gradient
+            checkpointing), as in `keras_vit.VisionTransformer`.
         **kwargs: {regularization}.
 
     Registered weights: {weights}.{imagenet}{architecture}
@@ -492,7 +669,10 @@ def named_model_builder(variant: Variant, builder: Callable[..., keras.Model],
               pooling: str | None = None, classes: int | None = None,
               classifier_activation: str | Callable | None = "softmax",
               include_preprocessing: bool = True, name: str | None = None,
-              ema: bool = False, **kwargs: Any) -> keras.Model:
+              ema: bool = False, features_only: bool = False,
+              out_indices: int | Sequence[int] | None = None,
+              feature_format: str | None = None, remat: bool = False,
+              **kwargs: Any) -> keras.Model:
         unknown = sorted(set(kwargs) - set(allowed_kwargs))
         if unknown:
             raise TypeError(
@@ -507,7 +687,8 @@ def named_model_builder(variant: Variant, builder: Callable[..., keras.Model],
             input_shape=input_shape, pooling=pooling, classes=classes,
             classifier_activation=classifier_activation,
             include_preprocessing=include_preprocessing,
-            name=name or default_name(variant), ema=ema,
+            name=name or default_name(variant), ema=ema, features_only=features_only,
+            out_indices=out_indices, feature_format=feature_format, remat=remat,
         )
 
     names = available_weights(variant)

@@ -52,7 +52,8 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
         ema: with a PyTorch training checkpoint, its EMA weights
             (`state_dict_ema` / `model_ema`) instead of its weights.
         **kwargs: further builder arguments (`input_shape`, `classes`,
-            `include_top`, `classifier_activation`, ...); architecture
+            `include_top`, `classifier_activation`, `features_only`,
+            `out_indices`, `feature_format`, `remat`, ...); architecture
             arguments given here (e.g. `num_heads` for a bare
             `.safetensors` of a non-standard width) override what is read.
 
@@ -73,6 +74,9 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
     model = keras_vit.model_from_checkpoint(
         "hf://timm/vit_base_patch16_224.augreg2_in21k_ft_in1k")
     model = keras_vit.model_from_checkpoint("hf://google/vit-base-patch16-224")
+    # A backbone for a dense-prediction head: blocks 3, 5, 7 and 11, as maps
+    backbone = keras_vit.model_from_checkpoint(
+        "ViT-B_16.npz", features_only=True, out_indices=(3, 5, 7, 11))
     ```
     """
     checkpoint = read_source(path, ema=ema)
@@ -86,7 +90,7 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
             f"({checkpoint.format} format, width {config['hidden_size']}, no "
             "config.json saying it); pass num_heads=.")
     info = checkpoint.info()
-    if info.classes is None and "classes" not in kwargs:
+    if info.classes is None and "classes" not in kwargs and not kwargs.get("features_only"):
         kwargs.setdefault("include_top", False)
         # DINO's forward is the class token after the final norm (no pre_logits)
         dino = getattr(checkpoint, "library", None) == DINO

@@ -21,7 +21,9 @@ from keras_vit.models.application import (
     Encoder,
     build_application,
     check_classes,
+    check_feature_args,
     check_pooling,
+    check_remat,
     named_model_builder,
 )
 from keras_vit.variants import MIXER_VARIANTS, find_variant
@@ -49,6 +51,10 @@ def MLPMixer(
     image_mean: float | Sequence[float] | None = None,
     image_std: float | Sequence[float] | None = None,
     ema: bool = False,
+    features_only: bool = False,
+    out_indices: int | Sequence[int] | None = None,
+    feature_format: str | None = None,
+    remat: bool = False,
 ) -> keras.Model:
     """Builds an MLP-Mixer.
 
@@ -81,6 +87,12 @@ def MLPMixer(
             in `keras_vit.VisionTransformer`: None takes it from a timm
             checkpoint (exact GELU, its mean/std), else the official one.
         ema: as in `keras_vit.VisionTransformer`.
+        features_only, out_indices, feature_format: the blocks' outputs for
+            dense prediction, as in `keras_vit.VisionTransformer`: `"nhwc"`
+            maps `(batch, H / p, W / p, hidden_size)` or `"tokens"`
+            `(batch, patches, hidden_size)` (a Mixer has no class token).
+        remat: rematerialise each Mixer block in training (gradient
+            checkpointing), as in `keras_vit.VisionTransformer`.
 
     Example:
 
@@ -102,6 +114,11 @@ def MLPMixer(
     tokens_mlp_dim = _checks.positive_int(tokens_mlp_dim, "tokens_mlp_dim")
     channels_mlp_dim = _checks.positive_int(channels_mlp_dim, "channels_mlp_dim")
     _checks.fraction(drop_path_rate, "drop_path_rate")
+    out_indices, feature_format = check_feature_args(
+        features_only, out_indices, feature_format, num_blocks, pooling=pooling,
+        classes=classes)
+    include_top = include_top and out_indices is None
+    remat = check_remat(remat)
     classes = check_classes(classes)
     pooling = check_pooling(pooling, include_top, ("gap",))
 
@@ -111,7 +128,8 @@ def MLPMixer(
 
     def encode(x, grid_size, arith):
         return mixer_encoder(x, **config, grid_size=grid_size, drop_path_rate=drop_path_rate,
-                             gelu=arith["gelu"], layer_norm_epsilon=arith["layer_norm_epsilon"])
+                             gelu=arith["gelu"], layer_norm_epsilon=arith["layer_norm_epsilon"],
+                             remat=remat)
 
     encoder = Encoder(
         "mixer", encode, patch, "gap", num_prefix_tokens=0, norm_name="pre_head_layer_norm",
@@ -123,7 +141,7 @@ def MLPMixer(
         classes=classes, classifier_activation=classifier_activation,
         include_preprocessing=include_preprocessing, name=name, gelu=gelu,
         layer_norm_epsilon=layer_norm_epsilon, image_mean=image_mean, image_std=image_std,
-        ema=ema)
+        ema=ema, out_indices=out_indices, feature_format=feature_format)
 
 
 def mixer_encoder(
@@ -138,13 +156,14 @@ def mixer_encoder(
     drop_path_rate: float = 0.0,
     gelu: str = "tanh",
     layer_norm_epsilon: float = 1e-6,
+    remat: bool = False,
 ) -> keras.KerasTensor:
     """The Mixer encoder as the official `MlpMixer` up to its final
     LayerNorm: preprocessed images `(batch, H, W, 3)` -> the patch sequence
     `(batch, patches, hidden_size)`, with the official layer names.
 
     `grid_size`: the patch grid of the images (it fixes the token-mixing
-    weights).
+    weights). `remat`: rematerialised blocks (`MixerBlock(remat=True)`).
 
     Example:
 
@@ -161,7 +180,7 @@ def mixer_encoder(
         x = MixerBlock(
             tokens_mlp_dim, channels_mlp_dim,
             drop_path_rate=drop_path_rate * i / max(num_blocks - 1, 1),
-            layer_norm_epsilon=layer_norm_epsilon, gelu=gelu,
+            layer_norm_epsilon=layer_norm_epsilon, gelu=gelu, remat=remat,
             name=f"mixerblock_{i}",
         )(x)
     return x

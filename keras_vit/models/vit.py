@@ -30,7 +30,9 @@ from keras_vit.models.application import (
     Encoder,
     build_application,
     check_classes,
+    check_feature_args,
     check_pooling,
+    check_remat,
     named_model_builder,
 )
 from keras_vit.variants import VIT_VARIANTS, effective_patch_size, find_variant
@@ -68,6 +70,10 @@ def VisionTransformer(
     image_mean: float | Sequence[float] | None = None,
     image_std: float | Sequence[float] | None = None,
     ema: bool = False,
+    features_only: bool = False,
+    out_indices: int | Sequence[int] | None = None,
+    feature_format: str | None = None,
+    remat: bool = False,
 ) -> keras.Model:
     """Builds a Vision Transformer or an R+ViT hybrid.
 
@@ -145,6 +151,35 @@ def VisionTransformer(
         ema: with a PyTorch training checkpoint as `weights` (timm's
             `train.py`, ...), load its EMA weights (`state_dict_ema` /
             `model_ema`) instead of its weights.
+        features_only: build a backbone for dense prediction (detection,
+            segmentation heads), as timm's `features_only=True`: the model
+            returns a list, one output per block of `out_indices` (Keras
+            gives a model of one output that tensor alone): the block's
+            output (before the final LayerNorm). No head, final
+            LayerNorm or pooling is built (`include_top` and
+            `classifier_activation` are not used; `pooling`, `classes` and
+            `representation_size` are a `ValueError`), the blocks after the
+            last one asked for are left out, and `weights` load as for
+            `include_top=False`. `keras_vit.models.feature_info(model)`
+            gives each output's channels and reduction.
+        out_indices: with `features_only=True`, which blocks, as timm's:
+            a sequence of block indices (negative: from the end; the outputs
+            come in the order given), or an int n: the last n blocks. None:
+            timm's default, the last 3 blocks (all of them when the model
+            has fewer).
+        feature_format: with `features_only=True`, `"nhwc"` (None, the
+            default): `(batch, H / p, W / p, hidden_size)` maps of the patch
+            tokens (class token left out; p: the patch size times the ResNet
+            stride for hybrids); with `input_shape=(None, None, 3)` each
+            call's image size gives its grid. `"tokens"`: the token
+            sequence `(batch, tokens, hidden_size)`, class token first.
+        remat: rematerialise each transformer block in training
+            (gradient checkpointing, timm's `set_grad_checkpointing`;
+            `TransformerBlock(remat=True)`): activations are recomputed in
+            the backward pass instead of being kept, so training takes less
+            memory and more compute. Outputs and gradients are those of
+            `remat=False`. Saved in the blocks' configs: a reloaded `.keras`
+            model rematerialises as it did.
 
     Returns:
         A functional `keras.Model`.
@@ -183,6 +218,11 @@ def VisionTransformer(
             )
         resnet_layers = tuple(_checks.positive_int(n, "resnet_layers") for n in resnet_layers)
         _checks.positive_int(resnet_width, "resnet_width")
+    out_indices, feature_format = check_feature_args(
+        features_only, out_indices, feature_format, num_layers, pooling=pooling,
+        classes=classes, representation_size=representation_size)
+    include_top = include_top and out_indices is None
+    remat = check_remat(remat)
     classes = check_classes(classes)
     pooling = check_pooling(pooling, include_top, CLASSIFIERS)
     if pooling == "token" and classifier != "token":
@@ -202,7 +242,7 @@ def VisionTransformer(
             dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
             drop_path_rate=drop_path_rate, gelu=arith["gelu"],
             layer_norm_epsilon=arith["layer_norm_epsilon"],
-            resnet_arithmetic=arith["resnet_arithmetic"])
+            resnet_arithmetic=arith["resnet_arithmetic"], remat=remat)
 
     encoder = Encoder(
         "vit", encode, effective_patch_size(config), classifier,
@@ -217,7 +257,7 @@ def VisionTransformer(
         representation_size=representation_size, gelu=gelu,
         layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm,
         resnet_arithmetic=resnet_arithmetic, image_mean=image_mean, image_std=image_std,
-        ema=ema)
+        ema=ema, out_indices=out_indices, feature_format=feature_format)
 
 
 def vit_encoder(
@@ -238,6 +278,7 @@ def vit_encoder(
     gelu: str = "tanh",
     layer_norm_epsilon: float = 1e-6,
     resnet_arithmetic: str = "official",
+    remat: bool = False,
 ) -> keras.KerasTensor:
     """The ViT encoder as the official `Encoder` (plus the hybrid's ResNet):
     preprocessed images `(batch, H, W, 3)` -> the token sequence `(batch,
@@ -245,6 +286,7 @@ def vit_encoder(
     official ones, so official checkpoints map onto them.
 
     `grid_size`: the token grid the position embedding is stored at.
+    `remat`: rematerialised blocks (`TransformerBlock(remat=True)`).
 
     Example:
 
@@ -271,7 +313,7 @@ def vit_encoder(
             num_heads, mlp_dim, dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate,
             drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
-            layer_norm_epsilon=layer_norm_epsilon, gelu=gelu,
+            layer_norm_epsilon=layer_norm_epsilon, gelu=gelu, remat=remat,
             name=f"encoderblock_{i}",
         )(x)
     return x
