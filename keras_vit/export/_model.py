@@ -66,14 +66,6 @@ def exported_model(model, fmt):
     return merge_lora(model)
 
 
-def walk_layers(model):
-    """Every layer of `model`, those of nested models too (depth first)."""
-    for layer in model.layers:
-        yield layer
-        if isinstance(layer, keras.Model):
-            yield from walk_layers(layer)
-
-
 def _graph_inputs(model):
     """The symbolic inputs of a Functional or Sequential model; None for a
     subclassed model (its graph is its Python `call`)."""

@@ -47,7 +47,6 @@ from keras_vit.export._model import (
     model_image_size,
     output_kind,
     require_tensorflow_backend,
-    walk_layers,
 )
 from keras_vit.export._pipeline import ExportFormat, export_verified
 from keras_vit.export._report import ExportReport
@@ -59,6 +58,7 @@ from keras_vit.layers import (
     ResNetRoot,
     TransformerBlock,
 )
+from keras_vit.layers._utils import walk_layers
 from keras_vit.layers.resnet import RESNET_ARITHMETIC
 from keras_vit.models.auto import model_from_checkpoint
 from keras_vit.weights import timm as timm_format

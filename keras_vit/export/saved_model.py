@@ -24,12 +24,12 @@ from keras_vit.export._model import (
     model_image_size,
     model_input_shape,
     require_tensorflow_backend,
-    walk_layers,
 )
 from keras_vit.export._pipeline import ExportFormat, export_verified
 from keras_vit.export._report import ExportReport
 from keras_vit.layers import BottleneckUnit, PatchEncoder, Patches, ResNetRoot
 from keras_vit.layers._fused import portable_graph
+from keras_vit.layers._utils import walk_layers
 
 LABELS_ASSET = "labels.txt"
 # What the reloaded SavedModel must reach against Keras on the validation

@@ -90,3 +90,16 @@ def quantization_modes(model):
             if sublayer is not None and sublayer.quantization_mode:
                 modes.add(sublayer.quantization_mode)
     return modes
+
+
+def walk_layers(model):
+    """Every layer of `model`, those of nested models too (depth first, a
+    nested model before its layers).
+
+    >>> [layer.name for layer in walk_layers(model)]  # doctest: +SKIP
+    ['images', 'preprocessing', 'patches', 'patch_encoder', ...]
+    """
+    for layer in model.layers:
+        yield layer
+        if isinstance(layer, keras.Model):
+            yield from walk_layers(layer)

@@ -21,6 +21,7 @@ import keras
 import numpy as np
 
 from keras_vit import _checks
+from keras_vit.layers._utils import walk_layers
 from keras_vit.layers.head import ClassifierHead
 from keras_vit.layers.mixer import MixerBlock
 from keras_vit.layers.transformer import TransformerBlock
@@ -40,23 +41,16 @@ DEFAULT_TARGETS = {TransformerBlock: ("qkv", "attention_output"),
 ADAPTER_NAMES = ("lora_kernel_a", "lora_kernel_b")
 
 
-def _walk(model):
-    for layer in model.layers:
-        yield layer
-        if isinstance(layer, keras.Model):
-            yield from _walk(layer)
-
-
 def encoder_blocks(model):
     """The `TransformerBlock` / `MixerBlock` layers of `model` (nested
     models included), in order."""
-    return [layer for layer in _walk(model) if isinstance(layer, tuple(LORA_TARGETS))]
+    return [layer for layer in walk_layers(model) if isinstance(layer, tuple(LORA_TARGETS))]
 
 
 def lora_layers(model):
     """The Dense layers of `model` with LoRA enabled (`enable_lora`), in the
     blocks' order; empty for a model without adapters."""
-    return [layer for layer in _walk(model)
+    return [layer for layer in walk_layers(model)
             for layer in [layer, *getattr(layer, "dense_layers", ())]
             if isinstance(layer, keras.layers.Dense) and layer.lora_enabled]
 
@@ -134,7 +128,7 @@ def enable_lora(model, rank, targets=None, alpha=None, seed=None):
         variable.trainable = False
     for dense in dense_layers:
         dense.enable_lora(rank, lora_alpha=alpha, a_initializer=initializer)
-    for head in (layer for layer in _walk(model) if isinstance(layer, ClassifierHead)):
+    for head in (layer for layer in walk_layers(model) if isinstance(layer, ClassifierHead)):
         for variable in head.variables:
             variable.trainable = True
     return parameter_counts(model)

@@ -20,15 +20,8 @@ import re
 import keras
 
 from keras_vit import _compat
+from keras_vit.layers._utils import walk_layers
 from keras_vit.layers.lora import encoder_blocks
-
-
-def _walk(model):
-    for layer in model.layers:
-        if isinstance(layer, keras.Model):
-            yield from _walk(layer)
-        else:
-            yield layer
 
 
 def layer_depths(model):
@@ -46,7 +39,9 @@ def layer_depths(model):
                          f"TransformerBlock or MixerBlock layers; {model.name!r} has none.")
     index = {id(block): i for i, block in enumerate(blocks)}
     depths, depth = {}, 0  # a layer between two blocks: the depth of the one before
-    for layer in _walk(model):
+    for layer in walk_layers(model):
+        if isinstance(layer, keras.Model):
+            continue  # (its variables are its layers')
         if id(layer) in index:
             depth = index[id(layer)] + 1
         elif depth == len(blocks):
