@@ -8,13 +8,15 @@ XLA flag that must be set before JAX starts).
         [--steps 3] [--sam-rho R]
         [--coordinator HOST:PORT --num-processes N --process-id I]
 
-SPEC is a `get_distribution` spec, or `hand-sam`: SAM steps written out
-by hand with `jax.grad` on one device (no SAMModel, no optimizer, no fit),
-the reference for `--sam-rho`. With `--sam-rho` the optimizer is plain SGD
-at `SAM_LR`, which the hand reference applies. `--then` runs more specs in
-the same process, one after the other (each from the same initial weights;
-without a distribution, on one device of the process), to save a process
-start; each run prints one `DISTRIBUTION ...` line.
+SPEC is a `get_distribution` spec; `sam+SPEC`: SAMModel (rho `--sam-rho`)
+under that spec; or `hand-sam`: SAM steps written out by hand with
+`jax.grad` on one device (no SAMModel, no optimizer, no fit), the
+reference for `sam+SPEC`. The SAM runs (`sam+SPEC`, `hand-sam`) use plain
+SGD at `SAM_LR`, which the hand reference applies; the others AdamW.
+`--then` runs more specs in the same process, one after the other (each
+from the same initial weights; without a distribution, on one device of
+the process), to save a process start; each run prints one
+`DISTRIBUTION ...` line.
 
 The data are scikit-learn's digits (8x8 scaled to 16x16, RGB), the first
 `steps x 16` in order; the initial weights come from a seeded NumPy
@@ -71,6 +73,10 @@ def run(spec, out, args, dataset, processes):
 
     import keras_vit.training as training
 
+    sam = spec.startswith("sam+")
+    if sam:
+        assert args.sam_rho, f"{spec} needs --sam-rho"
+        spec = spec[len("sam+"):]
     distribution = None if spec == "hand-sam" else training.get_distribution(spec)
     scope = distribution.scope() if distribution is not None else _nothing()
     with scope:
@@ -87,9 +93,8 @@ def run(spec, out, args, dataset, processes):
             model.set_weights(initial)
             hand_sam(model, dataset, loss, args.sam_rho)
         else:
-            trainable = (training.SAMModel(model, rho=args.sam_rho) if args.sam_rho
-                         else model)
-            trainable.compile(optimizer=(keras.optimizers.SGD(SAM_LR) if args.sam_rho
+            trainable = training.SAMModel(model, rho=args.sam_rho) if sam else model
+            trainable.compile(optimizer=(keras.optimizers.SGD(SAM_LR) if sam
                                          else keras.optimizers.AdamW(1e-2)), loss=loss)
             trainable.fit(dataset, epochs=1, steps_per_epoch=args.steps, shuffle=False,
                           verbose=0)

@@ -1,23 +1,35 @@
 """Runs distributed-training scenarios in a fresh process (logical CPU
-devices must be configured before TensorFlow starts). Prints one JSON line.
+devices must be configured before TensorFlow starts). Prints one JSON line
+per scenario, in the order given (several in one process save its start).
 
-    python tests/strategy_runs.py mirrored|sam_mirrored|sam_m_sharpness|single
+    python tests/strategy_runs.py SCENARIO [SCENARIO ...]
+        (mirrored, sam_mirrored, sam_m_sharpness, single)
     TF_CONFIG=... python tests/strategy_runs.py multiworker  (one per worker)
 
 `single` and `multiworker` save the final weights to `$WEIGHTS_OUT` (.npz).
+Imported (`from strategy_runs import run, tiny_vit`), it configures no
+device: `run(tf.distribute.get_strategy())` is `single` in the importing
+process.
 """
 
 import json
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+if __name__ == "__main__":
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 import tensorflow as tf  # noqa: E402
 
-if "TF_CONFIG" not in os.environ:
+
+def _two_logical_cpus():
+    """Splits the CPU into 2 logical devices (before TensorFlow starts)."""
     cpu = tf.config.list_physical_devices("CPU")[0]
     tf.config.set_logical_device_configuration(
         cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+
+
+if __name__ == "__main__" and "TF_CONFIG" not in os.environ:
+    _two_logical_cpus()
 
 import keras  # noqa: E402
 import numpy as np  # noqa: E402
@@ -28,10 +40,10 @@ from keras_vit.training import SAMModel, prepare_model  # noqa: E402
 STEPS, GLOBAL_BATCH = 3, 8
 
 
-def data():
+def data(steps=STEPS):
     rng = np.random.default_rng(0)
-    x = rng.uniform(0, 255, (STEPS * GLOBAL_BATCH, 16, 16, 3)).astype("float32")
-    y = keras.utils.to_categorical(rng.integers(0, 4, STEPS * GLOBAL_BATCH), 4)
+    x = rng.uniform(0, 255, (steps * GLOBAL_BATCH, 16, 16, 3)).astype("float32")
+    y = keras.utils.to_categorical(rng.integers(0, 4, steps * GLOBAL_BATCH), 4)
     return tf.data.Dataset.from_tensor_slices((x, y)).batch(GLOBAL_BATCH)
 
 
@@ -47,7 +59,9 @@ def tiny_vit():
     return model
 
 
-def run(strategy, sam_rho=None):
+def run(strategy, sam_rho=None, steps=STEPS):
+    """`steps` SGD steps of `tiny_vit` (SAM with `sam_rho`) under `strategy`:
+    the final weights and the last loss."""
     with strategy.scope():
         model = tiny_vit()
         trainable = SAMModel(model, rho=sam_rho) if sam_rho else model
@@ -55,7 +69,7 @@ def run(strategy, sam_rho=None):
                           keras.losses.CategoricalCrossentropy(from_logits=True),
                           jit_compile=False)
     prepare_model(trainable, strategy)
-    history = trainable.fit(data(), epochs=1, verbose=0)
+    history = trainable.fit(data(steps), epochs=1, verbose=0)
     return model.get_weights(), history.history["loss"][-1]
 
 
@@ -63,7 +77,7 @@ def m_sharpness_reference(rho=0.05, lr=0.1):
     """One SAM step by hand: each half of the batch (one replica) perturbs
     with its own gradient; the SAM gradients are averaged."""
     model = tiny_vit()
-    x, y = next(iter(data()))
+    x, y = next(iter(data(1)))
     variables = model.trainable_variables
     loss_fn = keras.losses.CategoricalCrossentropy(from_logits=True)
     sam_grads = []
@@ -83,6 +97,7 @@ def m_sharpness_reference(rho=0.05, lr=0.1):
 
 
 def main(scenario):
+    """Runs one scenario; prints its JSON line."""
     if scenario in ("single", "multiworker"):
         strategy = (tf.distribute.MultiWorkerMirroredStrategy() if scenario == "multiworker"
                     else tf.distribute.get_strategy())
@@ -91,11 +106,9 @@ def main(scenario):
         print(json.dumps({"scenario": scenario, "loss": float(loss),
                           "replicas": strategy.num_replicas_in_sync}))
         return
-    if scenario == "sam_m_sharpness":
-        global STEPS
-        STEPS = 1
+    if scenario == "sam_m_sharpness":  # one step
         expected = m_sharpness_reference()
-        got, _ = run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), 0.05)
+        got, _ = run(tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]), 0.05, steps=1)
         diff = max(float(np.abs(a - b).max()) for a, b in zip(got, expected, strict=True))
         print(json.dumps({"scenario": scenario, "max_weight_diff": diff}))
         return
@@ -111,4 +124,5 @@ def main(scenario):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1])
+    for name in sys.argv[1:]:
+        main(name)

@@ -174,14 +174,15 @@ def test_usage_errors_are_argparse_lines():
 
 @pytest.fixture(scope="module")
 def trained_model(tmp_path_factory):
-    """A tiny keras_vit ViT with a logits head, class names and a
-    WarmupDecay optimizer, saved as a trained model would be."""
-    from keras_vit.training.schedules import WarmupDecay
+    """A tiny keras_vit ViT with a logits head, class names and the
+    `scratch` recipe's optimizer (AdamW, its WarmupDecay schedule), saved
+    as a trained model would be."""
+    from keras_vit import training
 
     path = tmp_path_factory.mktemp("trained") / "model.keras"
     model = tiny_vit(classes=len(CLASS_NAMES), classifier_activation=None)
     assert labels.set_class_names(model, CLASS_NAMES)
-    model.compile(optimizer=keras.optimizers.AdamW(WarmupDecay(1e-3, 10, 2)),
+    model.compile(optimizer=training.make_optimizer(training.get_recipe("scratch"), 10),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
     x = np.random.default_rng(0).uniform(0, 255, (4, 32, 32, 3)).astype("float32")
     model.fit(x, np.arange(4) % len(CLASS_NAMES), epochs=1, verbose=0)
@@ -190,7 +191,13 @@ def trained_model(tmp_path_factory):
 
 
 def test_import_keras_vit_registers_everything_for_load_model(trained_model):
+    """`import keras_vit` alone registers the class names and the saved
+    optimizer's WarmupDecay (keras_vit.training itself loads lazily: the
+    trainer is not imported). (Was also
+    test_training.py::test_a_trained_model_loads_after_import_keras_vit_alone,
+    a process of its own.)"""
     result = python(f"""
+        import sys
         import keras
         import keras_vit
         model = keras.saving.load_model({str(trained_model)!r})
@@ -198,11 +205,13 @@ def test_import_keras_vit_registers_everything_for_load_model(trained_model):
         print(type(model.optimizer.learning_rate).__name__
               if not hasattr(model.optimizer, "_learning_rate")
               else type(model.optimizer._learning_rate).__name__)
+        print("keras_vit.training.trainer" in sys.modules)
     """)
     assert result.returncode == 0, result.stderr
-    names, schedule = result.stdout.strip().splitlines()[-2:]
+    names, schedule, trainer = result.stdout.strip().splitlines()[-3:]
     assert names == repr(CLASS_NAMES)
     assert schedule == "WarmupDecay"
+    assert trainer == "False"
 
 
 def test_predict_trained_model_probabilities_and_names(trained_model, tmp_path):

@@ -55,9 +55,12 @@ def train_workers(tmp_path, devices, *specs, flags=(), timeout=300):
 
 @pytest.fixture(scope="module")
 def four_devices(tmp_path_factory):
-    """One process with 4 CPU devices runs `none` (no distribution: the model
-    lives on one device), then `data`, then `model:2`."""
-    return train_workers(tmp_path_factory.mktemp("runs"), 4, "none", "data", "model:2")
+    """One process with 4 CPU devices (one process start for all) runs
+    `none` (no distribution: the model lives on one device), then `data`,
+    then `model:2`; then SAM (rho 0.05, SGD): `hand-sam`, the hand
+    reference on one device, and `sam+data`, SAMModel under `data`."""
+    return train_workers(tmp_path_factory.mktemp("runs"), 4, "none", "data", "model:2",
+                         "hand-sam", "sam+data", flags=("--sam-rho", "0.05"))
 
 
 @pytest.fixture(scope="module")
@@ -119,35 +122,56 @@ def run_two_processes(command, devices):
     return [(p.returncode, *output) for p, output in zip(procs, outputs, strict=True)]
 
 
-@pytest.mark.parametrize("spec", ["data", "model:4"])
+TWO_PROCESS_SPECS = ("data", "model:4")
+
+
+@pytest.fixture(scope="module")
+def two_processes(tmp_path_factory):
+    """Two worker processes x 2 CPU devices joined through jax.distributed
+    run `data`, then `model:4` (one pair of process starts for both):
+    {spec: (the final weights, [each process' DISTRIBUTION line])}."""
+    folder = tmp_path_factory.mktemp("two")
+    outs = {spec: folder / f"{spec.replace(':', '_')}.npz" for spec in TWO_PROCESS_SPECS}
+    command = [sys.executable, WORKER, "data", str(outs["data"]),
+               "--then", "model:4", str(outs["model:4"])]
+    lines = {spec: [] for spec in outs}
+    for code, stdout, stderr in run_two_processes(command, 2):
+        assert code == 0, stderr[-3000:]
+        runs = [line for line in stdout.splitlines() if line.startswith("DISTRIBUTION")]
+        assert len(runs) == len(outs), stdout
+        for spec, line in zip(outs, runs, strict=True):
+            lines[spec].append(line)
+    return {spec: (dict(np.load(out)), lines[spec]) for spec, out in outs.items()}
+
+
+@pytest.mark.parametrize("spec", TWO_PROCESS_SPECS)
 def test_two_processes_through_jax_distributed_agree_with_one_process(
-        tmp_path, one_device, spec):
+        two_processes, one_device, spec):
     """Two processes x 2 CPU devices. `data`: data parallel over the 4, each
     process reads its half of every global batch (Keras shards the tf.data
     pipeline). `model:4`: every large kernel is split over the 4 devices of
     both processes (no process holds a whole one), the batch is not split."""
-    out = tmp_path / "two.npz"
-    for code, stdout, stderr in run_two_processes([sys.executable, WORKER, spec, str(out)], 2):
-        assert code == 0, stderr[-3000:]
-        assert f"'kind': '{spec}', 'devices': 4, 'processes': 2" in stdout
-        assert "LOCAL_DEVICES 2" in stdout
+    weights, lines = two_processes[spec]
+    assert len(lines) == 2  # one run of `spec` in each process
+    for line in lines:
+        assert f"'kind': '{spec}', 'devices': 4, 'processes': 2" in line
+        assert "LOCAL_DEVICES 2" in line
         if spec == "model:4":
-            assert "'mesh': {'batch': 1, 'model': 4}" in stdout
+            assert "'mesh': {'batch': 1, 'model': 4}" in line
             assert re.search(r"'encoderblock_0/qkv/kernel': \"P(artitionSpec)?\(None, 'model'\)",
-                             stdout), stdout
-    assert_same_weights(dict(np.load(out)), one_device)
+                             line), line
+    assert_same_weights(weights, one_device)
 
 
-def test_sam_under_data_parallel_matches_a_hand_reference(tmp_path):
+def test_sam_under_data_parallel_matches_a_hand_reference(four_devices):
     """SAMModel's JAX train step over 4 devices (`DataParallel`) ends with
     the weights of SAM written out by hand with `jax.grad` on one device
     (3 SGD steps, rho 0.05): on JAX the ascent uses the global batch's
-    gradient, whatever the device count. (One process: the hand reference
-    first, without a distribution, then SAMModel.)"""
-    runs = train_workers(tmp_path, 4, "hand-sam", "data", flags=("--sam-rho", "0.05"))
-    expected, _ = runs["hand-sam"]
+    gradient, whatever the device count. (The `four_devices` process: the
+    hand reference, without a distribution, then SAMModel.)"""
+    expected = dict(four_devices["hand-sam"][0])
     sgd = {k[len("sgd."):]: expected.pop(k) for k in list(expected) if k.startswith("sgd.")}
-    weights, stdout = runs["data"]
+    weights, stdout = four_devices["sam+data"]
     assert "'kind': 'data', 'devices': 4" in stdout
     assert_same_weights(weights, expected)
     # The perturbation mattered: plain SGD steps end elsewhere.

@@ -126,15 +126,25 @@ def test_sam_with_fit_logs_loss_and_saves_the_inner_model(tmp_path):
         training.SAMModel(model, rho=0)
 
 
-def strategy_run(scenario):
+def strategy_runs(*scenarios):
+    """tests/strategy_runs.py SCENARIOS in one fresh process (2 logical CPU
+    devices): {scenario: its JSON line}."""
     result = subprocess.run([sys.executable, str(REPO_ROOT / "tests" / "strategy_runs.py"),
-                             scenario], capture_output=True, text=True, timeout=600)
+                             *scenarios], capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    return json.loads(result.stdout.strip().splitlines()[-1])
+    lines = [json.loads(line) for line in result.stdout.strip().splitlines()[-len(scenarios):]]
+    assert [line["scenario"] for line in lines] == list(scenarios), result.stdout
+    return {line["scenario"]: line for line in lines}
 
 
-def test_mirrored_on_two_cpu_devices_matches_single_device():
-    result = strategy_run("mirrored")
+@pytest.fixture(scope="module")
+def two_device_runs():
+    """`mirrored` and `sam_m_sharpness`, one process start for both."""
+    return strategy_runs("mirrored", "sam_m_sharpness")
+
+
+def test_mirrored_on_two_cpu_devices_matches_single_device(two_device_runs):
+    result = two_device_runs["mirrored"]
     assert result["replicas"] == 2
     assert result["max_weight_diff"] < 1e-5  # float32 summation order only
 
@@ -176,27 +186,30 @@ def load_npz(path):
 
 def test_multi_worker_mirrored_two_processes_match_single_process(tmp_path):
     """Two worker processes (global batch 8, 4 per worker) end with
-    identical weights, equal to one process taking the same 3 steps."""
+    identical weights, equal to one process taking the same 3 steps (this
+    one: strategy_runs' `single` scenario, run here)."""
+    from strategy_runs import run  # the script's model, data and fit; TensorFlow only
+
     script = [sys.executable, str(REPO_ROOT / "tests" / "strategy_runs.py")]
     outputs = [tmp_path / "worker0.npz", tmp_path / "worker1.npz"]
     results = [json.loads(out.strip().splitlines()[-1])
                for out in run_workers(script + ["multiworker"], outputs=outputs)]
     assert [r["replicas"] for r in results] == [2, 2]
-    single = subprocess.run(script + ["single"], capture_output=True, text=True, timeout=600,
-                            env=dict(os.environ, WEIGHTS_OUT=str(tmp_path / "single.npz")))
-    assert single.returncode == 0, single.stderr[-3000:]
-    worker0, worker1, alone = (load_npz(p) for p in outputs + [tmp_path / "single.npz"])
+    alone, _ = run(tf.distribute.get_strategy())
+    worker0, worker1 = (load_npz(p) for p in outputs)
     assert all(np.array_equal(a, b) for a, b in zip(worker0, worker1, strict=True))
     assert max(float(np.abs(a - b).max()) for a, b in zip(worker0, alone, strict=True)) < 1e-6
 
 
-def test_cli_train_on_two_workers(digits_folder, tmp_path):
+def test_cli_train_on_two_workers(few_digits_folder, tmp_path):
     """`keras-vit train` under TF_CONFIG: the chief writes the run, the
-    other worker writes under out/workers/1, and both models are equal."""
+    other worker writes under out/workers/1, and both models are equal.
+    (On the ten digits' 60 + 30 scans: the quickstart's 1,797 cost each worker
+    about 4 s more to read.)"""
     model = digits_model(tmp_path / "start.keras")
     out = tmp_path / "run"
     stdouts = run_workers([sys.executable, "-m", "keras_vit.cli", "train", "--model", model,
-                           "--data", f"folder:{digits_folder}", "--recipe", "scratch",
+                           "--data", f"folder:{few_digits_folder}", "--recipe", "scratch",
                            "--image-size", "32", "--batch-size", "32", "--epochs", "2",
                            "--steps-per-epoch", "3", "--out", str(out), "--quiet"])
     chief, other = (json.loads(s.strip().splitlines()[-1]) for s in stdouts)
@@ -208,10 +221,10 @@ def test_cli_train_on_two_workers(digits_folder, tmp_path):
     assert all(np.array_equal(a, b) for a, b in zip(*weights, strict=True))
 
 
-def test_sam_under_mirrored_is_per_replica_m_sharpness():
+def test_sam_under_mirrored_is_per_replica_m_sharpness(two_device_runs):
     """Each replica perturbs with its own half-batch gradient (m-sharpness):
     equal to the hand-computed two-halves reference."""
-    assert strategy_run("sam_m_sharpness")["max_weight_diff"] < 1e-6
+    assert two_device_runs["sam_m_sharpness"]["max_weight_diff"] < 1e-6
 
 
 def test_get_strategy_names():
@@ -344,15 +357,19 @@ def test_sam_on_torch_is_one_sentence_before_any_work(tmp_path):
 
 
 def test_quickstart_reduced(tmp_path):
-    """16 of the 40 epochs (93.9% measured, seed 0); the full run is measured in the
-    README (98.6%). The model is exported to dynamic-int8 TFLite and
-    verified on the 360 test digits; full int8 on the same real data keeps
-    >= 97% top-1 agreement (the bar for int8)."""
+    """10 of the 40 epochs (84.7% measured, seed 0; the run repeats to the
+    digit: far above the 10% of chance, so the quickstart trains); the full
+    run is measured in the README (98.6%). The model is exported to
+    dynamic-int8 TFLite and verified on the 360 test digits (99.7%
+    agreement measured); full int8 on the same real data keeps >= 97% top-1
+    agreement (the bar for int8; 98.6% measured). (16 epochs measured 94.4%,
+    and 99.7% and 99.2% agreement; 6 epochs are too few: the dynamic-int8
+    export then misses its 99% agreement.)"""
     from keras_vit import export
 
     out = tmp_path / "qs"
-    results = training.quickstart(str(out), epochs=16, verbose=0)
-    assert results["test_accuracy"] >= 0.85
+    results = training.quickstart(str(out), epochs=10, verbose=0)
+    assert results["test_accuracy"] >= 0.75
     assert results["train_examples"] == 1437 and results["test_examples"] == 360
     assert os.path.exists(results["model"])
     loaded = keras.saving.load_model(results["model"])
@@ -373,20 +390,9 @@ def test_quickstart_reduced(tmp_path):
     assert int8.top1_agreement >= 0.97
 
 
-def test_a_trained_model_loads_after_import_keras_vit_alone(tmp_path):
-    """The saved optimizer's WarmupDecay is registered by `import keras_vit`
-    (keras_vit.training itself loads lazily)."""
-    path = digits_model(tmp_path / "m.keras")
-    model = keras.saving.load_model(path)
-    model.compile(training.make_optimizer(training.get_recipe("scratch"), 100), loss="mse")
-    model.save(path)
-    code = ("import sys, keras, keras_vit; m = keras.saving.load_model(sys.argv[1]); "
-            "print(type(m.optimizer._learning_rate).__name__, "
-            "'keras_vit.training.trainer' in sys.modules)")
-    result = subprocess.run([sys.executable, "-c", code, path], capture_output=True,
-                            text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-3000:]
-    assert result.stdout.split()[-2:] == ["WarmupDecay", "False"]
+# That a trained model (the recipe's optimizer, WarmupDecay) loads after
+# `import keras_vit` alone, without the trainer: one fresh process,
+# test_console.py::test_import_keras_vit_registers_everything_for_load_model.
 
 
 def test_mixed_bfloat16_training_runs(digits_folder, tmp_path):
