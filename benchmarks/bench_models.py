@@ -138,7 +138,12 @@ def usable_cpus():
 
 def gflop_per_image(model, image_size, mode):
     """2 x multiply-adds of the dense, patch-embedding and attention products."""
-    spec = MODELS[model]
+    return gflop_of(MODELS[model], image_size, mode)
+
+
+def gflop_of(spec, image_size, mode):
+    """`gflop_per_image` of a `MODELS`-style configuration (also used by
+    `benchmarks/accelerator.py`)."""
     patches = (image_size // PATCH) ** 2
     d = spec["hidden"]
     embed = 2 * patches * PATCH * PATCH * 3 * d

@@ -203,12 +203,14 @@ def test_a_checkpoint_without_head_gives_features_not_its_pooling(tmp_path):
 @pytest.mark.backends
 def test_keras_file_reloads_with_safe_mode_identical(tmp_path):
     model = seeded(keras_vit.VisionTransformer, **{**VIT, "input_shape": (None, None, 3)},
-                   features_only=True, out_indices=(2, 0), remat=True)
+                   features_only=True, out_indices=(2, 0), remat=True,
+                   attention="dot_product")
     model.save(tmp_path / "features.keras")
     again = keras.saving.load_model(tmp_path / "features.keras", safe_mode=True)
     assert again.output_names == ["encoderblock_2_features", "encoderblock_0_features"]
     assert feature_info(again) == feature_info(model)
-    assert all(layer.remat for layer in again.layers if isinstance(layer, TransformerBlock))
+    assert all(layer.remat and layer.attention == "dot_product"
+               for layer in again.layers if isinstance(layer, TransformerBlock))
     x = images(2, 24, 40)
     for got, want in zip(outputs(again, x), outputs(model, x), strict=True):
         assert got.shape == (2, 6, 10, 48)
@@ -313,6 +315,8 @@ BAD_ARGUMENTS = [  # (arguments, error, message)
      "`representation_size=8` belongs to the head"),
     (dict(features_only="yes"), TypeError, "`features_only` must be True or False, got 'yes'."),
     (dict(remat=1), TypeError, "`remat` must be True or False, got 1."),
+    (dict(attention="flash"), ValueError,
+     "Unknown attention='flash'; allowed: ('auto', 'fused', 'dot_product')"),
 ]
 
 

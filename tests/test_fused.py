@@ -138,3 +138,114 @@ def test_mixed_bfloat16_block_follows_the_float32_block():
                                    rtol=0.05, atol=0.05 * np.abs(expected).max())
     assert attention.dtype == tf.float32
     np.testing.assert_allclose(attention.numpy().sum(-1), 1.0, atol=1e-2)
+
+
+def _attention_pair(dtype, seed=10, **kwargs):
+    """Two TransformerBlocks with the same weights, one per attention
+    implementation."""
+    x = np.random.default_rng(seed).normal(size=(2, 9, 32)).astype("float32")
+    pair = [layers.TransformerBlock(num_heads=4, mlp_dim=48, attention=attention,
+                                    dtype=dtype, **kwargs)
+            for attention in ("fused", "dot_product")]
+    for block in pair:
+        block.build(x.shape)
+    _random_weights(pair[0], seed + 1, scale=0.3)
+    pair[1].set_weights(pair[0].get_weights())
+    return x, pair
+
+
+def _value_and_gradient(block, x):
+    """The block's output and the gradient of a weighted sum of it with
+    respect to the input and every weight, on any backend."""
+    backend = keras.backend.backend()
+    weights = np.linspace(-1.0, 1.0, x.size, dtype="float32").reshape(x.shape)
+    if backend == "tensorflow":
+        import tensorflow as tf
+
+        x = tf.constant(x)
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = block(x, training=True)
+            loss = tf.reduce_sum(tf.cast(y, tf.float32) * weights)
+        grads = tape.gradient(loss, [x] + [v.value for v in block.trainable_variables])
+        return ops.convert_to_numpy(y), [ops.convert_to_numpy(g) for g in grads]
+    if backend == "jax":
+        import jax
+
+        values = [v.value for v in block.trainable_variables]
+
+        def loss(x, values):
+            y, _ = block.stateless_call(values, [v.value for v in
+                                                 block.non_trainable_variables],
+                                        x, training=True)
+            return (y.astype("float32") * weights).sum(), y
+
+        (_, y), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(x, values)
+        return np.asarray(y), [np.asarray(grads[0])] + [np.asarray(g) for g in grads[1]]
+    import torch
+
+    x = torch.tensor(x, requires_grad=True)
+    y = block(x, training=True)
+    (y.float() * torch.tensor(weights)).sum().backward()
+    grads = [x.grad] + [v.value.grad for v in block.trainable_variables]
+    return ops.convert_to_numpy(y), [g.float().numpy() for g in grads]
+
+
+@pytest.mark.backends
+def test_dot_product_attention_equals_the_fused_attention_in_value_and_gradient():
+    x, (fused, dot_product) = _attention_pair("float32")
+    y_fused, g_fused = _value_and_gradient(fused, x)
+    y_dot, g_dot = _value_and_gradient(dot_product, x)
+    np.testing.assert_allclose(y_dot, y_fused, rtol=1e-5, atol=1e-5)
+    assert len(g_dot) == len(g_fused) == 1 + len(fused.trainable_variables)
+    for a, b in zip(g_dot, g_fused, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-5 * max(1.0, np.abs(b).max()))
+    assert dot_product.get_config()["attention"] == "dot_product"
+    assert layers.TransformerBlock.from_config(dot_product.get_config()).attention \
+        == "dot_product"
+
+
+@pytest.mark.backends
+def test_dot_product_attention_under_mixed_bfloat16_follows_the_fused_block():
+    """Under the same mixed_bfloat16 policy both implementations take the
+    softmax in float32 from bfloat16 operands: they differ by bfloat16
+    rounding only."""
+    x, (fused, dot_product) = _attention_pair("mixed_bfloat16", seed=20)
+    y_fused = ops.convert_to_numpy(ops.cast(fused(x), "float32"))
+    y_dot = ops.convert_to_numpy(ops.cast(dot_product(x), "float32"))
+    assert keras.backend.standardize_dtype(dot_product(x).dtype) == "bfloat16"
+    np.testing.assert_allclose(y_dot, y_fused, rtol=0.02, atol=0.02 * np.abs(y_fused).max())
+
+
+@pytest.mark.backends
+def test_attention_scores_and_attention_dropout_take_the_fused_path(monkeypatch):
+    calls = []
+    monkeypatch.setattr(
+        "keras_vit.layers.transformer.softmax_attention",
+        lambda *args: calls.append("fused") or _fused.softmax_attention(*args))
+    x, (_, block) = _attention_pair("float32")
+    block(x)
+    assert calls == []
+    _, scores = block(x, return_attention_scores=True)
+    assert calls == ["fused"] and tuple(scores.shape) == (2, 4, 9, 9)
+    dropping = layers.TransformerBlock(num_heads=4, mlp_dim=48, attention="dot_product",
+                                       attention_dropout_rate=0.1)
+    dropping(x, training=True)
+    assert calls == ["fused", "fused"]
+    dropping(x, training=False)
+    assert calls == ["fused", "fused"]
+
+
+@pytest.mark.backends
+def test_auto_attention_is_fused_on_the_cpu_and_dot_product_on_accelerators(monkeypatch):
+    assert _fused.accelerator() == "cpu"
+    assert not _fused.uses_dot_product_attention("auto")
+    assert _fused.uses_dot_product_attention("dot_product")
+    assert not _fused.uses_dot_product_attention("fused")
+    monkeypatch.setattr(_fused, "accelerator", lambda: "gpu")
+    backend = keras.backend.backend()
+    assert _fused.uses_dot_product_attention("auto") == (backend in ("jax", "torch"))
+    assert _fused.uses_dot_product_attention("auto", training=True) == (backend == "torch")
+    with pytest.raises(ValueError, match=r"Unknown attention='flash'; allowed: "
+                                         r"\('auto', 'fused', 'dot_product'\)"):
+        layers.TransformerBlock(num_heads=2, mlp_dim=8, attention="flash")

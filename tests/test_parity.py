@@ -26,6 +26,15 @@ def test_logits(fixture):
     assert_close(predict(model, fixture.io["images_uint8"]), fixture.io["logits"])
 
 
+@pytest.mark.parametrize("name", VIT_NAMES)
+def test_dot_product_attention_logits(name):
+    """`attention="dot_product"` (`keras.ops.dot_product_attention`, the
+    accelerators' path) gives the official logits too."""
+    fixture = Fixture(name)
+    model = fixture.build(classifier_activation=None, attention="dot_product")
+    assert_close(predict(model, fixture.io["images_uint8"]), fixture.io["logits"])
+
+
 def test_logits_without_builtin_preprocessing(fixture):
     model = fixture.build(classifier_activation=None, include_preprocessing=False)
     assert_close(predict(model, fixture.io["inputs"]), fixture.io["logits"])

@@ -138,6 +138,81 @@ def dense(layer, x, gelu=False):
     return gelu_tanh(y)
 
 
+ATTENTION_IMPLEMENTATIONS = ("auto", "fused", "dot_product")
+
+
+def check_attention(attention):
+    """Validates an attention implementation name (see `TransformerBlock`)."""
+    if attention not in ATTENTION_IMPLEMENTATIONS:
+        raise ValueError(
+            f"Unknown attention={attention!r}; allowed: {ATTENTION_IMPLEMENTATIONS} "
+            "('auto' picks the faster one for the backend and device).")
+    return attention
+
+
+def accelerator():
+    """The platform the Keras backend computes on: `"cpu"`, `"gpu"` or
+    `"tpu"` (`keras.distribution.list_devices()`'s first device; on torch,
+    which has no `keras.distribution`, where Keras puts a new tensor)."""
+    if keras.backend.backend() == "torch":
+        platform = ops.zeros(()).device.type
+        return {"cuda": "gpu", "xla": "tpu"}.get(platform, platform)
+    try:
+        devices = keras.distribution.list_devices()
+    except Exception:  # noqa: BLE001 - a backend without devices computes on the CPU
+        return "cpu"
+    platform = str(devices[0]).split(":")[0].lower() if devices else "cpu"
+    return {"cuda": "gpu"}.get(platform, platform)
+
+
+def uses_dot_product_attention(attention, training=False):
+    """Whether `attention` ("auto", "fused", "dot_product") computes with
+    `keras.ops.dot_product_attention` on this backend and device.
+
+    "auto" takes what measured faster (`benchmarks/accelerator.py`,
+    `docs/performance/accelerator.md`; ViT-B/16 and L/16, bfloat16, one
+    H100):
+
+    - torch on a GPU: `dot_product` (PyTorch's `scaled_dot_product_attention`
+      trained ViT-B/16 1.56x faster in less memory; inference tied);
+    - JAX on a GPU or TPU: `dot_product` for inference (cuDNN flash
+      attention, 1.27-1.36x), the explicit path for training (XLA's fusion of
+      it trained 1.10-1.15x faster than the cuDNN kernels' backward pass);
+    - TensorFlow, and every CPU: the explicit `softmax_attention` (oneDNN
+      fuses it on CPU; TensorFlow's `dot_product_attention` is the same
+      einsum-softmax-einsum).
+    """
+    if attention != "auto":
+        return attention == "dot_product"
+    backend = keras.backend.backend()
+    if backend not in ("jax", "torch") or accelerator() not in ("gpu", "tpu"):
+        return False
+    return backend == "torch" or not training
+
+
+def dot_product_attention(qkv, tokens, num_heads):
+    """Multi-head softmax attention from a fused `(batch * tokens, 3 * width)`
+    query-key-value projection through `keras.ops.dot_product_attention`
+    (flash-attention kernels where the backend has them).
+
+    The same function as `softmax_attention` without attention dropout:
+    logits `query . key / sqrt(dim)`, softmax in float32, weights cast to
+    the compute dtype before the product with the values (in float32 the
+    results agree to float32 rounding, `tests/test_fused.py`). The
+    `(batch, tokens, heads, dim)` layout the kernels take is the projection's
+    own, so no transpose is needed.
+
+    Returns:
+        output `(batch * tokens, width)` in the compute dtype.
+    """
+    width = qkv.shape[-1] // 3
+    head_dim = width // num_heads
+    qkv = ops.reshape(qkv, (-1, tokens, 3, num_heads, head_dim))
+    query, key, value = ops.unstack(qkv, 3, axis=2)
+    out = ops.dot_product_attention(query, key, value, scale=1.0 / head_dim ** 0.5)
+    return ops.reshape(out, (-1, width))
+
+
 def softmax_attention(qkv, tokens, num_heads, dropout, training):
     """Multi-head softmax attention from a fused `(batch * tokens, 3 * width)`
     query-key-value projection.

@@ -4,7 +4,15 @@ import keras
 from keras import ops
 
 from keras_vit import _checks
-from keras_vit.layers._fused import check_gelu, dense, layer_norm, softmax_attention
+from keras_vit.layers._fused import (
+    check_attention,
+    check_gelu,
+    dense,
+    dot_product_attention,
+    layer_norm,
+    softmax_attention,
+    uses_dot_product_attention,
+)
 from keras_vit.layers._remat import rematerialized_call
 from keras_vit.layers._utils import dtype_config, sublayer_policy
 from keras_vit.layers.drop_path import DropPath
@@ -47,6 +55,18 @@ class TransformerBlock(keras.layers.Layer):
             memory of training for more compute. The values and gradients
             are those of the plain block (the recomputation draws the same
             dropout and drop-path masks). Saved in the config.
+        attention: how the attention is computed, the same function each
+            way: `"fused"` (explicit matmul-softmax-matmul, written for
+            oneDNN's fusions; it materialises the `(batch, heads, tokens,
+            tokens)` weights), `"dot_product"` (`keras.ops.dot_product_attention`:
+            cuDNN / PyTorch / TPU flash-attention kernels where the backend
+            has them, which never materialise the weights), or `"auto"`
+            (the default): what measured faster on the backend and device
+            (`keras_vit.layers._fused.uses_dot_product_attention`:
+            `"dot_product"` on torch on a GPU, and on JAX on a GPU or TPU for
+            inference; else `"fused"`). Calls
+            with `return_attention_scores=True`, and training calls with
+            attention dropout, always use `"fused"`. Saved in the config.
 
     Call arguments:
         inputs: `(batch, tokens, hidden)`.
@@ -74,9 +94,11 @@ class TransformerBlock(keras.layers.Layer):
         layer_norm_epsilon=1e-6,
         gelu="tanh",
         remat=False,
+        attention="auto",
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.attention = check_attention(attention)
         self.gelu = check_gelu(gelu)
         self.remat = _checks.boolean(remat, "remat")
         self.num_heads = _checks.positive_int(num_heads, "num_heads")
@@ -153,15 +175,24 @@ class TransformerBlock(keras.layers.Layer):
         self.mlp_dense2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
         self.built = True
 
-    def _attention(self, x, training):
+    def _uses_dot_product(self, training, return_attention_scores):
+        """Whether this call computes attention with
+        `ops.dot_product_attention` (see `attention`)."""
+        return (not return_attention_scores
+                and not (training and self.attention_dropout_rate > 0)
+                and uses_dot_product_attention(self.attention, bool(training)))
+
+    def _attention(self, x, training, return_attention_scores=False):
         """Attention branch on normalized `x` (batch, tokens, hidden):
-        returns `(output (batch, tokens, hidden), softmax weights)`."""
+        returns `(output (batch, tokens, hidden), softmax weights or None)`."""
         tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         rows = ops.reshape(x, (-1, self.hidden_size))
-        out, weights = softmax_attention(
-            dense(self.qkv, rows), tokens, self.num_heads,
-            self.attention_dropout, training,
-        )
+        qkv = dense(self.qkv, rows)
+        if self._uses_dot_product(training, return_attention_scores):
+            out, weights = dot_product_attention(qkv, tokens, self.num_heads), None
+        else:
+            out, weights = softmax_attention(
+                qkv, tokens, self.num_heads, self.attention_dropout, training)
         out = dense(self.attention_output, out)
         return ops.reshape(out, (-1, tokens, self.hidden_size)), weights
 
@@ -171,8 +202,9 @@ class TransformerBlock(keras.layers.Layer):
         y = dense(self.mlp_dense2, y)
         return ops.reshape(y, ops.shape(x))
 
-    def _forward(self, inputs, training):
-        y, weights = self._attention(layer_norm(self.norm1, inputs), training)
+    def _forward(self, inputs, training, return_attention_scores=False):
+        y, weights = self._attention(layer_norm(self.norm1, inputs), training,
+                                     return_attention_scores)
         y = self.drop_path(self.dropout(y, training=training), training=training)
         x = inputs + y
         y = self.dropout(self._mlp(layer_norm(self.norm2, x), training), training=training)
@@ -183,7 +215,7 @@ class TransformerBlock(keras.layers.Layer):
             return rematerialized_call(
                 lambda x: self._forward(x, training)[0], inputs,
                 [self.dropout, self.attention_dropout, self.drop_path])
-        x, weights = self._forward(inputs, training)
+        x, weights = self._forward(inputs, training, return_attention_scores)
         if return_attention_scores:
             return x, ops.cast(weights, "float32")
         return x
@@ -208,6 +240,7 @@ class TransformerBlock(keras.layers.Layer):
                 "layer_norm_epsilon": self.layer_norm_epsilon,
                 "gelu": self.gelu,
                 "remat": self.remat,
+                "attention": self.attention,
                 "dtype": dtype_config(self),
             }
         )

@@ -25,6 +25,7 @@ from keras_vit.layers import (
     ResNetRoot,
     TransformerBlock,
 )
+from keras_vit.layers._fused import check_attention
 from keras_vit.layers.resnet import resnet_arithmetic as resnet_arithmetic_args
 from keras_vit.models.application import (
     Encoder,
@@ -74,6 +75,7 @@ def VisionTransformer(
     out_indices: int | Sequence[int] | None = None,
     feature_format: str | None = None,
     remat: bool = False,
+    attention: str = "auto",
 ) -> keras.Model:
     """Builds a Vision Transformer or an R+ViT hybrid.
 
@@ -180,6 +182,13 @@ def VisionTransformer(
             memory and more compute. Outputs and gradients are those of
             `remat=False`. Saved in the blocks' configs: a reloaded `.keras`
             model rematerialises as it did.
+        attention: how the blocks compute attention, the same function
+            each way (`TransformerBlock(attention=...)`): `"auto"` (the
+            default: `keras.ops.dot_product_attention`'s flash-attention
+            kernels where they measured faster, on torch on a GPU and for
+            inference on JAX on a GPU or TPU; the explicit oneDNN-fused path
+            elsewhere), `"dot_product"` or `"fused"`.
+            Saved in the blocks' configs.
 
     Returns:
         A functional `keras.Model`.
@@ -223,6 +232,7 @@ def VisionTransformer(
         classes=classes, representation_size=representation_size)
     include_top = include_top and out_indices is None
     remat = check_remat(remat)
+    attention = check_attention(attention)
     classes = check_classes(classes)
     pooling = check_pooling(pooling, include_top, CLASSIFIERS)
     if pooling == "token" and classifier != "token":
@@ -242,7 +252,8 @@ def VisionTransformer(
             dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
             drop_path_rate=drop_path_rate, gelu=arith["gelu"],
             layer_norm_epsilon=arith["layer_norm_epsilon"],
-            resnet_arithmetic=arith["resnet_arithmetic"], remat=remat)
+            resnet_arithmetic=arith["resnet_arithmetic"], remat=remat,
+            attention=attention)
 
     encoder = Encoder(
         "vit", encode, effective_patch_size(config), classifier,
@@ -279,6 +290,7 @@ def vit_encoder(
     layer_norm_epsilon: float = 1e-6,
     resnet_arithmetic: str = "official",
     remat: bool = False,
+    attention: str = "auto",
 ) -> keras.KerasTensor:
     """The ViT encoder as the official `Encoder` (plus the hybrid's ResNet):
     preprocessed images `(batch, H, W, 3)` -> the token sequence `(batch,
@@ -287,6 +299,8 @@ def vit_encoder(
 
     `grid_size`: the token grid the position embedding is stored at.
     `remat`: rematerialised blocks (`TransformerBlock(remat=True)`).
+    `attention`: the blocks' attention implementation
+    (`TransformerBlock(attention=...)`).
 
     Example:
 
@@ -314,13 +328,13 @@ def vit_encoder(
             attention_dropout_rate=attention_dropout_rate,
             drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
             layer_norm_epsilon=layer_norm_epsilon, gelu=gelu, remat=remat,
-            name=f"encoderblock_{i}",
+            attention=attention, name=f"encoderblock_{i}",
         )(x)
     return x
 
 
 REGULARIZATION_ARGS = ("dropout_rate", "attention_dropout_rate", "drop_path_rate",
-                       "classifier", "representation_size")
+                       "classifier", "representation_size", "attention")
 
 def _named(key: str) -> Callable[..., keras.Model]:
     return named_model_builder(

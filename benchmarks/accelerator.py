@@ -1,0 +1,486 @@
+"""Training and inference on one accelerator: keras_vit on the JAX,
+TensorFlow (XLA) and torch backends against timm (eager and
+`torch.compile`), in bfloat16 mixed precision, ViT-B/16 and ViT-L/16 at 224.
+
+Frameworks, each configuration in its own process (Keras picks its backend
+once per process; one framework's allocator never holds another's memory):
+
+- `keras_vit-jax`, `keras_vit-tf`, `keras_vit-torch`: `keras_vit.VisionTransformer`
+  with the model's configuration, built under the `mixed_bfloat16` policy
+  (float32 weights, bfloat16 compute, float32 softmax / LayerNorm / head).
+  Training: `train_on_batch` after `compile(AdamW(1e-4),
+  SparseCategoricalCrossentropy(from_logits=True))`, XLA-compiled on JAX
+  and TensorFlow (`jit_compile=True`), eager on torch. Inference:
+  `predict_on_batch`. `--attention` sets the blocks' attention
+  implementation (`auto`: `keras.ops.dot_product_attention`'s
+  flash-attention kernels on JAX and torch on a GPU, the explicit path
+  elsewhere); each row says which one ran.
+- `timm-eager`, `timm-compile`: timm's `VisionTransformer` of the same
+  configuration (`vit_base_patch16_224`, `vit_large_patch16_224`), float32
+  weights under `torch.autocast(bfloat16)` (its AMP recipe), forward +
+  cross-entropy + backward + `AdamW.step()` + `zero_grad(set_to_none=True)`;
+  inference `model(x)` under `inference_mode`. `timm-compile` wraps the
+  model in `torch.compile` (default mode).
+
+Every worker takes seeded random images (uint8 values, on the device before
+timing) and labels; weights are random (speed does not depend on them).
+After `--warmup` untimed steps (the first compiles), `--rounds` rounds of
+`--steps` steps are timed, each ended by a device synchronisation (Keras
+returns the loss / logits to the host; PyTorch `cuda.synchronize()`); a row
+gives the median round. MFU = images/s x FLOP per image / peak, with FLOP per
+image counted from the configuration (`bench_models.gflop_of`: dense,
+patch-embedding and attention products; a training step counts 3 forward
+passes; ViT-B/16 at 224: 35.1 GFLOP forward) and the peak of the device
+measured in the same run (a bfloat16 8192^3 product through PyTorch, or JAX
+where PyTorch is missing; float32 1024^3 on a CPU). Peak memory: the
+device's allocator peak (JAX `memory_stats`, `torch.cuda.max_memory_allocated`,
+TensorFlow `get_memory_info`); on a CPU the process's peak RSS.
+
+The run records the device, driver and library versions. A framework that
+is not installed or fails (out of memory, ...) gets its error in its row and
+the run goes on; each worker is stopped after `--timeout` seconds.
+
+    python benchmarks/accelerator.py [--models vit_b16,vit_l16]
+        [--frameworks keras_vit-jax,keras_vit-tf,keras_vit-torch,timm-eager,timm-compile]
+        [--batch 128] [--image-size 224] [--dtype bfloat16] [--attention auto]
+        [--steps 10] [--rounds 3] [--warmup 3] [--timeout 300] [--json PATH]
+
+`--models tiny --image-size 32 --batch 2` runs a two-block model in seconds
+on a CPU (tests/test_benchmarks.py does, so that the script cannot rot).
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from bench_models import gflop_of  # noqa: E402  (the benchmarks' shared FLOP count)
+
+FRAMEWORKS = ("keras_vit-jax", "keras_vit-tf", "keras_vit-torch", "timm-eager",
+              "timm-compile")
+BACKENDS = {"keras_vit-jax": "jax", "keras_vit-tf": "tensorflow", "keras_vit-torch": "torch"}
+MODELS = {
+    "vit_s16": dict(family="vit", hidden=384, layers=12, heads=6, mlp=1536),
+    "vit_b16": dict(family="vit", hidden=768, layers=12, heads=12, mlp=3072),
+    "vit_l16": dict(family="vit", hidden=1024, layers=24, heads=16, mlp=4096),
+    "tiny": dict(family="vit", hidden=32, layers=2, heads=2, mlp=64),
+}
+PATCH = 16
+CLASSES = 1000
+MODES = ("train", "infer")
+ATTENTION = ("auto", "fused", "dot_product")
+DTYPES = ("bfloat16", "float32")
+
+
+def progress(message):
+    print(message, file=sys.stderr, flush=True)
+
+
+# --- workers (one configuration per process) ------------------------------------------
+
+def random_batch(batch, image_size, seed=0):
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    images = rng.integers(0, 256, (batch, image_size, image_size, 3)).astype("float32")
+    return images, rng.integers(0, CLASSES, batch).astype("int32")
+
+
+def timed_rounds(step, warmup, rounds, steps):
+    """Seconds per step of each round (`step` ends synchronised)."""
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(steps):
+            step()
+        times.append((time.perf_counter() - start) / steps)
+    return times
+
+
+def keras_worker(args):
+    """keras_vit on the backend of `args.framework`."""
+    os.environ["KERAS_BACKEND"] = BACKENDS[args.framework]
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    import keras
+    import numpy as np
+
+    import keras_vit
+    from keras_vit.layers import _fused
+
+    spec = MODELS[args.model]
+    if args.dtype == "bfloat16":
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
+    model = keras_vit.VisionTransformer(
+        patch_size=PATCH, hidden_size=spec["hidden"], num_layers=spec["layers"],
+        num_heads=spec["heads"], mlp_dim=spec["mlp"], classes=CLASSES,
+        classifier_activation=None, input_shape=(args.image_size, args.image_size, 3),
+        attention=args.attention)
+    images, labels = random_batch(args.batch, args.image_size)
+    x, y = keras.ops.convert_to_tensor(images), keras.ops.convert_to_tensor(labels)
+    result = {"attention": args.attention,
+              "attention_ran": ("dot_product" if _fused.uses_dot_product_attention(args.attention)
+                                else "fused"),
+              "keras": keras.__version__, "keras_vit": keras_vit.__version__}
+    timings = {}
+    if "infer" in args.modes:
+        timings["infer"] = timed_rounds(lambda: np.asarray(model.predict_on_batch(x)),
+                                        args.warmup, args.rounds, args.steps)
+    if "train" in args.modes:
+        model.compile(optimizer=keras.optimizers.AdamW(1e-4),
+                      loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                      jit_compile=args.framework != "keras_vit-torch")
+        step = (jax_stateless_step(model, x, y) if args.loop == "stateless"
+                else lambda: model.train_on_batch(x, y))
+        timings["train"] = timed_rounds(step, args.warmup, args.rounds, args.steps)
+        result["loop"] = args.loop
+    result.update(device_report(BACKENDS[args.framework]))
+    return timings, result
+
+
+def jax_stateless_step(model, x, y):
+    """One training step as Keras' JAX trainer computes it
+    (`stateless_call`, `value_and_grad`, `optimizer.stateless_apply`), jitted
+    with the state donated and kept on the device between steps: the step
+    without `train_on_batch`'s per-call work (the host round trip of the
+    loss, re-assigning every variable)."""
+    import jax
+
+    if os.environ["KERAS_BACKEND"] != "jax":
+        raise ValueError("--loop stateless is for keras_vit-jax")
+    optimizer, loss_fn = model.optimizer, model.loss
+    optimizer.build(model.trainable_variables)
+    state = [[v.value for v in variables] for variables in (
+        model.trainable_variables, model.non_trainable_variables, optimizer.variables)]
+
+    def step(trainable, non_trainable, optimizer_values, x, y):
+        def loss_of(trainable):
+            logits, updated = model.stateless_call(trainable, non_trainable, x, training=True)
+            return loss_fn(y, logits), updated
+
+        (loss, non_trainable), grads = jax.value_and_grad(loss_of, has_aux=True)(trainable)
+        trainable, optimizer_values = optimizer.stateless_apply(
+            optimizer_values, grads, trainable)
+        return trainable, non_trainable, optimizer_values, loss
+
+    step = jax.jit(step, donate_argnums=(0, 1, 2))
+
+    def call():
+        *state[:], loss = step(*state, x, y)
+        loss.block_until_ready()
+
+    return call
+
+
+def timm_worker(args):
+    """timm's VisionTransformer, eager or `torch.compile`d, AMP bfloat16."""
+    import torch
+
+    timm_module, torchvision = import_timm()
+    spec = MODELS[args.model]
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    model = timm_module.create_model(
+        "vit_base_patch16_224", pretrained=False, img_size=args.image_size,
+        embed_dim=spec["hidden"], depth=spec["layers"], num_heads=spec["heads"],
+        mlp_ratio=spec["mlp"] / spec["hidden"], num_classes=CLASSES).to(device)
+    if args.framework == "timm-compile":
+        model = torch.compile(model)
+    images, labels = random_batch(args.batch, args.image_size)
+    x = torch.from_numpy(images).permute(0, 3, 1, 2).contiguous().to(device) / 255.0
+    y = torch.from_numpy(labels).long().to(device)
+
+    def autocast():
+        return torch.autocast(device, dtype=torch.bfloat16,
+                              enabled=args.dtype == "bfloat16")
+
+    def synchronize():
+        if device == "cuda":
+            torch.cuda.synchronize()
+
+    timings = {}
+    if "infer" in args.modes:
+        model.eval()
+
+        def infer():
+            with torch.inference_mode(), autocast():
+                model(x)
+            synchronize()
+
+        timings["infer"] = timed_rounds(infer, args.warmup, args.rounds, args.steps)
+    if "train" in args.modes:
+        model.train()
+        optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
+        loss_fn = torch.nn.CrossEntropyLoss()
+
+        def train():
+            with autocast():
+                loss = loss_fn(model(x), y)
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            synchronize()
+
+        timings["train"] = timed_rounds(train, args.warmup, args.rounds, args.steps)
+    result = {"timm": timm_module.__version__, "torch": torch.__version__,
+              "torchvision": torchvision}
+    result.update(device_report("torch"))
+    return timings, result
+
+
+def import_timm():
+    """timm, with the tests' torchvision stand-in where torchvision does not
+    import (no CPU wheel here)."""
+    try:
+        import torchvision
+
+        version = torchvision.__version__
+    except Exception:  # noqa: BLE001  a missing or mismatched wheel
+        sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+        from torch_libraries import install_torchvision_stub
+
+        install_torchvision_stub()
+        version = "stub"
+    import timm
+
+    return timm, version
+
+
+def device_report(backend):
+    """The device this backend computes on and its peak memory so far."""
+    report = {"peak_memory_gb": None}
+    if backend == "jax":
+        import jax
+
+        device = jax.devices()[0]
+        report.update(platform=device.platform, device=device.device_kind, jax=jax.__version__)
+        stats = device.memory_stats() if device.platform != "cpu" else None
+        if stats:
+            report["peak_memory_gb"] = stats.get("peak_bytes_in_use", 0) / 1e9
+    elif backend == "torch":
+        import torch
+
+        if torch.cuda.is_available():
+            report.update(platform="gpu", device=torch.cuda.get_device_name(0),
+                          peak_memory_gb=torch.cuda.max_memory_allocated() / 1e9)
+        else:
+            report.update(platform="cpu", device=platform.processor() or "cpu")
+        report["torch"] = torch.__version__
+    else:
+        import tensorflow as tf
+
+        gpus = tf.config.list_logical_devices("GPU")
+        report.update(platform="gpu" if gpus else "cpu", tensorflow=tf.__version__,
+                      device=gpus[0].name if gpus else "cpu")
+        if gpus:
+            report["peak_memory_gb"] = tf.config.experimental.get_memory_info(
+                "GPU:0")["peak"] / 1e9
+    if report["peak_memory_gb"] is None:
+        import resource
+
+        report["peak_rss_gb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6
+    return report
+
+
+def peak_worker(args):
+    """The device's matmul peak (FLOP/s): bfloat16 8192^3 on a GPU, float32
+    1024^3 on a CPU; median of 5 timed calls after 2 warm-ups."""
+    try:
+        import torch
+
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        n, dtype = (8192, torch.bfloat16) if device == "cuda" else (1024, torch.float32)
+        a = torch.randn(n, n, device=device, dtype=dtype)
+        b = torch.randn(n, n, device=device, dtype=dtype)
+
+        def call():
+            (a @ b).sum().item()
+
+        source = f"torch {torch.__version__} ({device})"
+    except ImportError:
+        import jax
+        import jax.numpy as jnp
+
+        gpu = jax.devices()[0].platform != "cpu"
+        n, dtype = (8192, jnp.bfloat16) if gpu else (1024, jnp.float32)
+        a = jnp.ones((n, n), dtype)
+        product = jax.jit(lambda a: (a @ a).sum())
+
+        def call():
+            product(a).block_until_ready()
+
+        source = f"jax {jax.__version__}"
+    times = timed_rounds(call, 2, 5, 1)
+    return {}, {"peak_tflops": 2 * n ** 3 / statistics.median(times) / 1e12,
+                "peak_shape": f"{n}^3", "peak_source": source}
+
+
+WORKERS = {"keras_vit-jax": keras_worker, "keras_vit-tf": keras_worker,
+           "keras_vit-torch": keras_worker, "timm-eager": timm_worker,
+           "timm-compile": timm_worker, "peak": peak_worker}
+
+
+def worker_main(args):
+    try:
+        timings, result = WORKERS[args.framework](args)
+    except ModuleNotFoundError as error:
+        result, timings = {"error": f"not installed: {error.name}"}, {}
+    except Exception as error:  # noqa: BLE001  the row records any failure
+        result, timings = {"error": f"{type(error).__name__}: {str(error)[:300]}"}, {}
+    for mode, times in timings.items():
+        seconds = statistics.median(times)
+        result[mode] = {"ms_per_step": 1e3 * seconds, "images_per_s": args.batch / seconds,
+                        "rounds_ms": [round(1e3 * t, 3) for t in times]}
+    print("RESULT " + json.dumps(result), flush=True)
+
+
+# --- driver --------------------------------------------------------------------------
+
+def run_worker(framework, args, model=None, attention="auto"):
+    command = [sys.executable, os.path.abspath(__file__), "--worker", framework,
+               "--model", model or "tiny", "--batch", str(args.batch),
+               "--image-size", str(args.image_size), "--dtype", args.dtype,
+               "--attention", attention, "--loop", args.loop, "--steps", str(args.steps),
+               "--rounds", str(args.rounds), "--warmup", str(args.warmup),
+               "--modes", ",".join(args.modes)]
+    started = time.perf_counter()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"stopped after --timeout {args.timeout} s"}
+    lines = [line for line in done.stdout.splitlines() if line.startswith("RESULT ")]
+    if not lines:
+        tail = done.stderr.strip().splitlines()[-3:]
+        return {"error": f"worker exited {done.returncode}: {' | '.join(tail)[:400]}"}
+    result = json.loads(lines[-1][len("RESULT "):])
+    result["worker_seconds"] = round(time.perf_counter() - started, 1)
+    return result
+
+
+def environment():
+    info = {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
+            "machine": platform.machine(), "cpu": cpu_model()}
+    try:
+        smi = subprocess.run(
+            ["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
+             "--format=csv,noheader"], capture_output=True, text=True, timeout=30)
+        if smi.returncode == 0:
+            info["gpu"] = smi.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        pass
+    return info
+
+
+def cpu_model():
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
+
+
+def add_mfu(row, spec, image_size, peak_tflops):
+    for mode in MODES:
+        if mode in row and peak_tflops:
+            tflops = row[mode]["images_per_s"] * gflop_of(spec, image_size, mode) / 1e3
+            row[mode]["tflops"] = tflops
+            row[mode]["mfu"] = tflops / peak_tflops
+
+
+def table(report):
+    lines = ["| model | framework | attention | train img/s | train MFU | infer img/s "
+             "| peak memory GB | train ÷ timm-compile |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for model, rows in report["results"].items():
+        reference = rows.get("timm-compile", {}).get("train", {}).get("images_per_s")
+        for framework, row in rows.items():
+            if "error" in row:
+                lines.append(f"| {model} | {framework} | | {row['error']} | | | | |")
+                continue
+            train, infer = row.get("train", {}), row.get("infer", {})
+            memory = row.get("peak_memory_gb") or row.get("peak_rss_gb")
+            ratio = (f"{train['images_per_s'] / reference:.2f}x"
+                     if reference and train else "")
+            lines.append(
+                f"| {model} | {framework} | {row.get('attention_ran', '')} "
+                f"| {train.get('images_per_s', 0):.1f} | {100 * train.get('mfu', 0):.1f}% "
+                f"| {infer.get('images_per_s', 0):.1f} | {memory or 0:.1f} | {ratio} |")
+    return "\n".join(lines)
+
+
+def parse_list(text, allowed, name):
+    items = [item for item in text.split(",") if item]
+    unknown = [item for item in items if item not in allowed]
+    if unknown or not items:
+        raise SystemExit(f"--{name}: unknown {unknown or text!r}; allowed: {', '.join(allowed)}")
+    return items
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--models", default="vit_b16,vit_l16",
+                        help=f"comma-separated, from {', '.join(MODELS)}")
+    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS),
+                        help=f"comma-separated, from {', '.join(FRAMEWORKS)}")
+    parser.add_argument("--modes", default="train,infer", help="train, infer or both")
+    parser.add_argument("--batch", type=int, default=128, help="images per step")
+    parser.add_argument("--image-size", type=int, default=224, help="pixels, square")
+    parser.add_argument("--dtype", default="bfloat16", choices=DTYPES,
+                        help="bfloat16: mixed precision (Keras mixed_bfloat16, PyTorch AMP)")
+    parser.add_argument("--attention", default="auto",
+                        help="keras_vit's attention implementation, comma-separated from "
+                             f"{', '.join(ATTENTION)}: a keras_vit row for each")
+    parser.add_argument("--loop", default="keras", choices=("keras", "stateless"),
+                        help="keras_vit's training loop: keras (train_on_batch) or, on JAX, "
+                             "stateless (the same step jitted with its state donated)")
+    parser.add_argument("--steps", type=int, default=10, help="timed steps per round")
+    parser.add_argument("--rounds", type=int, default=3, help="timed rounds (median)")
+    parser.add_argument("--warmup", type=int, default=3, help="untimed steps (compiling)")
+    parser.add_argument("--timeout", type=float, default=300, help="seconds per worker")
+    parser.add_argument("--json", metavar="PATH", help="write the report here (after each row)")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--model", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    args.modes = parse_list(args.modes, MODES, "modes")
+    attentions = parse_list(args.attention, ATTENTION, "attention")
+    if args.worker:
+        args.framework = args.worker
+        return worker_main(args)
+
+    models = parse_list(args.models, MODELS, "models")
+    frameworks = parse_list(args.frameworks, FRAMEWORKS, "frameworks")
+    report = {"environment": environment(), "settings": {
+        k: getattr(args, k) for k in ("batch", "image_size", "dtype", "attention", "loop", "steps",
+                                      "rounds", "warmup", "modes")}, "results": {}}
+    progress(f"accelerator benchmark: {report['environment']}")
+    report["peak"] = run_worker("peak", args)
+    progress(f"peak: {report['peak']}")
+    for model in models:
+        rows = report["results"].setdefault(model, {})
+        for framework, attention in [(f, a) for f in frameworks
+                                     for a in (attentions if f in BACKENDS else ["auto"])]:
+            name = framework if len(attentions) == 1 or framework not in BACKENDS \
+                else f"{framework} ({attention})"
+            progress(f"{model} {name} ...")
+            row = run_worker(framework, args, model, attention)
+            add_mfu(row, MODELS[model], args.image_size, report["peak"].get("peak_tflops"))
+            rows[name] = row
+            progress(f"  {json.dumps(row)}")
+            if args.json:
+                with open(args.json, "w") as file:
+                    json.dump(report, file, indent=1)
+    print(table(report))
+    return report
+
+
+if __name__ == "__main__":
+    main()
