@@ -758,6 +758,12 @@ def read_hub_checkpoint(path, source=None, ema=False, kind=None, library=None):
         CheckpointNotFoundError, CorruptCheckpointError,
         UnsupportedCheckpointError: unreadable or not a timm/transformers
             ViT, hybrid or Mixer (with `library="dino"`: not DINO's ViT).
+            A config.json (or preprocessor_config.json) that is not an
+            object, a value in it of the wrong type, or one the weights
+            contradict (the architecture, width, depth, heads, labels) is a
+            CorruptCheckpointError naming the file, key and value
+            (`config_values`); an architecture keras_vit does not build is
+            an UnsupportedCheckpointError.
         CheckpointMismatchError: a model keras_vit cannot reproduce
             exactly (the message says what differs).
         ValueError, TypeError: a `library` not in `LIBRARIES`, or one the
@@ -791,7 +797,6 @@ def read_hub_checkpoint(path, source=None, ema=False, kind=None, library=None):
         check_object(config, config_file)
         if os.path.isfile(os.path.join(path, PREPROCESSOR)):
             preprocessor = _read_json(os.path.join(path, PREPROCESSOR), "Preprocessor config")
-            check_object(preprocessor, _json_name(name, source, PREPROCESSOR))
         state = _read_folder_weights(path, ema=ema)
     elif not os.path.isfile(path):
         raise CheckpointNotFoundError(name)
@@ -807,9 +812,11 @@ def read_hub_checkpoint(path, source=None, ema=False, kind=None, library=None):
         check_values(config, module.CONFIG_VALUES, config_file)
         if fmt == "timm":
             timm_format.check_architecture(config, state, config_file)
-        elif preprocessor is not None:
+        elif preprocessor is not None:  # timm's mean and std are config.json's
+            preprocessor_file = _json_name(name, source, PREPROCESSOR)
+            check_object(preprocessor, preprocessor_file)
             check_values(preprocessor, transformers_format.PREPROCESSOR_VALUES,
-                         _json_name(name, source, PREPROCESSOR))
+                         preprocessor_file)
     told = library is None
     library = _library(library, fmt, config, state, name, source, where)
     if library == dino_format.LIBRARY:
