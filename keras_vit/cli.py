@@ -320,9 +320,12 @@ def _check_model_args(args):
     if model.endswith(".keras"):
         _check_model_file(model, "--model")
         return
-    if model.endswith(".npz"):
+    hub_folder = os.path.isfile(os.path.join(model, "config.json"))
+    if model.endswith(CHECKPOINT_SUFFIXES) or hub_folder:
+        what = ("an official checkpoint" if model.endswith(".npz") else
+                "a Hugging Face Hub folder" if hub_folder else "a checkpoint")
         raise ValueError(f"--model takes a named model (e.g. ViTB16), 'auto' or a .keras "
-                         f"file; got {model!r} (an official checkpoint: use --model auto "
+                         f"file; got {model!r} ({what}: use --model auto "
                          f"--weights {model}).")
     if model != "auto" and model not in ALL_VARIANTS:
         if os.path.splitext(model)[1] or os.sep in model:

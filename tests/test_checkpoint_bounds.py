@@ -10,6 +10,7 @@ before anything big is allocated. Every file is written by hand here.
 import io
 import json
 import os
+import pathlib
 import re
 import struct
 import subprocess
@@ -133,6 +134,30 @@ CORRUPT_SAFETENSORS = {
     "not_an_object": (
         b'["a"]', b"",
         ": its safetensors header is not a JSON object (it starts with b'[\"a\"]')."),
+    "nested_too_deeply": (
+        b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}", bytes(16),
+        " is a damaged safetensors file: its header nests JSON arrays or objects too "
+        "deeply to read; expected an object of tensor entries, each an object of dtype, "
+        "shape and data_offsets."),
+    "too_many_dimensions": (
+        {"a": f32([1] * 65, 0, 4)}, bytes(4),
+        ": tensor 'a' has a shape of 65 dimensions; expected at most 64."),
+    "dimension_beyond_int64": (
+        {"a": f32([2**63, 0], 0, 0)}, b"",
+        ": tensor 'a' has shape [9223372036854775808, 0]; expected dimensions below "
+        "2**63."),
+    "dtype_array": (
+        {"a": f32([4], 0, 16, dtype=["F32"])}, bytes(16),
+        ': tensor \'a\' has dtype ["F32"], which is not a safetensors dtype (BOOL, U8, '
+        "I8, F8_E5M2, F8_E4M3, F8_E8M0, I16, U16, F16, BF16, I32, U32, F32, I64, U64, "
+        "F64, C64, F4, F6_E2M3, F6_E3M2)."),
+    "string_offsets": (
+        {"a": {"dtype": "F32", "shape": [4], "data_offsets": ["0", "16"]}}, bytes(16),
+        ': tensor \'a\' has data_offsets ["0", "16"]; expected [BEGIN, END] with '
+        "0 <= BEGIN <= END."),
+    "nested_shape": (
+        {"a": f32([[4]], 0, 16)}, bytes(16),
+        ": tensor 'a' has shape [[4]]; expected a list of non-negative integers."),
 }
 
 
@@ -174,6 +199,20 @@ def test_header_length_beyond_the_file_or_the_format_limit(tmp_path):
             f"{str(path)!r}: its safetensors header length is 200,000,000 bytes, more "
             "than the format's limit of 100,000,000.")):
         hub.read_safetensors(path)
+    # a length no header has (2**40), then `{`: a damaged safetensors file
+    write_safetensors(path, header, bytes(16), length=2**40)
+    size = os.path.getsize(path)
+    for read in (official.read_checkpoint, keras_vit.model_from_checkpoint):
+        with pytest.raises(CorruptCheckpointError, match=re.escape(
+                f"{str(path)!r} is a damaged safetensors file: its first 8 bytes give a "
+                "header length of 1,099,511,627,776 bytes, where the format allows 2 to "
+                f"100,000,000 (the file has {size:,} bytes). Download it again.")):
+            read(path)
+    # a header nested too deeply for the parser: still named a safetensors file
+    write_safetensors(path, b'{"a": ' + b"[" * 100_000 + b"]" * 100_000 + b"}")
+    with pytest.raises(UnsupportedCheckpointError, match=re.escape(
+            f"{str(path)!r} is a safetensors file; keras_vit reads official .npz")):
+        official.read_checkpoint(path)
     path.write_bytes(b"\x02\0\0")
     with pytest.raises(CorruptCheckpointError, match=re.escape(
             f"{str(path)!r} is not a readable safetensors file: 3 bytes, fewer than the "
@@ -237,6 +276,15 @@ def sharded(tmp_path, weight_map, shards=None):
     index = folder / "model.safetensors.index.json"
     index.write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
     return folder, str(index)
+
+
+def test_an_index_that_is_not_an_object_is_corrupt(tmp_path):
+    folder, index = sharded(tmp_path, None)
+    pathlib.Path(index).write_text('[{"weight_map": {}}]')
+    with pytest.raises(CorruptCheckpointError, match=re.escape(
+            f"Index {index!r} is a JSON array; expected an object with a weight_map of "
+            "tensor names to shard files.")):
+        keras_vit.model_from_checkpoint(str(folder))
 
 
 @pytest.mark.parametrize("weight_map,got", [

@@ -3,6 +3,8 @@ and `predict`, text and --json; numeric flags; the one-line errors. (In a
 fresh process, as the console script runs: test_console.py.)"""
 
 import json
+import pathlib
+import shutil
 import sys
 
 import keras
@@ -102,6 +104,23 @@ def test_predict_errors_exit_2(tmp_path):
                            "--weights", "imagenet21k")
     assert code == 2
     assert "Unknown --model 'ViTQ'" in err
+    # a Hub folder given as --model; one whose config.json contradicts its weights
+    hub = pathlib.Path(__file__).parent / "fixtures" / "hub" / "timm_vit_token"
+    code, _, err = run_cli("predict", tmp_path / "ok.png", "--model", hub)
+    assert code == 2
+    assert err == (
+        "keras-vit: error: --model takes a named model (e.g. ViTB16), 'auto' or a .keras "
+        f"file; got '{hub}' (a Hugging Face Hub folder: use --model auto --weights {hub}).\n")
+    crafted = tmp_path / "crafted"
+    shutil.copytree(hub, crafted)
+    config = json.loads((crafted / "config.json").read_text())
+    (crafted / "config.json").write_text(json.dumps({**config, "architecture": "mixer_s16_224"}))
+    code, _, err = run_cli("predict", tmp_path / "ok.png", "--weights", crafted)
+    assert code == 2
+    assert err == (
+        f"keras-vit: error: '{crafted / 'config.json'}' says architecture 'mixer_s16_224' "
+        "(an MLP-Mixer) but the weights hold ViT attention keys (blocks.0.attn.qkv.weight); "
+        "the file and the weights must describe the same model.\n")
 
 
 def test_fit_progress_is_a_line_per_epoch_unless_on_a_terminal():

@@ -246,6 +246,187 @@ def test_unsupported_timm_models_are_refused(tmp_path):
         keras_vit.model_from_checkpoint(str(folder))
 
 
+def _set(key, value):
+    """A change to a parsed config.json: `key` ("a.b") set to `value`."""
+    def change(config):
+        *parents, leaf = key.split(".")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        node[leaf] = value
+        return config
+    return change
+
+
+def _drop(key):
+    def change(config):
+        *parents, leaf = key.split(".")
+        node = config
+        for parent in parents:
+            node = node[parent]
+        del node[leaf]
+        return config
+    return change
+
+
+_AGREE = "; the file and the weights must describe the same model."
+_BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*), R+ViT hybrids (vit_*_r26_*, "
+          "vit_*_r50_*, vit_*_resnet*) and MLP-Mixers (mixer_*).")
+
+# (fixture, file, change, error class, message after the file's repr): each
+# config value keras_vit uses is checked for its type and against the weights.
+CRAFTED_CONFIGS = {
+    "config_array": ("timm_vit_token", "config.json", lambda c: [1, 2], "Corrupt",
+                     " is a JSON array ([1, 2]); expected an object of settings."),
+    "config_string": ("timm_vit_token", "config.json", lambda c: "vit", "Corrupt",
+                      ' is a JSON string ("vit"); expected an object of settings.'),
+    "config_null": ("timm_vit_token", "config.json", lambda c: None, "Corrupt",
+                    " is JSON null; expected an object of settings."),
+    "model_args_array": ("timm_vit_token", "config.json", _set("model_args", [2]), "Corrupt",
+                         ": model_args is [2]; expected a JSON object, or null."),
+    "pretrained_cfg_string": ("timm_vit_token", "config.json", _set("pretrained_cfg", "x"),
+                              "Corrupt", ': pretrained_cfg is "x"; expected a JSON object, '
+                              "or null."),
+    "heads_not_dividing_the_width": (
+        "timm_vit_token", "config.json", _set("model_args.num_heads", 3), "Corrupt",
+        " says model_args.num_heads 3, but the weights hold width 32 (patch_embed.proj."
+        "weight has 32 output channels), which 3 heads do not divide" + _AGREE),
+    "heads_a_string": ("timm_vit_token", "config.json", _set("model_args.num_heads", "big"),
+                       "Corrupt", ': model_args.num_heads is "big"; expected a positive '
+                       "whole number, or null."),
+    "heads_zero": ("timm_vit_token", "config.json", _set("model_args.num_heads", 0),
+                   "Corrupt", ": model_args.num_heads is 0; expected a positive whole "
+                   "number, or null."),
+    "heads_unknown": (
+        "timm_vit_token", "config.json", _drop("model_args.num_heads"), "Mismatch",
+        None),  # the message names the folder: checked in the test
+    "width_disagrees": (
+        "timm_vit_token", "config.json", _set("model_args.embed_dim", 64), "Corrupt",
+        " says model_args.embed_dim 64, but the weights hold width 32 (patch_embed.proj."
+        "weight has 32 output channels)" + _AGREE),
+    "depth_disagrees": (
+        "timm_vit_token", "config.json", _set("model_args.depth", 12), "Corrupt",
+        " says model_args.depth 12, but the weights hold 2 blocks (blocks.0 to blocks.1)"
+        + _AGREE),
+    "mlp_ratio_disagrees": (
+        "timm_vit_token", "config.json", _set("model_args.mlp_ratio", 4), "Corrupt",
+        " says model_args.mlp_ratio 4, but the weights hold an MLP of width 64 (blocks.0."
+        "mlp.fc1.weight has 64 rows), not width 32 x mlp_ratio" + _AGREE),
+    "mean_a_string": ("timm_vit_token", "config.json", _set("pretrained_cfg.mean", "big"),
+                      "Corrupt", ': pretrained_cfg.mean is "big"; expected an array of 3 '
+                      "numbers."),
+    "mean_a_number": ("timm_vit_token", "config.json", _set("pretrained_cfg.mean", 5),
+                      "Corrupt", ": pretrained_cfg.mean is 5; expected an array of 3 "
+                      "numbers."),
+    "std_zero": ("timm_vit_token", "config.json", _set("pretrained_cfg.std", [0, 0.5, 0.5]),
+                 "Corrupt", ": pretrained_cfg.std is [0, 0.5, 0.5]; expected an array of 3 "
+                 "positive numbers."),
+    "act_layer_array": ("timm_vit_token", "config.json", _set("model_args.act_layer", ["gelu"]),
+                        "Corrupt", ': model_args.act_layer is ["gelu"]; expected a string, '
+                        "or null."),
+    "class_token_a_string": (
+        "timm_vit_token", "config.json", _set("model_args.class_token", "no"), "Corrupt",
+        ': model_args.class_token is "no"; expected true or false, or null.'),
+    "label_names_count": (
+        "timm_vit_token", "config.json", _set("label_names", ["cat", "dog"]), "Corrupt",
+        " has 2 label_names, but the weights hold a 10-class head (head.weight has 10 "
+        "rows)" + _AGREE),
+    "num_classes_disagrees": (
+        "timm_vit_token", "config.json", _set("num_classes", 1000), "Corrupt",
+        " says num_classes 1000, but the weights hold a 10-class head (head.weight has 10 "
+        "rows)" + _AGREE),
+    "unsupported_architecture": (
+        "timm_vit_token", "config.json", _set("architecture", "resnet50"), "Unsupported",
+        " says architecture 'resnet50', which is not one keras_vit builds; " + _BUILT),
+    "mixer_architecture_on_vit_weights": (
+        "timm_vit_token", "config.json", _set("architecture", "mixer_b16_224"), "Corrupt",
+        " says architecture 'mixer_b16_224' (an MLP-Mixer) but the weights hold ViT "
+        "attention keys (blocks.0.attn.qkv.weight)" + _AGREE),
+    "vit_architecture_on_mixer_weights": (
+        "timm_mixer", "config.json", _set("architecture", "vit_base_patch16_224"), "Corrupt",
+        " says architecture 'vit_base_patch16_224' (a ViT) but the weights hold MLP-Mixer "
+        "token-mixing keys (blocks.0.mlp_tokens.fc1.weight)" + _AGREE),
+    "hybrid_architecture_on_vit_weights": (
+        "timm_vit_token", "config.json", _set("architecture", "vit_base_r50_s16_224"),
+        "Corrupt", " says architecture 'vit_base_r50_s16_224' (an R+ViT hybrid) but the "
+        "weights hold ViT attention keys (blocks.0.attn.qkv.weight)" + _AGREE),
+    "vit_architecture_on_hybrid_weights": (
+        "timm_hybrid", "config.json", _set("architecture", "vit_base_patch16_224"), "Corrupt",
+        " says architecture 'vit_base_patch16_224' (a ViT) but the weights hold a ResNet "
+        "stem (patch_embed.backbone.stem.conv.weight)" + _AGREE),
+    "transformers_heads_not_dividing_the_width": (
+        "transformers_vit_classifier", "config.json", _set("num_attention_heads", 3),
+        "Corrupt", " says num_attention_heads 3, but the weights hold width 32 (embeddings."
+        "patch_embeddings.projection.weight has 32 output channels), which 3 heads do not "
+        "divide" + _AGREE),
+    "transformers_heads_a_string": (
+        "transformers_vit_classifier", "config.json", _set("num_attention_heads", "2"),
+        "Corrupt", ': num_attention_heads is "2"; expected a positive whole number, or null.'),
+    "transformers_epsilon_a_string": (
+        "transformers_vit_classifier", "config.json", _set("layer_norm_eps", "big"),
+        "Corrupt", ': layer_norm_eps is "big"; expected a positive number.'),
+    "transformers_hidden_act_array": (
+        "transformers_vit_classifier", "config.json", _set("hidden_act", ["gelu"]), "Corrupt",
+        ': hidden_act is ["gelu"]; expected a string.'),
+    "transformers_id2label_array": (
+        "transformers_vit_classifier", "config.json", _set("id2label", ["cat"]), "Corrupt",
+        ': id2label is ["cat"]; expected an object of class indices to names (strings), '
+        "or null."),
+    "transformers_id2label_count": (
+        "transformers_vit_classifier", "config.json", _set("id2label", {"0": "cat"}),
+        "Corrupt", " has 1 id2label entries, but the weights hold a 10-class head "
+        "(classifier.weight has 10 rows)" + _AGREE),
+    "transformers_width_disagrees": (
+        "transformers_vit_classifier", "config.json", _set("hidden_size", 64), "Corrupt",
+        " says hidden_size 64, but the weights hold width 32 (embeddings.patch_embeddings."
+        "projection.weight has 32 output channels)" + _AGREE),
+    "transformers_layers_disagree": (
+        "transformers_vit_classifier", "config.json", _set("num_hidden_layers", 12),
+        "Corrupt", " says num_hidden_layers 12, but the weights hold 2 layers (encoder."
+        "layer.0 to encoder.layer.1)" + _AGREE),
+    "transformers_architecture_not_a_vit": (
+        "transformers_vit_classifier", "config.json", _set("architectures", ["MixerModel"]),
+        "Unsupported", " says architectures 'MixerModel', which is not one keras_vit "
+        "builds; it loads transformers' ViTModel and ViTForImageClassification "
+        "(model_type 'vit')."),
+    "preprocessor_array": (
+        "transformers_vit_classifier", "preprocessor_config.json", lambda c: [], "Corrupt",
+        " is a JSON array ([]); expected an object of settings."),
+    "preprocessor_mean_a_string": (
+        "transformers_vit_classifier", "preprocessor_config.json", _set("image_mean", "big"),
+        "Corrupt", ': image_mean is "big"; expected a number or an array of 3 numbers.'),
+    "preprocessor_rescale_zero": (
+        "transformers_vit_classifier", "preprocessor_config.json",
+        _set("rescale_factor", 0), "Corrupt", ": rescale_factor is 0; expected a positive "
+        "number."),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CRAFTED_CONFIGS))
+def test_crafted_config_json_is_one_named_error(tmp_path, case):
+    """A config.json (or preprocessor_config.json) value of the wrong type,
+    or one the weights contradict, is one error naming the file, the key,
+    the value and what is allowed (never numpy's or Python's own words)."""
+    name, filename, change, kind, message = CRAFTED_CONFIGS[case]
+    folder = tmp_path / case
+    shutil.copytree(HUB / name, folder)
+    path = folder / filename
+    path.write_text(json.dumps(change(json.loads(path.read_text()))))
+    error = {"Corrupt": keras_vit.weights.CorruptCheckpointError,
+             "Unsupported": keras_vit.weights.UnsupportedCheckpointError,
+             "Mismatch": CheckpointMismatchError}[kind]
+    with pytest.raises(error) as info:
+        keras_vit.model_from_checkpoint(str(folder))
+    if case == "heads_unknown":
+        assert str(info.value) == (
+            f"Cannot tell the number of attention heads of {folder} (timm format, width 32, "
+            "not a standard width; its config.json has no model_args.num_heads). Add "
+            "model_args.num_heads to its config.json, or pass num_heads= to "
+            "keras_vit.model_from_checkpoint.")
+    else:
+        assert str(info.value) == f"{str(path)!r}{message}"
+
+
 def test_heads_of_hub_configs_without_model_args():
     """The Hub's timm configs name the architecture only."""
     assert timm_format.num_heads_of({"architecture": "vit_base_patch16_224"}, 768) == 12

@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 __all__ = ["architecture_from_checkpoint", "model_from_checkpoint"]
 
+# Where a Hub folder's config.json says the number of attention heads.
+_HEADS_KEYS = {"timm": "model_args.num_heads", "transformers": "num_attention_heads"}
+
 
 def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = False,
                           **kwargs: Any) -> keras.Model:
@@ -85,10 +88,17 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
         if key in config:
             config[key] = kwargs.pop(key)
     if family == "vit" and not config.get("num_heads"):
+        key = _HEADS_KEYS.get(checkpoint.format, "num_heads")
+        if getattr(checkpoint, "config", None) is not None:
+            said, fix = f"its config.json has no {key}", f"Add {key} to its config.json"
+        else:
+            said = "no config.json says it"
+            fix = f"Put it in a folder with a config.json that has {key}"
         raise CheckpointMismatchError(
             f"Cannot tell the number of attention heads of {checkpoint.source} "
-            f"({checkpoint.format} format, width {config['hidden_size']}, no "
-            "config.json saying it); pass num_heads=.")
+            f"({checkpoint.format} format, width {config['hidden_size']}, not a "
+            f"standard width; {said}). {fix}, or pass num_heads= to "
+            "keras_vit.model_from_checkpoint.")
     info = checkpoint.info()
     if info.classes is None and "classes" not in kwargs and not kwargs.get("features_only"):
         kwargs.setdefault("include_top", False)

@@ -64,6 +64,7 @@ from keras_vit.weights import timm as timm_format
 from keras_vit.weights import transformers as transformers_format
 from keras_vit.weights.architecture import describe
 from keras_vit.weights.checkpoint import Checkpoint
+from keras_vit.weights.config_values import check_object, check_values, json_type
 from keras_vit.weights.download import WeightsDownloadError
 from keras_vit.weights.npz import POSEMB_KEY
 from keras_vit.weights.official import load_official_weights
@@ -99,6 +100,7 @@ _FORMAT_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M
                 "I16": 16, "U16": 16, "F16": 16, "BF16": 16, "I32": 32, "U32": 32,
                 "F32": 32, "I64": 64, "U64": 64, "F64": 64, "C64": 64, "F4": 4,
                 "F6_E2M3": 6, "F6_E3M2": 6}
+_MAX_DIMS = 64  # NumPy's limit; a larger list is a damaged header
 _TILING = "the safetensors format requires the tensors to tile the data section exactly"
 
 
@@ -237,7 +239,12 @@ def _safetensors_header(name, f, size):
     raw = f.read(length)
     try:
         header = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_names)
-    except (ValueError, RecursionError) as error:
+    except RecursionError:
+        raise CorruptCheckpointError(
+            f"{name!r} is a damaged safetensors file: its header nests JSON arrays or "
+            "objects too deeply to read; expected an object of tensor entries, each "
+            "an object of dtype, shape and data_offsets.") from None
+    except ValueError as error:
         raise CorruptCheckpointError(
             f"{name!r} is not a readable safetensors file (its header is not "
             f"JSON: {error}).") from error
@@ -276,6 +283,12 @@ def _entry(name, key, entry):
         raise CorruptCheckpointError(
             f"{what} has shape {json.dumps(shape)[:60]}; expected a list of "
             "non-negative integers.")
+    if len(shape) > _MAX_DIMS:
+        raise CorruptCheckpointError(
+            f"{what} has a shape of {len(shape)} dimensions; expected at most {_MAX_DIMS}.")
+    if any(d >= 2**63 for d in shape):
+        raise CorruptCheckpointError(
+            f"{what} has shape {json.dumps(shape)[:60]}; expected dimensions below 2**63.")
     if not (isinstance(offsets, list) and len(offsets) == 2
             and all(map(_is_count, offsets))
             and offsets[0] <= offsets[1]):
@@ -317,6 +330,14 @@ def _check_tiling(name, entries, data_size):
             f"the file; {_TILING}.")
 
 
+def _json_name(folder, source, filename):
+    """How messages name a JSON file of a folder: under an `hf://` source
+    when the folder is its download."""
+    if is_hub_uri(source):
+        return f"{source.rstrip('/')}/{filename}"
+    return os.path.join(folder, filename)
+
+
 def _read_json(path, what):
     try:
         size = os.path.getsize(path)
@@ -332,7 +353,11 @@ def _read_json(path, what):
 def _shards(index_path, index):
     """`{shard file: set of tensor names}` of a sharded folder's index: a
     `weight_map` of tensor names to files inside the folder."""
-    weight_map = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(index, dict):
+        raise CorruptCheckpointError(
+            f"Index {index_path!r} is a JSON {json_type(index)}; expected an object "
+            "with a weight_map of tensor names to shard files.")
+    weight_map = index.get("weight_map")
     if not isinstance(weight_map, dict) or not weight_map or not all(
             isinstance(v, str) for v in weight_map.values()):
         raise CorruptCheckpointError(
@@ -733,6 +758,12 @@ def read_hub_checkpoint(path, source=None, ema=False, kind=None, library=None):
         CheckpointNotFoundError, CorruptCheckpointError,
         UnsupportedCheckpointError: unreadable or not a timm/transformers
             ViT, hybrid or Mixer (with `library="dino"`: not DINO's ViT).
+            A config.json (or preprocessor_config.json) that is not an
+            object, a value in it of the wrong type, or one the weights
+            contradict (the architecture, width, depth, heads, labels) is a
+            CorruptCheckpointError naming the file, key and value
+            (`config_values`); an architecture keras_vit does not build is
+            an UnsupportedCheckpointError.
         CheckpointMismatchError: a model keras_vit cannot reproduce
             exactly (the message says what differs).
         ValueError, TypeError: a `library` not in `LIBRARIES`, or one the
@@ -762,6 +793,8 @@ def read_hub_checkpoint(path, source=None, ema=False, kind=None, library=None):
                 "save_pretrained). Pass the checkpoint file inside it, or a "
                 "folder with both files.")
         config = _read_json(os.path.join(path, CONFIG), "Config")
+        config_file = _json_name(name, source, CONFIG)
+        check_object(config, config_file)
         if os.path.isfile(os.path.join(path, PREPROCESSOR)):
             preprocessor = _read_json(os.path.join(path, PREPROCESSOR), "Preprocessor config")
         state = _read_folder_weights(path, ema=ema)
@@ -774,6 +807,16 @@ def read_hub_checkpoint(path, source=None, ema=False, kind=None, library=None):
     else:
         state = read_safetensors(path)
     fmt = _detect_format(config, state, source)
+    module = timm_format if fmt == "timm" else transformers_format
+    if config is not None:
+        check_values(config, module.CONFIG_VALUES, config_file)
+        if fmt == "timm":
+            timm_format.check_architecture(config, state, config_file)
+        elif preprocessor is not None:  # timm's mean and std are config.json's
+            preprocessor_file = _json_name(name, source, PREPROCESSOR)
+            check_object(preprocessor, preprocessor_file)
+            check_values(preprocessor, transformers_format.PREPROCESSOR_VALUES,
+                         preprocessor_file)
     told = library is None
     library = _library(library, fmt, config, state, name, source, where)
     if library == dino_format.LIBRARY:
@@ -791,6 +834,8 @@ def read_hub_checkpoint(path, source=None, ema=False, kind=None, library=None):
         preprocessing = (transformers_format.preprocessing(preprocessor)
                          if config is not None else None)
         names = transformers_format.class_names(config)
+    if config is not None:
+        module.check_config(config, state, arch, config_file)
     if config is None and library != dino_format.LIBRARY:
         dino_like = told and fmt == "timm" and dino_format.layout_problem(state) is None
         logger.info(

@@ -145,6 +145,13 @@ def safetensors_header_length(head):
 def _sniff_safetensors(name, path, head, size):
     length = safetensors_header_length(head)
     if length is None:
+        if len(head) >= 9 and head[8:9] == b"{":  # a length no header has, then `{`
+            (length,) = struct.unpack("<Q", head[:8])
+            return CorruptCheckpointError(
+                f"{name!r} is a damaged safetensors file: its first 8 bytes give a "
+                f"header length of {length:,} bytes, where the format allows 2 to "
+                f"{SAFETENSORS_MAX_HEADER:,} (the file has {size:,} bytes). "
+                "Download it again.")
         return None
     if length > size - 8:
         return CorruptCheckpointError(
@@ -158,7 +165,7 @@ def _sniff_safetensors(name, path, head, size):
         tensors = [k for k in json.loads(header) if k != "__metadata__"]
         example = f", e.g. {sorted(tensors)[0]!r}" if tensors else ""
         what = f"a safetensors file ({len(tensors)} tensors{example})"
-    except (ValueError, TypeError, UnicodeDecodeError):
+    except (ValueError, TypeError, UnicodeDecodeError, RecursionError):
         what = "a safetensors file"
     return _unsupported(
         name, what, "Load a timm or Hugging Face transformers safetensors file "

@@ -35,10 +35,44 @@ import re
 
 import numpy as np
 
-from keras_vit.errors import CheckpointMismatchError
+from keras_vit.errors import (
+    CheckpointMismatchError,
+    CorruptCheckpointError,
+    UnsupportedCheckpointError,
+)
+from keras_vit.weights import config_values as cv
 from keras_vit.weights.npz import POSEMB_KEY
 
 FORMAT = "timm"
+
+# Every config.json value this module reads, and what it may hold
+# (`config_values.check_values`; a parent before its children).
+CONFIG_VALUES = {
+    "architecture": cv.OPTIONAL_STRING, "global_pool": cv.OPTIONAL_STRING,
+    "num_classes": cv.OPTIONAL_COUNT, "label_names": cv.OPTIONAL_NAMES,
+    "model_args": cv.OPTIONAL_OBJECT,
+    "model_args.num_heads": cv.OPTIONAL_POSITIVE_INT,
+    "model_args.embed_dim": cv.OPTIONAL_POSITIVE_INT,
+    "model_args.depth": cv.OPTIONAL_POSITIVE_INT,
+    "model_args.patch_size": cv.OPTIONAL_SIZE,
+    "model_args.mlp_ratio": cv.OPTIONAL_RATIOS,
+    "model_args.num_classes": cv.OPTIONAL_COUNT,
+    "model_args.global_pool": cv.OPTIONAL_STRING,
+    "model_args.act_layer": cv.OPTIONAL_STRING,
+    "model_args.class_token": cv.OPTIONAL_BOOLEAN,
+    "model_args.no_embed_class": cv.OPTIONAL_BOOLEAN,
+    "model_args.padding_same": cv.OPTIONAL_BOOLEAN,
+    "model_args.pre_norm": cv.OPTIONAL_BOOLEAN,
+    "model_args.reg_tokens": cv.OPTIONAL_COUNT,
+    "model_args.init_values": cv.OPTIONAL_NUMBER,
+    "pretrained_cfg": cv.OPTIONAL_OBJECT,
+    "pretrained_cfg.mean": cv.MEAN, "pretrained_cfg.std": cv.STD,
+    "pretrained_cfg.input_size": cv.OPTIONAL_INPUT_SIZE,
+    "pretrained_cfg.interpolation": cv.OPTIONAL_STRING,
+    "pretrained_cfg.crop_pct": cv.OPTIONAL_POSITIVE_NUMBER,
+    "pretrained_cfg.crop_mode": cv.OPTIONAL_STRING,
+    "pretrained_cfg.label_names": cv.OPTIONAL_NAMES,
+}
 
 # timm model names -> attention heads, for configs without `model_args`
 # (the Hub's timm repositories record only the architecture name).
@@ -314,6 +348,107 @@ def architecture(state, config):
         kwargs["resnet_layers"] = tuple(units[s] for s in sorted(units))
         kwargs["resnet_width"] = int(root.shape[0]) // 64
     return "vit", kwargs
+
+
+# timm architecture names -> the kind of model keras_vit builds for them.
+_HYBRID_NAME = re.compile(r"vit_[a-z]+_r(?:esnet)?\d*d?_")
+_KINDS = {"vit": "a ViT", "hybrid": "an R+ViT hybrid", "mixer": "an MLP-Mixer"}
+BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*), R+ViT hybrids (vit_*_r26_*, "
+         "vit_*_r50_*, vit_*_resnet*) and MLP-Mixers (mixer_*)")
+
+
+def _kind_of_name(name):
+    if name.startswith("mixer_"):
+        return "mixer"
+    if name.startswith(("vit_", "deit_")):
+        return "hybrid" if _HYBRID_NAME.match(name) else "vit"
+    return None
+
+
+def _kind_of_weights(keys):
+    """`(kind, what the weights hold)` for messages."""
+    def example(preferred, part, default):
+        return preferred if preferred in keys else next(
+            (k for k in sorted(keys) if part in k), default)
+
+    if family(keys) == "mixer":
+        key = example("blocks.0.mlp_tokens.fc1.weight", ".mlp_tokens.", "stem.proj.weight")
+        return "mixer", f"MLP-Mixer token-mixing keys ({key})"
+    if any(k.startswith("patch_embed.backbone.") for k in keys):
+        key = example("patch_embed.backbone.stem.conv.weight", "patch_embed.backbone.", None)
+        return "hybrid", f"a ResNet stem ({key})"
+    key = example("blocks.0.attn.qkv.weight", ".attn.", "patch_embed.proj.weight")
+    return "vit", f"ViT attention keys ({key})"
+
+
+def check_architecture(config, keys, where):
+    """Raises `UnsupportedCheckpointError` when config.json (`where`) names
+    an architecture keras_vit does not build, `CorruptCheckpointError`
+    when it names another kind of model than the weights hold (a Mixer for
+    ViT weights, a ViT for a hybrid's)."""
+    name = config.get("architecture")
+    if not name:
+        return
+    claimed = _kind_of_name(name)
+    if claimed is None:
+        raise UnsupportedCheckpointError(
+            f"{where!r} says architecture {name!r}, which is not one keras_vit "
+            f"builds; {BUILT}.")
+    kind, held = _kind_of_weights(keys)
+    if claimed != kind:
+        raise CorruptCheckpointError(
+            f"{where!r} says architecture {name!r} ({_KINDS[claimed]}) but the weights "
+            f"hold {held}; the file and the weights must describe the same model.")
+
+
+def _pair(size):
+    return tuple(size) if isinstance(size, list) else (size, size)
+
+
+def check_config(config, state, arch, where):
+    """Raises `CorruptCheckpointError` when a value of config.json (`where`)
+    contradicts the weights: the width, depth, patch, MLP width, a head
+    count that does not divide the width, the classes and label names."""
+    args = config.get("model_args") or {}
+    mixer = family(state) == "mixer"
+    width, patch = arch["hidden_size"], tuple(arch["patch_size"])
+    proj = "stem.proj.weight" if mixer else "patch_embed.proj.weight"
+    depth_key = "num_blocks" if mixer else "depth"
+    depth = arch["num_blocks" if mixer else "num_layers"]
+
+    def check(key, value, agrees, held):
+        if value is not None and not agrees(value):
+            raise cv.disagreement(where, key, value, held)
+
+    check("model_args.embed_dim", args.get("embed_dim"), lambda v: v == width,
+          f"width {width} ({proj} has {width} output channels)")
+    check(f"model_args.{depth_key}", args.get(depth_key), lambda v: v == depth,
+          f"{depth} blocks (blocks.0 to blocks.{depth - 1})")
+    check("model_args.patch_size", args.get("patch_size"), lambda v: _pair(v) == patch,
+          f"{patch[0]}x{patch[1]} patches ({proj} has a {patch[0]}x{patch[1]} kernel)")
+    if not mixer:
+        mlp, heads = arch["mlp_dim"], args.get("num_heads")
+        check("model_args.mlp_ratio", args.get("mlp_ratio"),
+              lambda v: not isinstance(v, list) and int(width * v) == mlp,
+              f"an MLP of width {mlp} (blocks.0.mlp.fc1.weight has {mlp} rows), not "
+              f"width {width} x mlp_ratio")
+        check("model_args.num_heads", heads, lambda v: width % v == 0,
+              f"width {width} ({proj} has {width} output channels), which {heads} "
+              "heads do not divide")
+    head = state.get("head.weight")
+    if head is None:
+        return
+    classes = int(head.shape[0])
+    held = f"a {classes}-class head (head.weight has {classes} rows)"
+    check("num_classes", config.get("num_classes"), lambda v: v == classes, held)
+    check("model_args.num_classes", args.get("num_classes"), lambda v: v == classes, held)
+    for key, names in (("label_names", config.get("label_names")),
+                       ("pretrained_cfg.label_names",
+                        (config.get("pretrained_cfg") or {}).get("label_names"))):
+        if names and len(names) != classes:
+            raise CorruptCheckpointError(
+                f"{where!r} has {len(names)} {key}, but the weights hold {held}; the "
+                "file and the weights must describe the same model.")
 
 
 def _refuse_unsupported(name, args, pool, has_cls, keys, state):

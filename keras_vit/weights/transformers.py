@@ -30,11 +30,38 @@ import re
 
 import numpy as np
 
-from keras_vit.errors import CheckpointMismatchError
+from keras_vit.errors import (
+    CheckpointMismatchError,
+    CorruptCheckpointError,
+    UnsupportedCheckpointError,
+)
+from keras_vit.weights import config_values as cv
 from keras_vit.weights.npz import POSEMB_KEY
 from keras_vit.weights.timm import torch_array
 
 FORMAT = "transformers"
+
+# Every config.json / preprocessor_config.json value this module reads, and
+# what it may hold (`config_values.check_values`).
+CONFIG_VALUES = {
+    "model_type": cv.STRING, "architectures": cv.OPTIONAL_STRINGS,
+    "hidden_size": cv.OPTIONAL_POSITIVE_INT, "num_hidden_layers": cv.OPTIONAL_POSITIVE_INT,
+    "num_attention_heads": cv.OPTIONAL_POSITIVE_INT,
+    "intermediate_size": cv.OPTIONAL_POSITIVE_INT, "patch_size": cv.OPTIONAL_SIZE,
+    "num_channels": cv.POSITIVE_INT, "qkv_bias": cv.OPTIONAL_BOOLEAN,
+    "hidden_act": cv.STRING, "pooler_act": cv.STRING,
+    "layer_norm_eps": cv.POSITIVE_NUMBER, "id2label": cv.OPTIONAL_LABELS,
+}
+PREPROCESSOR_VALUES = {
+    "image_mean": cv.MEANS, "image_std": cv.STDS,
+    "do_normalize": cv.BOOLEAN, "do_rescale": cv.BOOLEAN,
+    "rescale_factor": cv.POSITIVE_NUMBER,
+    "size": (lambda v: not isinstance(v, dict) or "height" not in v or all(
+        isinstance(v.get(k), int) and not isinstance(v.get(k), bool) and v[k] > 0
+        for k in ("height", "width")),
+        "an object with a positive whole height and width"),
+    "resample": cv.OPTIONAL_COUNT,
+}
 
 _LAYER = r"encoder\.layer\.(\d+)\."
 # transformers 5 in-memory names -> the saved (legacy) names.
@@ -222,6 +249,47 @@ def architecture(state, config):
         mlp_dim=int(state["encoder.layer.0.intermediate.dense.weight"].shape[0]),
         classifier="token",
     )
+
+
+def check_config(config, state, arch, where):
+    """Raises `CorruptCheckpointError` when a value of config.json (`where`)
+    contradicts the weights: the width, depth, MLP width, patch, a head
+    count that does not divide the width, the number of labels;
+    `UnsupportedCheckpointError` when `architectures` names a class other
+    than transformers' ViTs."""
+    other = [n for n in config.get("architectures") or () if not n.startswith("ViT")]
+    if other:
+        raise UnsupportedCheckpointError(
+            f"{where!r} says architectures {other[0]!r}, which is not one keras_vit "
+            "builds; it loads transformers' ViTModel and ViTForImageClassification "
+            "(model_type 'vit').")
+    width, depth, mlp = arch["hidden_size"], arch["num_layers"], arch["mlp_dim"]
+    patch, heads = tuple(arch["patch_size"]), config.get("num_attention_heads")
+    proj = "embeddings.patch_embeddings.projection.weight"
+
+    def check(key, value, agrees, held):
+        if value is not None and not agrees(value):
+            raise cv.disagreement(where, key, value, held)
+
+    check("hidden_size", config.get("hidden_size"), lambda v: v == width,
+          f"width {width} ({proj} has {width} output channels)")
+    check("num_hidden_layers", config.get("num_hidden_layers"), lambda v: v == depth,
+          f"{depth} layers (encoder.layer.0 to encoder.layer.{depth - 1})")
+    check("intermediate_size", config.get("intermediate_size"), lambda v: v == mlp,
+          f"an MLP of width {mlp} (encoder.layer.0.intermediate.dense.weight has {mlp} rows)")
+    check("patch_size", config.get("patch_size"),
+          lambda v: (tuple(v) if isinstance(v, list) else (v, v)) == patch,
+          f"{patch[0]}x{patch[1]} patches ({proj} has a {patch[0]}x{patch[1]} kernel)")
+    check("num_attention_heads", heads, lambda v: width % v == 0,
+          f"width {width} ({proj} has {width} output channels), which {heads} heads "
+          "do not divide")
+    head = canonical(state)[0].get("classifier.weight")
+    labels = config.get("id2label")
+    if head is not None and labels and len(labels) != head.shape[0]:
+        raise CorruptCheckpointError(
+            f"{where!r} has {len(labels)} id2label entries, but the weights hold a "
+            f"{head.shape[0]}-class head (classifier.weight has {head.shape[0]} rows); "
+            "the file and the weights must describe the same model.")
 
 
 def arithmetic(config):
