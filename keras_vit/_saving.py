@@ -3,8 +3,9 @@
 a directory, present but unreadable (not a zip archive: truncated, or
 another file renamed), a class that is not registered (keras_vit's, or
 the user's own), or code the file asks to run (a Lambda layer, a function
-outside Keras), which safe_mode refuses; and writing them so that a kill never leaves a partial
-file, from every process of a multi-process JAX job."""
+outside Keras), which safe_mode refuses; and writing them so that a kill
+never leaves a partial file, from every process of a multi-process JAX
+job."""
 
 import contextlib
 import json
@@ -163,7 +164,10 @@ def _function_references(path, wanted):
             for child in node:
                 walk(child, layer, key)
 
-    walk(config, None, None)
+    try:
+        walk(config, None, None)
+    except RecursionError:  # a config nested deeper than any model's
+        pass
     return found
 
 

@@ -428,13 +428,14 @@ class InProcessPool:
         pass
 
 
-@pytest.mark.parametrize("failure", ["disk_full", "ctrl_c"])
+@pytest.mark.parametrize("failure, overwrite", [("disk_full", False), ("ctrl_c", False),
+                                               ("ctrl_c", True)])
 def test_a_full_disk_or_ctrl_c_is_one_line_and_the_same_command_resumes(
-        pristine, tmp_path, monkeypatch, failure):
+        pristine, tmp_path, monkeypatch, failure, overwrite):
     """The writer of shard 1 fails after its first record: the disk is full
     (TensorFlow's error, as a real full disk gives it) or Ctrl-C. One line,
     no partial shard at a final name or as a temporary, the other shards
-    kept, and the same command resumes."""
+    kept, and the same command (less --overwrite) resumes."""
     from tf_records import build as build_module
 
     src, out = pristine[0], tmp_path / "out"
@@ -473,11 +474,13 @@ def test_a_full_disk_or_ctrl_c_is_one_line_and_the_same_command_resumes(
     monkeypatch.setattr(tf.io, "TFRecordWriter", writer)
     command = ("build", "--source", f"folder:{src}", "--out", out,
                "--num-shards", SHARDS, "--workers", 1, "--json")
-    result = tool(*command, check=False)
+    result = tool(*command, *(["--overwrite"] if overwrite else []), check=False)
     if failure == "ctrl_c":
+        resume = ("re-run the same command without --overwrite to resume (with it, the build "
+                  "starts over)" if overwrite else "re-run the same command to resume")
         assert (result.returncode, result.stderr) == (130, (
             f"tf_records build: interrupted; the finished train shards in {out} are kept and "
-            "no partial shard has a final name: re-run the same command to resume.\n"))
+            f"no partial shard has a final name: {resume}.\n"))
     else:
         assert (result.returncode, result.stderr) == (2, (
             f"tf_records build: error: No space left on device writing {failing!r}: the "

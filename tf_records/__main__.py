@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from tf_records.build import build
+from tf_records.build import build, resume_advice
 from tf_records.verify import verify
 
 
@@ -67,8 +67,8 @@ def main(argv=None):
     except KeyboardInterrupt:
         if args.command == "build":
             print(f"tf_records build: interrupted; the finished {args.split} shards in "
-                  f"{args.out} are kept and no partial shard has a final name: re-run the "
-                  "same command to resume.", file=sys.stderr)
+                  f"{args.out} are kept and no partial shard has a final name: "
+                  f"{resume_advice(args.overwrite)}.", file=sys.stderr)
         else:
             print(f"tf_records {args.command}: interrupted.", file=sys.stderr)
         return 130

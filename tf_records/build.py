@@ -291,7 +291,16 @@ def _disk_full(error):
     return "No space left on device" in str(error)
 
 
-def _disk_full_message(error, out, split):
+def resume_advice(overwrite):
+    """How to resume a stopped build: the same command, less --overwrite
+    (with which it would start over)."""
+    if overwrite:
+        return ("re-run the same command without --overwrite to resume (with it, the "
+                "build starts over)")
+    return "re-run the same command to resume"
+
+
+def _disk_full_message(error, out, split, overwrite=False):
     """One sentence for a full disk: the file being written (a shard's
     temporary named as the shard it was to become), what is kept, what to do."""
     filename = getattr(error, "filename", None)
@@ -304,7 +313,7 @@ def _disk_full_message(error, out, split):
                 else os.path.join(folder, temporary.group(1)))
     return (f"No space left on device writing {path!r}: the finished {split} shards in "
             f"{out} are kept and no partial shard has a final name; free some space and "
-            "re-run the same command to resume.")
+            f"{resume_advice(overwrite)}.")
 
 
 def _remove_partial_shards(tf, out, split):
@@ -334,7 +343,7 @@ def build(source, split, out, num_shards, workers, data_dir=None,
     except Exception as error:
         if not _disk_full(error):
             raise
-        full = OSError(_disk_full_message(error, out, split))
+        full = OSError(_disk_full_message(error, out, split, overwrite))
         full.errno = errno.ENOSPC
         raise full from None
 
