@@ -1,9 +1,11 @@
 """Loading `.keras` files with one clear sentence for each way it can fail
 (what the CLI, `train` and `evaluate` use): not a `.keras` name, missing,
 a directory, present but unreadable (not a zip archive: truncated, or
-another file renamed), or a class that is not registered (keras_vit's, or
-the user's own); and writing them so that a kill never leaves a partial
-file, from every process of a multi-process JAX job."""
+another file renamed), a class that is not registered (keras_vit's, or
+the user's own), or code the file asks to run (a Lambda layer, a function
+outside Keras), which safe_mode refuses; and writing them so that a kill
+never leaves a partial file, from every process of a multi-process JAX
+job."""
 
 import contextlib
 import json
@@ -81,6 +83,13 @@ def load_keras_model(path, what="MODEL"):
     except (ValueError, TypeError, OSError, KeyError, zipfile.BadZipFile) as error:
         text = str(error).strip()
         missing = _UNREGISTERED.search(text)
+        code = _code_asked_for(path, text, missing)
+        if code:
+            raise ValueError(
+                f"Cannot load {path!r}: the file asks to run code that is not part of "
+                f"Keras or keras_vit ({code}), and loading in safe_mode refuses it. A "
+                "model keras_vit writes never holds code; load .keras files only from a "
+                "source you trust.") from None
         if missing:
             registered = _REGISTERED_AS.search(text, missing.end())  # its own config
             name = registered.group(1) if registered else missing.group(1)
@@ -97,6 +106,69 @@ def load_keras_model(path, what="MODEL"):
                 "Python: import mymodule, then keras.saving.load_model(path).") from None
         first = text.splitlines()[0] if text else type(error).__name__
         raise ValueError(f"Cannot load {path!r} as a Keras model: {first}") from error
+
+
+def _code_asked_for(path, text, missing):
+    """What code a `.keras` file asks Keras to run, in words ("a Lambda
+    layer 'x' calling the function 'double'", "the function builtins.eval,
+    the activation of layer 'd'"), when that is why loading failed: a
+    Python lambda (which safe_mode refuses), or a function that is neither
+    Keras' nor registered by name ('package>name': the user's own, to
+    import); else None."""
+    if "`Lambda` layer whose `function` is a Python lambda" in text:
+        found = _function_references(path, lambda ref: ref.get("class_name") == "__lambda__")
+        where = next((layer for layer, _, _ in found), None)
+        return (f"a Lambda layer {where!r} holding Python bytecode" if where
+                else "a Lambda layer holding Python bytecode")
+    if not missing or not missing.group(0).startswith("Could not locate function"):
+        return None
+    name = missing.group(1)
+    if ">" in name:  # a registered custom function: its module is to import
+        return None
+    found = _function_references(path, lambda ref: ref.get("class_name") == "function"
+                                 and name in (ref.get("config"), ref.get("registered_name")))
+    if not found:
+        return f"the function {name!r}"
+    layer, key, module = found[0]
+    if key == "function":  # Lambda(function=...)
+        return f"a Lambda layer {layer!r} calling the function {name!r}"
+    function = f"{module}.{name}" if module else repr(name)
+    return f"the function {function}, the {key} of layer {layer!r}"
+
+
+def _function_references(path, wanted):
+    """`(layer name, config key, module)` for every serialized function in
+    the `config.json` of `path` that `wanted(reference)` accepts, in file
+    order; [] when the config cannot be read."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            if archive.getinfo("config.json").file_size > 64 << 20:
+                return []
+            config = json.loads(archive.read("config.json"))
+    except (KeyError, ValueError, OSError, zipfile.BadZipFile):
+        return []
+    found = []
+
+    def walk(node, layer, key):
+        if isinstance(node, dict):
+            if isinstance(node.get("class_name"), str) and wanted(node):
+                found.append((layer, key, node.get("module")))
+                return
+            inner = node.get("config")
+            if (isinstance(node.get("class_name"), str) and isinstance(inner, dict)
+                    and isinstance(inner.get("name"), str)):
+                layer = inner["name"]
+            for child_key, child in node.items():
+                walk(child, layer, child_key if child_key != "config" else key)
+        elif isinstance(node, list):
+            for child in node:
+                walk(child, layer, key)
+
+    try:
+        walk(config, None, None)
+    except RecursionError:  # a config nested deeper than any model's
+        pass
+    return found
 
 
 def save_atomically(model, path):

@@ -34,6 +34,7 @@ from keras_vit._image_files import image_paths
 from keras_vit._saving import check_keras_path as _check_model_file
 from keras_vit._saving import load_keras_model
 from keras_vit.training import quickstart
+from keras_vit.training.precision import compute_policy, warn_if_emulated
 from keras_vit.variants import ALL_VARIANTS
 from keras_vit.weights import registry
 
@@ -464,6 +465,7 @@ def cmd_predict(args, out):
     paths = image_paths(args.images)
     _check_model_args(args)
     model = _model_from_args(args)
+    warn_if_emulated(compute_policy(model))
     size = _input_size(model, args.image_size)
     results, skipped = _predictions(model, args, paths, size)
     if args.json:

@@ -81,6 +81,10 @@ def test_train_prints_a_summary_before_the_first_step(flat_run):
                  "strategy", "output"):
         assert word in text, word
     assert "shuffle" not in text  # Keras' "shuffle=True is ignored" warning is gone
+    # the preset chosen for small images, why, and what digits want instead (issue 29)
+    assert ("small (images of 16 px, <= 64: milder crops than 'finetune', random flips; "
+            "for digits or characters, where a flip changes the class, use --preset "
+            "digits)\n") in text
 
 
 def test_predict_in_a_fresh_process_gives_probabilities_and_folder_names(flat_run):

@@ -42,6 +42,19 @@ def test_folder_eval_pipeline_gives_the_source_pixels_and_labels(folder):
     assert got == expected
 
 
+@pytest.mark.parametrize("default, size, expected", [
+    ("finetune", 32, ("small", "images of 32 px, <= 64: milder crops than 'finetune', random "
+                               "flips; for digits or characters, where a flip changes the "
+                               "class, use --preset digits")),
+    ("finetune", (224, 224), ("finetune", "the recipe's")),
+    ("medium2", 32, ("medium2", "the recipe's")),  # RandAugment + MixUp: kept
+])
+def test_the_automatic_preset_says_why_and_what_digits_want(default, size, expected):
+    from keras_vit.data.presets import auto_preset
+
+    assert auto_preset(default, size) == expected
+
+
 @pytest.mark.parametrize("preset", ["eval", "eval_crop", "finetune", "light1", "medium2", "strong2"])
 def test_presets_shapes_dtypes_ranges(folder, preset):
     root, _ = folder

@@ -2,8 +2,10 @@
 stale temporaries of killed exports are removed at the next export (only
 those whose process is gone); absurd batch sizes are one line naming the
 allowed range; `predict` streams many large photos in bounded memory with
-the results of the per-image path."""
+the results of the per-image path; a full disk is one sentence naming the
+folder (issue 29)."""
 
+import errno
 import json
 import logging
 import os
@@ -139,6 +141,42 @@ def test_an_absurd_tflite_batch_is_one_error_before_any_work(tmp_path):
     with pytest.raises(ValueError, match=rf"^batch_size=1000000; allowed: 1\.\.{LIMIT_32PX} "):
         export.convert(tiny(), batch_size=10**6)
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("module, fmt, suffix", [("tflite", "_TFLite", "tflite"),
+                                                  ("onnx", "_ONNX", "onnx")])
+def test_a_full_disk_is_one_sentence_naming_the_folder_and_leaves_nothing(
+        tmp_path, monkeypatch, module, fmt, suffix):
+    """The disk fills while the export is written (a write that raises
+    ENOSPC, as `f.write` does, without a file name): one OSError naming the
+    folder, the target unchanged, no temporary left; the CLI says it in one
+    line."""
+    import importlib
+
+    cls = getattr(importlib.import_module(f"keras_vit.export.{module}"), fmt)
+
+    def full(self, temporary, names):
+        with open(temporary, "wb") as f:
+            f.write(b"partial")
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(cls, "prepare", lambda self, calibration: None)  # no conversion
+    monkeypatch.setattr(cls, "write", full)
+    out = tmp_path / "out"
+    path = str(out / f"m.{suffix}")
+    expected = (f"No space left on device writing in {str(out)!r} (the {suffix} export to "
+                f"{path!r}); {path!r} is unchanged and the partial files are removed: free "
+                "some space and run the export again (it starts over).")
+    with pytest.raises(OSError) as info:
+        getattr(export, f"to_{suffix}")(tiny(), path, validation_data=pixels(2),
+                                        verbose=False)
+    assert str(info.value) == expected and info.value.errno == errno.ENOSPC
+    assert list(out.iterdir()) == []
+    model = tmp_path / "m.keras"
+    tiny().save(model)
+    code, _, err = run_cli("export", model, "--format", suffix, "--out", path)
+    assert (code, err) == (2, f"keras-vit: error: {expected}\n")
+    assert list(out.iterdir()) == []
 
 
 def test_cli_batch_sizes_are_one_line(tmp_path):

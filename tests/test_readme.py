@@ -9,17 +9,29 @@ from official_fixtures import REPO_ROOT
 
 README = (REPO_ROOT / "README.md").read_text()
 CI = (REPO_ROOT / ".ci" / "run").read_text()
-TEST_COMMAND = ("python -m pytest && KERAS_BACKEND=jax python -m pytest -m backends && "
-                "KERAS_BACKEND=torch python -m pytest -m backends")
+WITHOUT_TORCH = "python -m pytest && KERAS_BACKEND=jax python -m pytest -m backends"
+TEST_COMMAND = f"{WITHOUT_TORCH} && KERAS_BACKEND=torch python -m pytest -m backends"
 TORCH = ('pip install "torch==2.13.0+cpu" --extra-index-url '
          "https://download.pytorch.org/whl/cpu")
 TIMM = 'pip install --no-deps "timm==1.0.31"'
 
 
 def test_readme_test_command_is_what_ci_runs():
+    """The README's full test command is CI's; its line without PyTorch is
+    that command less the PyTorch installs and the torch backend's run."""
     assert f'pip install -e ".[test]" && {TORCH} && {TIMM} && {TEST_COMMAND}' in README
     assert CI.rstrip().splitlines()[-1] == TEST_COMMAND
     assert f"python -m {TORCH}" in CI and f"python -m {TIMM}" in CI
+    assert f'\npip install -e ".[test]" && {WITHOUT_TORCH}\n' in README
+
+
+def test_readme_says_what_needs_the_network():
+    """Only pip needs it (the package index; PyTorch's for the torch line):
+    the commands are not called offline."""
+    assert "from the repository root, offline" not in README
+    assert ("`pip install`\nneeds the network (the package index; the PyTorch line also "
+            "PyTorch's own\nindex, download.pytorch.org); everything after the installs "
+            "runs offline") in README
 
 
 def test_readme_main_command_is_the_quickstart():

@@ -400,3 +400,95 @@ def test_a_killed_build_leaves_no_process_behind(tmp_path):
     summary = run(src, out)  # the same command resumes
     assert summary["shards_reused"] == len(shards) and summary["num_examples"] == 12
     assert verify(str(out))["ok"]
+
+
+class InProcessPool:
+    """`ProcessPoolExecutor` for `tf_records.build._write_shards` in this
+    process: each task runs when submitted, its result or exception (a
+    KeyboardInterrupt included, as a worker process sends it back) in its
+    future."""
+
+    def __init__(self, max_workers, mp_context, initializer, initargs):
+        from tf_records import build as build_module
+
+        progress, stop, _ = initargs
+        build_module._worker.update(progress=progress, stop=stop, parent=os.getppid())
+
+    def submit(self, fn, *args):
+        from concurrent.futures import Future
+
+        future = Future()
+        try:
+            future.set_result(fn(*args))
+        except BaseException as error:  # noqa: BLE001 - as a worker process does
+            future.set_exception(error)
+        return future
+
+    def shutdown(self, cancel_futures=False):
+        pass
+
+
+@pytest.mark.parametrize("failure, overwrite", [("disk_full", False), ("ctrl_c", False),
+                                               ("ctrl_c", True)])
+def test_a_full_disk_or_ctrl_c_is_one_line_and_the_same_command_resumes(
+        pristine, tmp_path, monkeypatch, failure, overwrite):
+    """The writer of shard 1 fails after its first record: the disk is full
+    (TensorFlow's error, as a real full disk gives it) or Ctrl-C. One line,
+    no partial shard at a final name or as a temporary, the other shards
+    kept, and the same command (less --overwrite) resumes."""
+    from tf_records import build as build_module
+
+    src, out = pristine[0], tmp_path / "out"
+    failing = str(shard(out, 1))
+    real_writer = tf.io.TFRecordWriter
+
+    class Failing:
+        def __init__(self, path):
+            self.writer = real_writer(path)
+            self.path = path
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            self.writer.close()
+
+        def write(self, record):
+            self.writer.write(record)
+            self.writer.flush()
+            if failure == "ctrl_c":
+                raise KeyboardInterrupt
+            raise tf.errors.ResourceExhaustedError(
+                None, None, f"{self.path}; No space left on device")
+
+        def close(self):
+            self.writer.close()
+
+    def writer(path):
+        folder, name = os.path.split(path)
+        return Failing(path) if name.startswith(f".{shard(out, 1).name}.tmp-") \
+            else real_writer(path)
+
+    monkeypatch.setattr(build_module, "ProcessPoolExecutor", InProcessPool)
+    monkeypatch.setattr(build_module, "_worker", {})
+    monkeypatch.setattr(tf.io, "TFRecordWriter", writer)
+    command = ("build", "--source", f"folder:{src}", "--out", out,
+               "--num-shards", SHARDS, "--workers", 1, "--json")
+    result = tool(*command, *(["--overwrite"] if overwrite else []), check=False)
+    if failure == "ctrl_c":
+        resume = ("re-run the same command without --overwrite to resume (with it, the build "
+                  "starts over)" if overwrite else "re-run the same command to resume")
+        assert (result.returncode, result.stderr) == (130, (
+            f"tf_records build: interrupted; the finished train shards in {out} are kept and "
+            f"no partial shard has a final name: {resume}.\n"))
+    else:
+        assert (result.returncode, result.stderr) == (2, (
+            f"tf_records build: error: No space left on device writing {failing!r}: the "
+            f"finished train shards in {out} are kept and no partial shard has a final name; "
+            "free some space and re-run the same command to resume.\n"))
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [shard(out, i).name for i in (0, 2, 3)] + ["train.manifest.json"])
+    monkeypatch.setattr(tf.io, "TFRecordWriter", real_writer)
+    summary = last_json(tool(*command))
+    assert (summary["shards_written"], summary["shards_reused"]) == (1, 3)
+    assert names_in(shard(out, 1)) == names_in(shard(pristine[1], 1))

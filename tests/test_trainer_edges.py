@@ -292,3 +292,55 @@ def test_a_diverged_run_exits_1_with_strict_json_and_keeps_the_best_finite_epoch
     best = keras.saving.load_model(out / "best.keras")
     assert all(np.isfinite(w).all() for w in best.get_weights())
     assert not (out / "backup").exists()  # a rerun starts afresh, not from NaN weights
+
+
+# --- a reduced precision the CPU emulates (issue 29) ---------------------------
+
+AVX512 = frozenset({"avx2", "avx512f", "avx512bw", "avx512vl"})
+BF16_EMULATED = ("mixed_bfloat16 is emulated on this CPU (its flags in /proc/cpuinfo have "
+                 "none of avx512_bf16, amx_bf16, bf16): bfloat16 math runs in software, "
+                 "several times slower than float32")
+FP16_EMULATED = ("mixed_float16 is emulated on this CPU (its flags in /proc/cpuinfo have "
+                 "none of avx512_fp16, amx_fp16, asimdhp): float16 math runs in software, "
+                 "several times slower than float32")
+
+
+@pytest.mark.parametrize("policy, flags, expected", [
+    ("mixed_bfloat16", AVX512, BF16_EMULATED + "."),
+    ("mixed_bfloat16", AVX512 | {"avx512_bf16"}, None),
+    ("bfloat16", AVX512 | {"amx_bf16", "amx_tile"}, None),
+    ("mixed_bfloat16", frozenset({"fp", "asimd", "bf16"}), None),  # ARM with BF16
+    ("mixed_float16", AVX512 | {"avx512_bf16"}, FP16_EMULATED + "."),
+    ("mixed_float16", AVX512 | {"avx512_fp16"}, None),
+    ("float32", AVX512, None),
+    ("mixed_bfloat16", None, None),  # flags unknown (no /proc/cpuinfo): no claim
+])
+def test_a_reduced_precision_is_called_emulated_only_without_its_cpu_flags(
+        policy, flags, expected):
+    from keras_vit.training.precision import emulated_message
+
+    assert emulated_message(policy, flags) == expected
+
+
+def test_the_emulation_warning_is_logged_once_per_process_and_only_on_the_cpu(
+        monkeypatch, caplog, tmp_path):
+    from keras_vit.training import precision
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f\n\nprocessor\t: 1\n"
+                       "flags\t\t: fpu avx2 avx512f\n")
+    assert precision.cpu_flags(cpuinfo) == frozenset({"fpu", "avx2", "avx512f"})
+    cpuinfo.write_text("processor\t: 0\nFeatures\t: fp asimd bf16\n")  # ARM
+    assert precision.cpu_flags(cpuinfo) == frozenset({"fp", "asimd", "bf16"})
+    assert precision.cpu_flags(tmp_path / "none") is None
+    monkeypatch.setattr(precision, "_warned", set())
+    monkeypatch.setattr(precision, "backend_runs_on_cpu", lambda: False)  # a GPU
+    assert precision.warn_if_emulated("mixed_bfloat16", flags=AVX512) is None
+    monkeypatch.setattr(precision, "backend_runs_on_cpu", lambda: True)
+    advice = "; --precision float32 trains faster here"
+    with caplog.at_level("WARNING", logger="keras_vit"):
+        for _ in range(2):
+            assert precision.warn_if_emulated(keras.mixed_precision.DTypePolicy(
+                "mixed_bfloat16"), advice, flags=AVX512) == f"{BF16_EMULATED}{advice}."
+        assert precision.warn_if_emulated("float32", advice, flags=AVX512) is None
+    assert [r.getMessage() for r in caplog.records] == [f"{BF16_EMULATED}{advice}."]

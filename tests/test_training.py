@@ -395,15 +395,27 @@ def test_quickstart_reduced(tmp_path):
 # test_console.py::test_import_keras_vit_registers_everything_for_load_model.
 
 
-def test_mixed_bfloat16_training_runs(digits_folder, tmp_path):
+def test_mixed_bfloat16_training_runs(digits_folder, tmp_path, monkeypatch, caplog):
+    """... and says once that it is emulated on a CPU without bfloat16
+    instructions (flags given: the test's CPU may have them)."""
+    from keras_vit.training import precision
+
+    monkeypatch.setattr(precision, "cpu_flags", lambda: frozenset({"avx2", "avx512f"}))
+    monkeypatch.setattr(precision, "backend_runs_on_cpu", lambda: True)
+    monkeypatch.setattr(precision, "_warned", set())
     training.set_precision("mixed_bfloat16")
     model = tiny_vit(classes=10, classifier_activation=None)
     assert model.get_layer("encoderblock_0").compute_dtype == "bfloat16"
-    results = training.train(model, f"folder:{digits_folder}", recipe="scratch", image_size=32,
-                             batch_size=32, epochs=1, steps_per_epoch=4,
-                             precision="mixed_bfloat16", strategy="default",
-                             out=str(tmp_path / "run"), verbose=0)
+    with caplog.at_level("WARNING", logger="keras_vit"):
+        results = training.train(model, f"folder:{digits_folder}", recipe="scratch",
+                                 image_size=32, batch_size=32, epochs=1, steps_per_epoch=4,
+                                 precision="mixed_bfloat16", strategy="default",
+                                 out=str(tmp_path / "run"), verbose=0)
     assert np.isfinite(results["val_loss"]) and results["precision"] == "mixed_bfloat16"
+    assert [r.getMessage() for r in caplog.records if "emulated" in r.getMessage()] == [
+        "mixed_bfloat16 is emulated on this CPU (its flags in /proc/cpuinfo have none of "
+        "avx512_bf16, amx_bf16, bf16): bfloat16 math runs in software, several times slower "
+        "than float32; --precision float32 trains faster here."]
     keras.config.set_dtype_policy("float32")
 
 

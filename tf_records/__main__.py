@@ -5,7 +5,7 @@ import json
 import os
 import sys
 
-from tf_records.build import build
+from tf_records.build import build, resume_advice
 from tf_records.verify import verify
 
 
@@ -64,6 +64,14 @@ def main(argv=None):
     except (ValueError, OSError) as error:
         print(f"tf_records {args.command}: error: {error}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        if args.command == "build":
+            print(f"tf_records build: interrupted; the finished {args.split} shards in "
+                  f"{args.out} are kept and no partial shard has a final name: "
+                  f"{resume_advice(args.overwrite)}.", file=sys.stderr)
+        else:
+            print(f"tf_records {args.command}: interrupted.", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

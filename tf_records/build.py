@@ -14,13 +14,18 @@ and kept when it holds the records the manifest gives it, the missing
 shards are written. A run whose arguments or source differ from the
 manifest, shards without a manifest (an older build) and a damaged finished
 shard stop with one sentence naming the difference and the remedy;
-`--overwrite` rebuilds everything.
+`--overwrite` rebuilds everything. A full disk stops the build with one
+sentence naming the file; an interrupted or failed build removes its
+partial shards and records its finished ones, so that re-running the same
+command resumes.
 
 Workers exit when the build process dies (each polls its parent) or fails,
 so a killed build leaves no process behind. Paths go through `tf.io.gfile`,
 so `gs://` works.
 """
 
+import contextlib
+import errno
 import json
 import multiprocessing
 import os
@@ -278,6 +283,48 @@ def _write_shards(todo, workers, bar, record):
     return errors
 
 
+def _disk_full(error):
+    """Whether `error` (an OSError, or TensorFlow's error from a write) says
+    the disk or the user's quota is full."""
+    if isinstance(error, OSError) and error.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    return "No space left on device" in str(error)
+
+
+def resume_advice(overwrite):
+    """How to resume a stopped build: the same command, less --overwrite
+    (with which it would start over)."""
+    if overwrite:
+        return ("re-run the same command without --overwrite to resume (with it, the "
+                "build starts over)")
+    return "re-run the same command to resume"
+
+
+def _disk_full_message(error, out, split, overwrite=False):
+    """One sentence for a full disk: the file being written (a shard's
+    temporary named as the shard it was to become), what is kept, what to do."""
+    filename = getattr(error, "filename", None)
+    found = re.match(r"(.+?); No space left on device", str(error).strip())
+    path = os.fsdecode(filename) if filename else found.group(1) if found else out
+    folder, name = os.path.split(path)
+    temporary = re.fullmatch(r"\.(.+)\.tmp-\d+", name)
+    if temporary:
+        path = (manifest.manifest_path(out, split) if temporary.group(1).endswith("-manifest")
+                else os.path.join(folder, temporary.group(1)))
+    return (f"No space left on device writing {path!r}: the finished {split} shards in "
+            f"{out} are kept and no partial shard has a final name; free some space and "
+            f"{resume_advice(overwrite)}.")
+
+
+def _remove_partial_shards(tf, out, split):
+    """Removes the temporaries of `split`'s shards in `out` (of a build that
+    stopped); never raises."""
+    with contextlib.suppress(Exception):
+        for path in tf.io.gfile.glob(os.path.join(out, f".{split}-*.tmp-*")):
+            with contextlib.suppress(Exception):
+                tf.io.gfile.remove(path)
+
+
 def build(source, split, out, num_shards, workers, data_dir=None,
           skip_corrupt=False, overwrite=False, seed=0, verbose=True):
     """Writes the shards of one split and its manifest, updates
@@ -287,8 +334,23 @@ def build(source, split, out, num_shards, workers, data_dir=None,
     corrupt files, those of reused shards included). Raises ValueError
     naming the first corrupt file unless `skip_corrupt`, ValueError when the
     shards in `out` belong to another build (module docstring), OSError
-    naming damaged finished shards.
+    naming damaged finished shards, OSError (errno ENOSPC) naming the file
+    being written when the disk is full.
     """
+    try:
+        return _build(source, split, out, num_shards, workers, data_dir, skip_corrupt,
+                      overwrite, seed, verbose)
+    except Exception as error:
+        if not _disk_full(error):
+            raise
+        full = OSError(_disk_full_message(error, out, split, overwrite))
+        full.errno = errno.ENOSPC
+        raise full from None
+
+
+def _build(source, split, out, num_shards, workers, data_dir, skip_corrupt, overwrite,
+           seed, verbose):
+    """`build`, without the full disk's sentence."""
     import keras
     import tensorflow as tf
 
@@ -342,11 +404,18 @@ def build(source, split, out, num_shards, workers, data_dir=None,
         remaining = None if any(t["expected"] is None for t in todo) \
             else sum(t["expected"] for t in todo)
         bar = keras.utils.Progbar(remaining, unit_name="image") if verbose else None
+        stopped = True
         try:
             errors = _write_shards(todo, workers, bar, record)
+            stopped = False
         finally:  # records the shards finished, also when the build fails
             new["shards"] = dict(sorted(finished.items()))
-            manifest.write(out, split, new)
+            if stopped:  # keep the error that stopped it (a full disk fails this too)
+                _remove_partial_shards(tf, out, split)
+                with contextlib.suppress(Exception):
+                    manifest.write(out, split, new)
+            else:
+                manifest.write(out, split, new)
     if errors:
         raise ValueError(
             f"{errors[0]}. Pass --skip-corrupt to skip and count such files "

@@ -83,10 +83,18 @@ SMALL_IMAGE_SIZE = 64
 def auto_preset(default, image_size):
     """The training preset for `image_size` when none is named: `small`
     for images of `SMALL_IMAGE_SIZE` px or less, else `default` (the
-    recipe's). Returns `(name, reason)`."""
+    recipe's). Returns `(name, reason)`: the reason says why, and for
+    `small`, which flips images, what to use where a flip changes the class.
+
+    >>> print(auto_preset("finetune", 32)[1])  # doctest: +NORMALIZE_WHITESPACE
+    images of 32 px, <= 64: milder crops than 'finetune', random flips; for
+    digits or characters, where a flip changes the class, use --preset digits
+    """
     size = image_size if isinstance(image_size, int) else max(image_size)
     if size <= SMALL_IMAGE_SIZE and default in ("finetune", "none"):
-        return "small", f"images of {size} px (<= {SMALL_IMAGE_SIZE}): milder crops"
+        return "small", (f"images of {size} px, <= {SMALL_IMAGE_SIZE}: milder crops than "
+                         f"{default!r}, random flips; for digits or characters, where a "
+                         "flip changes the class, use --preset digits")
     return default, "the recipe's"
 
 

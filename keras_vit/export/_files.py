@@ -3,6 +3,7 @@ target (`.<name>.tmp-<host>-<pid>-<random>`) and renamed into place only
 once verified; the temporaries of an export killed before its cleanup are
 removed by the next export to the same target."""
 
+import errno
 import logging
 import os
 import re
@@ -132,6 +133,30 @@ def temporary_path(path):
     os.makedirs(directory, exist_ok=True)
     remove_stale_temporaries(path)
     return _temporary_name(directory, name)
+
+
+def is_disk_full(error):
+    """Whether `error` says the disk (or the user's quota) is full: an
+    OSError with ENOSPC / EDQUOT, or a TensorFlow error saying so."""
+    if isinstance(error, OSError):
+        return error.errno in (errno.ENOSPC, errno.EDQUOT)
+    return "No space left on device" in str(error)
+
+
+def disk_full_error(error, temporary, path, what):
+    """The OSError (errno ENOSPC) to raise for `error` (`is_disk_full`)
+    when writing the `what` export of `path` under `temporary` ran out of
+    space: one sentence naming where it was writing, that `path` is
+    unchanged (the temporaries are removed) and what to do."""
+    filename = getattr(error, "filename", None)
+    where = os.fsdecode(filename) if filename else ""
+    if not where or where.startswith(temporary):  # the temporary: its folder
+        where = os.path.dirname(temporary)
+    full = OSError(f"No space left on device writing in {where!r} (the {what} export to "
+                   f"{path!r}); {path!r} is unchanged and the partial files are removed: "
+                   "free some space and run the export again (it starts over).")
+    full.errno = errno.ENOSPC
+    return full
 
 
 def check_replaceable_directory(path, what, marker, lacks, hint=""):

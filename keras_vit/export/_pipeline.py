@@ -15,7 +15,7 @@ way for every format:
 6. fill in the `ExportReport` and judge it by the format's bars;
 7. move a file that misses them to `<path>.rejected` (raising
    `ExportVerificationError`) unless `check=False`, else rename it into
-   place;
+   place (a full disk while writing is one OSError naming the folder);
 8. write the class names (`<stem>.labels.txt`, or what the format keeps);
 9. remove every temporary, whatever happened.
 """
@@ -26,6 +26,7 @@ import os
 import numpy as np
 
 from keras_vit.export._files import directory_size, publish, remove_path, temporary_path
+from keras_vit.export._files import disk_full_error, is_disk_full
 from keras_vit.export._images import export_images
 from keras_vit.export._labels import labels_beside, model_class_names
 from keras_vit.export._measure import compare, keras_latency_ms, median_ms
@@ -194,7 +195,13 @@ def export_verified(fmt, sampling, *, check=True, verbose=True, latency_repeats=
     names = model_class_names(fmt.model)
     temporary = temporary_path(fmt.path)
     try:
-        report = _measure(fmt, temporary, names, calibration, validation, latency_repeats)
+        try:
+            report = _measure(fmt, temporary, names, calibration, validation,
+                              latency_repeats)
+        except Exception as error:
+            if not is_disk_full(error):
+                raise
+            raise disk_full_error(error, temporary, fmt.path, fmt.name) from None
         passed = fmt.judge(report)
         if not passed and check:
             reject(report, file=temporary)

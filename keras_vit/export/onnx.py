@@ -33,6 +33,7 @@ import tensorflow as tf
 
 from keras_vit import _compat
 from keras_vit.export._batches import batched
+from keras_vit.export._files import is_disk_full
 from keras_vit.export._images import Sampling, as_images
 from keras_vit.export._measure import compare
 from keras_vit.export._model import (
@@ -369,9 +370,14 @@ class _ONNX(ExportFormat):
         with tempfile.TemporaryDirectory() as work:
             if self.quantization != "none":
                 float_path = os.path.join(work, "float32.onnx")
-                onnx.save_model(proto, float_path)
-                quantized = os.path.join(work, f"{self.quantization}.onnx")
-                _quantize(float_path, quantized, self.quantization, self.calibration)
+                try:
+                    onnx.save_model(proto, float_path)
+                    quantized = os.path.join(work, f"{self.quantization}.onnx")
+                    _quantize(float_path, quantized, self.quantization, self.calibration)
+                except OSError as error:  # a full disk is the temporary folder's, not path's
+                    if error.filename or not is_disk_full(error):
+                        raise
+                    raise OSError(error.errno, error.strerror, work) from None
                 proto = onnx.load(quantized)
         _annotate(proto, names, self.size, self.kind)
         onnx.checker.check_model(proto)

@@ -40,6 +40,7 @@ from keras_vit.training.callbacks import (
     default_callbacks,
 )
 from keras_vit.training.layer_decay import layer_decay_scales
+from keras_vit.training.precision import warn_if_emulated
 from keras_vit.training.recipes import Recipe, get_recipe, make_optimizer
 from keras_vit.training.run_folder import open_run_folder
 from keras_vit.training.sam import SAMModel
@@ -511,6 +512,7 @@ def train(
         keras.utils.set_random_seed(seed)
     if isinstance(strategy, str):
         strategy = get_strategy(strategy)
+    warn_if_emulated(precision, "; --precision float32 trains faster here")
     image_size = _image_size_for(model, image_size) or recipe.image_size
     if preset is None:
         preset, preset_reason = auto_preset(recipe.preset, image_size)
