@@ -96,6 +96,27 @@ class _StderrHandler(_logging.StreamHandler):
     def stream(self, value):
         pass
 
+    def emit(self, record):
+        # A library imported later may configure the root logger
+        # (`logging.warning(...)` calls `basicConfig`; TensorFlow's SavedModel
+        # writer does): the record would then come twice, "keras_vit: ..."
+        # and "WARNING:keras_vit:...". The root's handler shows it alone.
+        if not _root_shows(record):
+            super().emit(record)
+
+
+def _root_shows(record):
+    """Whether `record` propagates to a root handler writing to the terminal."""
+    logger = _logging.getLogger(record.name)
+    while logger.parent is not None:
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return any(isinstance(h, _logging.StreamHandler) and not isinstance(h, _StderrHandler)
+               and getattr(h, "stream", None) in (_sys.stderr, _sys.__stderr__,
+                                                  _sys.stdout, _sys.__stdout__)
+               and record.levelno >= h.level for h in logger.handlers)
+
 
 _logger = _logging.getLogger("keras_vit")
 if not _logging.getLogger().handlers and not _logger.handlers:

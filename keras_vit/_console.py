@@ -156,6 +156,12 @@ def _missing_backend(error):
         ) from None
 
 
+def plural(count, noun, nouns=None):
+    """`"1 epoch"`, `"2 epochs"`, `"1,437 images"`: a count and its noun,
+    pluralised (`nouns`: the plural where it is not noun + "s")."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def json_dumps(obj):
     """Strict JSON (NaN and infinities written as null): what every
     `--json` line prints, so strict parsers can read a diverged run's."""

@@ -616,10 +616,26 @@ def cmd_export(args, out):
         check_batch_size(args.batch_size, model_image_size(model), "--batch-size")
 
     common = dict(outputs=args.outputs, validation_data=args.validation,
-                  check=not args.no_check, verbose=not args.json,
+                  check=not args.no_check, verbose=False,
                   skip_corrupt=args.skip_corrupt,
                   **_optional(args, validation_split="validation_split",
                               num_validation="validation_samples", holdout="holdout"))
+    try:
+        report = _run_export(export, model, args, common)
+    except export.ExportVerificationError as error:  # the report still comes, then the error
+        _print_report(error.report, args, out)
+        raise
+    _print_report(report, args, out)
+    return 0
+
+
+def _print_report(report, args, out):
+    """The export's report on stdout: one JSON line with --json, else the table."""
+    print(report.to_json() if args.json else report, file=out)
+
+
+def _run_export(export, model, args, common):
+    """The `keras_vit.export` call of `--format`; returns its report."""
     if args.format == "saved_model":
         report = export.to_saved_model(model, args.out, resize=args.resize,
                                        top_k=args.top_k, **common)
@@ -639,9 +655,7 @@ def cmd_export(args, out):
                                   representative_data=args.calibration,
                                   batch_size=args.batch_size,
                                   metadata=not args.no_metadata, **common, **tflite)
-    if args.json:
-        print(report.to_json(), file=out)
-    return 0
+    return report
 
 
 def cmd_quickstart(args, out):

@@ -280,6 +280,25 @@ def test_a_warning_is_printed_once_after_a_root_handler_appears():
     assert lines == ["keras_vit: once"], result.stderr
 
 
+def test_a_library_warning_is_printed_once_when_the_root_logger_has_a_handler(capsys):
+    """Outside the command (keras_vit propagates): once a library calls
+    `logging.basicConfig` (TensorFlow's SavedModel writer does), the root's
+    handler shows keras_vit's lines and keras_vit's own handler stays quiet."""
+    import logging
+
+    logging.getLogger("keras_vit").warning("alone")
+    assert capsys.readouterr().err == "keras_vit: alone\n"
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
+    root.addHandler(handler)
+    try:
+        logging.getLogger("keras_vit").warning("once")
+    finally:
+        root.removeHandler(handler)
+    assert capsys.readouterr().err == "WARNING:keras_vit:once\n"
+
+
 def test_json_lines_are_strict():
     assert _console.json_dumps({"a": float("nan"), "b": [float("inf"), 1.5, np.float32(2)],
                                 "c": (np.float64("-inf"), 3)}) == \

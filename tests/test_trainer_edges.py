@@ -279,12 +279,12 @@ def test_a_diverged_run_exits_1_with_strict_json_and_keeps_the_best_finite_epoch
     results = json.loads(stdout.strip().splitlines()[-1],
                          parse_constant=lambda c: pytest.fail(f"{c} in the JSON line"))
     assert results["status"] == "diverged"
-    assert results["diverged_at"] == {"epoch": 2, "batch": 2, "loss": None}
+    assert results["diverged_at"] == {"epoch": 2, "batch": 3, "loss": None}
     assert results["val_accuracy"] is None and results["model"] is None
     assert results["best"]["epoch"] == 1 and results["best_model"] == str(out / "best.keras")
     assert not (out / "model.keras").exists()
     assert err[-1] == (
-        "keras-vit: error: Training diverged: the loss became nan at epoch 2, batch 2; "
+        "keras-vit: error: Training diverged: the loss became nan at epoch 2, batch 3; "
         "model.keras was not written (its weights are not finite). "
         f"{out / 'best.keras'} holds epoch 1 (val_accuracy "
         f"{results['best']['value']:.4f}), the best before it. Try a lower "

@@ -203,6 +203,13 @@ def reject(report, file=None):
         "to keep it", report)
 
 
+def log_passed(report):
+    """Logs (INFO) one line saying that the export passed its check and
+    where it is; the caller prints the report itself (`print(report)`)."""
+    logger.info("The %s export (%s) at %s passed its check (%s): %s.", report.format,
+                report.quantization, report.path, report.criteria, _measured(report))
+
+
 def warn_kept(report):
     """Logs that an export missing its bar was kept (`check=False`)."""
     logger.warning(

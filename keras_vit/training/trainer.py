@@ -9,7 +9,6 @@ import math
 import os
 import shutil
 import stat
-import sys
 import time
 from collections.abc import Sequence
 
@@ -20,7 +19,7 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import _checks, _compat
 from keras_vit import labels as labels_lib
-from keras_vit._console import json_dumps
+from keras_vit._console import plural
 from keras_vit._saving import (
     host_values,
     keras_input_shape,
@@ -251,18 +250,19 @@ def format_summary(summary):
     ]
     for kind in ("train", "validation"):
         row = d["data"][kind]
-        images = "unknown number of" if row["images"] is None else f"{row['images']:,}"
-        rows.append((kind, f"{images} images, {row['classes']} classes  "
+        images = ("unknown number of images" if row["images"] is None
+                  else plural(row["images"], "image"))
+        rows.append((kind, f"{images}, {plural(row['classes'], 'class', 'classes')}  "
                            f"[{row['description']}]"))
     rows += [
         ("preset", f"{d['preset']} ({d['preset_reason']})"),
         ("batch", f"{d['batch_size']} (global)"
-                  + (f", {d['gradient_accumulation_steps']} batches per update"
-                     if d.get("gradient_accumulation_steps") else "")),
-        ("steps", f"{d['epochs']} epochs x {d['steps_per_epoch']} steps = "
-                  f"{d['epochs'] * d['steps_per_epoch']:,} batches"),
+                  + (f", {plural(d['gradient_accumulation_steps'], 'batch', 'batches')} "
+                     "per update" if d.get("gradient_accumulation_steps") else "")),
+        ("steps", f"{plural(d['epochs'], 'epoch')} x {plural(d['steps_per_epoch'], 'step')} "
+                  f"= {plural(d['epochs'] * d['steps_per_epoch'], 'batch', 'batches')}"),
         ("optimizer", f"{d['recipe']} recipe: {d['optimizer']}, peak learning rate "
-                      f"{d['learning_rate']:g}, {d['warmup_steps']} warmup updates, "
+                      f"{d['learning_rate']:g}, {plural(d['warmup_steps'], 'warmup update')}, "
                       f"{d['decay']} decay" + (f", SAM rho {d['sam_rho']:g}"
                                                 if d.get("sam_rho") else "")
                       + (f", layer decay {d['layer_decay']:g}" if d.get("layer_decay")
@@ -743,8 +743,8 @@ def _fit_and_save(plan, datasets, folder):
     _check_free_space(out, net, plan.recipe)
     summary = _summary(plan, net, datasets, strategy_row, distribution_row, folder)
     if plan.verbose:
-        print(f"keras-vit train: {summary['model']} on {plan.data}\n"
-              f"{format_summary(summary)}", file=sys.stderr, flush=True)
+        logger.info("training %s on %s\n%s", summary["model"], plan.data,
+                    format_summary(summary))
     callbacks = default_callbacks(out, model=net, ema=plan.ema is not None)
     nan_guard = next(c for c in callbacks if isinstance(c, TerminateOnNaNWithAdvice))
     best = next(c for c in callbacks if isinstance(c, BestModelCheckpoint))
@@ -780,8 +780,8 @@ def _fit_and_save(plan, datasets, folder):
         "val_accuracy": float(val_accuracy), "val_loss": float(val_loss),
         "seconds": round(time.perf_counter() - plan.start, 1),
         "epochs": plan.epochs, "steps_per_epoch": plan.steps_per_epoch,
-        "epochs_run_now": len(history.epoch), "first_epoch_run_now":
-            history.epoch[0] if history.epoch else None,
+        "epochs_run_now": len(history.epoch), "first_epoch_run_now":  # counted from 1
+            history.epoch[0] + 1 if history.epoch else None,
         "resumed": bool(folder.resumed_epoch), "run_record": os.path.join(out, "run.json"),
         "model": final, "best_model": best.path, "best": best.best,
         "log": os.path.join(out, "log.csv"), "labels": labels_path,
@@ -1087,6 +1087,3 @@ def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
             "classes": info.num_classes,
             "skipped_corrupt": info.skipped_corrupt if skip_corrupt else None}
 
-
-def print_json_line(results):
-    print(json_dumps(results))
