@@ -223,7 +223,8 @@ def cmd_download(args, out):
         print(_console.json_dumps(record), file=out)
     else:
         verb = "Already cached" if record["cached"] else "Downloaded"
-        print(f"{verb}: {path} ({record['bytes'] / 2**20:.1f} MiB, {len(params)} arrays, "
+        arrays = _console.plural(len(params), "array")
+        print(f"{verb}: {path} ({record['bytes'] / 2**20:.1f} MiB, {arrays}, "
               f"from {origin['url'] if origin else 'an unknown origin: no download record'})",
               file=out)
     return 0

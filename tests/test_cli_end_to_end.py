@@ -160,10 +160,14 @@ def test_a_failed_export_check_leaves_nothing_at_the_final_path(flat_run, tmp_pa
     path = tmp_path / "m.tflite"
     code, out, err = run_cli(*["export", flat_run["results"]["model"], "--format", "tflite",
                               "--quantize", "dynamic", "--validation",
-                              f"folder:{flat_run['data']}", "--out", path])
+                              f"folder:{flat_run['data']}", "--out", path, "--json"])
     assert_one_line_error(code, err, "--no-check")
     assert not path.exists()
     assert os.path.exists(str(path) + ".rejected")
+    # --json: the report is on stdout too (not only in .rejected.json)
+    rejected = json.loads(out)
+    assert rejected["passed"] is False and rejected["path"] == str(path) + ".rejected"
+    assert rejected == json.loads(open(str(path) + ".rejected.json").read())
     assert [p.name for p in tmp_path.iterdir() if "tmp" in p.name] == []
     code, out, err = run_cli(*["export", flat_run["results"]["model"], "--format", "tflite",
                               "--quantize", "dynamic", "--validation",

@@ -89,6 +89,9 @@ def test_a_run_resumes_only_its_own_state(folders, tmp_path, monkeypatch):
     # --overwrite: B starts afresh; nothing of A's run is left
     results = _train(folders, "Y", out, overwrite=True, epochs=1)
     assert not results["resumed"] and results["first_epoch_run_now"] == 1
+    steps = results["summary"]["steps_per_epoch"]
+    assert (f" 1 epoch x {steps} steps = {steps} batches\n"
+            in trainer.format_summary(results["summary"]))  # not "1 epochs"
     assert results["best"]["epoch"] == 1
     assert json.loads((out / "best.keras.json").read_text()) == results["best"]
     log = (out / "log.csv").read_text().strip().splitlines()

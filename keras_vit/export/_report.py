@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import os
 
-from keras_vit._console import json_dumps
+from keras_vit._console import json_dumps, plural
 from keras_vit.export._files import remove_path
 
 logger = logging.getLogger("keras_vit")
@@ -27,9 +27,9 @@ class ExportVerificationError(ValueError):
 
 
 def _describe_row(info):
-    text = f"{info['images']} images"
+    text = plural(info["images"], "image")
     if info.get("classes") is not None:
-        text += f", {info['classes']} classes"
+        text += f", {plural(info['classes'], 'class', 'classes')}"
     source = info.get("source")
     if info.get("split"):
         text += f" ({source}, split {info['split']!r})"
