@@ -34,7 +34,7 @@ from keras_vit._image_files import image_paths
 from keras_vit._saving import check_keras_path as _check_model_file
 from keras_vit._saving import load_keras_model
 from keras_vit.training import quickstart
-from keras_vit.variants import ALL_VARIANTS
+from keras_vit.variants import ALL_VARIANTS, effective_patch_size
 from keras_vit.weights import registry
 
 # NumPy, TensorFlow, Keras and the keras_vit modules that load them are
@@ -65,6 +65,7 @@ def _variant_rows():
             "family": v.family,
             "official_name": v.official_name,
             "config": cfg,
+            "pixels_per_token": effective_patch_size(v.config)[0],
             "weights": registry.available_weights(v),
         })
     return rows
@@ -118,17 +119,21 @@ def cmd_models(args, out):
               file=out)
         return 0
     print("Models (keras_vit.<function>):", file=out)
-    print(f"  {'function':<10} {'variant':<9} {'patch':>5} {'hidden':>6} "
-          f"{'layers':>6} {'heads':>5} {'mlp':>5}  registered weights", file=out)
+    print(f"  {'function':<10} {'variant':<10} {'patch (grid cells)':>18} "
+          f"{'pixels per token':>16} {'hidden':>6} {'layers':>6} {'heads':>5} {'mlp':>5}  "
+          "registered weights", file=out)
     for row in variants:
         c = row["config"]
         depth = c.get("num_layers", c.get("num_blocks"))
         heads = c.get("num_heads", "-")
         mlp = c.get("mlp_dim", c.get("channels_mlp_dim"))
         name = ("Mixer-" if row["family"] == "mixer" else "") + row["variant"]
-        print(f"  {row['function']:<10} {name:<9} {c['patch_size']:>5} "
-              f"{c['hidden_size']:>6} {depth:>6} {heads:>5} {mlp:>5}  "
-              f"{', '.join(row['weights']) or '-'}", file=out)
+        print(f"  {row['function']:<10} {name:<10} {c['patch_size']:>18} "
+              f"{row['pixels_per_token']:>16} {c['hidden_size']:>6} {depth:>6} {heads:>5} "
+              f"{mlp:>5}  {', '.join(row['weights']) or '-'}", file=out)
+    print("  (patch: its side in cells of the grid the patch embedding reads: pixels, or for "
+          "a hybrid (R...) the ResNet stem's outputs;\n   pixels per token: patch x the "
+          "stem's stride, the 16 of B/16 and the 32 of R26+S/32)", file=out)
     print("\nCheckpoint families (weights=...):", file=out)
     for row in families:
         print(f"  {row['weights']:<30} {row['family']:<5} {row['resolution']:>3}px "

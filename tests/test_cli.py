@@ -30,6 +30,15 @@ def test_models_text_table():
     code, text, _ = run_cli("models")
     assert code == 0
     assert "ViTB16     B/16" in text and "augreg:<filename>" in text
+    # a hybrid's patch is in cells of the ResNet stem's grid: both columns, named
+    header, *rows = [line.split() for line in text.splitlines()[1:22]]
+    assert " patch (grid cells) pixels per token hidden " in text.splitlines()[1]
+    patch = {row[0]: (int(row[2]), int(row[3])) for row in rows if row[0][0] in "VRM"}
+    assert patch["RViTTi16"] == (8, 32) and patch["R50ViTB16"] == (1, 16)
+    assert patch["R26ViTS32"] == (1, 32) and patch["ViTB16"] == (16, 16)
+    code, text, _ = run_cli("models", "--json")
+    pixels = {row["function"]: row["pixels_per_token"] for row in json.loads(text)["models"]}
+    assert pixels["RViTTi16"] == 32 and pixels["MixerB16"] == 16
 
 
 def write_pngs(images, tmp_path):
