@@ -110,6 +110,13 @@ def test_evaluate_reports_the_holdout_split(flat_run):
     assert evaluated["split"] == "validation" and evaluated["images"] == 6
     assert evaluated["accuracy"] == pytest.approx(flat_run["results"]["val_accuracy"],
                                                   abs=1e-6)
+    # two losses, each named: train's is the training loss (scratch: label smoothing 0.1)
+    assert "loss" not in evaluated and evaluated["cross_entropy"] > 0
+    assert evaluated["cross_entropy_is"] == (
+        "mean cross-entropy of the model's predictions and the true labels, without label "
+        "smoothing (train's val_loss adds the recipe's label smoothing)")
+    assert flat_run["results"]["val_loss_is"] == (
+        "the training loss on the validation images: cross-entropy with label smoothing 0.1")
 
 
 def test_int8_export_calibrates_on_every_class_and_verifies_on_the_holdout(flat_run,

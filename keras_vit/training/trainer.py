@@ -467,7 +467,8 @@ def train(
             and `model.keras` use the averaged weights.
 
     Returns:
-        dict with `status` (`"completed"`), `val_accuracy`, `val_loss`,
+        dict with `status` (`"completed"`), `val_accuracy`, `val_loss` (the
+        training loss: with the recipe's label smoothing; `val_loss_is` says it),
         `seconds`, `steps`, `epochs`, `data` (`{"train": {split, images,
         classes}, "validation": ...}`), `summary`, `skipped_corrupt`, the
         artifact paths and `best` (`{"monitor", "value", "epoch"}` of
@@ -682,8 +683,7 @@ def _compiled_model(plan, info):
         scales = (layer_decay_scales(net, plan.layer_decay) if plan.layer_decay is not None
                   else None)
         trainable = SAMModel(net, rho=plan.sam_rho) if plan.sam_rho else net
-        smoothing = (plan.recipe.label_smoothing if plan.label_smoothing is None
-                     else plan.label_smoothing)
+        smoothing = _label_smoothing(plan)
         optimizer = make_optimizer(plan.recipe, plan.updates, plan.learning_rate,
                                    plan.gradient_accumulation_steps,
                                    learning_rate_scales=scales, ema=plan.ema)
@@ -697,6 +697,20 @@ def _compiled_model(plan, info):
                else {"metrics": ["accuracy"]}),
             jit_compile=plan.jit_compile)
     return net, trainable, optimizer
+
+
+def _label_smoothing(plan):
+    """The label smoothing the training loss uses: the argument, else the recipe's."""
+    return (plan.recipe.label_smoothing if plan.label_smoothing is None
+            else plan.label_smoothing)
+
+
+def val_loss_is(smoothing, split="validation"):
+    """What the results' `val_loss` is, in words (`evaluate`'s `cross_entropy`
+    has no label smoothing, so the two differ when `smoothing` > 0)."""
+    what = (f"with label smoothing {smoothing:g}" if smoothing
+            else "without label smoothing")
+    return f"the training loss on the {split} images: cross-entropy {what}"
 
 
 def _summary(plan, net, datasets, strategy_row, distribution_row, folder):
@@ -778,6 +792,7 @@ def _fit_and_save(plan, datasets, folder):
     results = {
         "status": "completed",
         "val_accuracy": float(val_accuracy), "val_loss": float(val_loss),
+        "val_loss_is": val_loss_is(_label_smoothing(plan)),
         "seconds": round(time.perf_counter() - plan.start, 1),
         "epochs": plan.epochs, "steps_per_epoch": plan.steps_per_epoch,
         "epochs_run_now": len(history.epoch), "first_epoch_run_now":  # counted from 1
@@ -1050,9 +1065,15 @@ def _check_classes(model, info, data, names_must_match=True):
         logger.warning("%s; training gives the model the data's class names.", message)
 
 
+# What `evaluate`'s `cross_entropy` is (train's `val_loss` is the training loss).
+CROSS_ENTROPY_IS = ("mean cross-entropy of the model's predictions and the true labels, "
+                    "without label smoothing (train's val_loss adds the recipe's label "
+                    "smoothing)")
+
+
 def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
              data_dir=None, skip_corrupt=False, holdout=0.1):
-    """Accuracy and loss of a saved model on a data source's split.
+    """Accuracy and cross-entropy of a saved model on a data source's split.
 
     `split=None`: `validation` when the data has it, else `test` (a folder
     of class subfolders: its deterministic holdout). The model's class count
@@ -1062,7 +1083,7 @@ def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
     Example:
 
     >>> keras_vit.training.evaluate("runs/x/model.keras", "folder:data")  # doctest: +SKIP
-    {'accuracy': 0.98, 'loss': 0.07, ...}
+    {'accuracy': 0.98, 'cross_entropy': 0.07, 'cross_entropy_is': 'mean cross-entropy ...', ...}
     """
     model = load_keras_model(model_path)
     size = image_size or model.input_shape[1]
@@ -1082,7 +1103,8 @@ def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
     except Exception as error:
         _raise_data_error(error)
         raise
-    return {"accuracy": float(accuracy), "loss": float(loss), "model": str(model_path),
+    return {"accuracy": float(accuracy), "cross_entropy": float(loss),
+            "cross_entropy_is": CROSS_ENTROPY_IS, "model": str(model_path),
             "data": data, "split": split, "images": info.num_examples,
             "classes": info.num_classes,
             "skipped_corrupt": info.skipped_corrupt if skip_corrupt else None}
