@@ -733,10 +733,12 @@ def build_parser():
         prog="keras-vit", parents=[_global_flags(True)],
         description="Vision Transformers / MLP-Mixers with the official checkpoints.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="keras-vit COMMAND --help shows its options")
     flags = _global_flags(False)
 
     def add(name, **kw):
+        kw.setdefault("description", kw["help"][0].upper() + kw["help"][1:] + ".")
         return sub.add_parser(name, parents=[flags], **kw)
 
     for add_command in (_models_parser, _download_parser, _predict_parser, _explain_parser,
@@ -747,7 +749,11 @@ def build_parser():
 
 def _models_parser(add):
     """The `keras-vit models` subcommand and its flags."""
-    p = add("models", help="list model variants and checkpoint families")
+    p = add("models", help="list model variants and checkpoint families",
+            description="Lists the named models (keras_vit.<function>: patch, width, depth, "
+                        "heads, MLP, the weights registered for each), the checkpoint "
+                        "families (weights=...) and what weights='imagenet' loads. Reads "
+                        "no file and imports no TensorFlow.")
     p.add_argument("--json", action="store_true", help="one JSON document")
     p.set_defaults(func=cmd_models)
 
@@ -811,7 +817,9 @@ def _explain_parser(add):
     """The `keras-vit explain` subcommand and its flags."""
     p = add("explain", help="attention rollout, attention distance, position "
                             "embeddings and filters as PNG pictures")
-    p.add_argument("images", nargs="+", metavar="IMAGE")
+    p.add_argument("images", nargs="+", metavar="IMAGE",
+                   help="image files, or directories (their image files, recursively): "
+                        "the pictures of each are named after it")
     p.add_argument("--model", default="auto",
                    help="named model (ViTB16), 'auto' (the architecture the checkpoint "
                         "describes) or a .keras file")
@@ -821,7 +829,9 @@ def _explain_parser(add):
     p.add_argument("--weights-ema", "--ema", dest="ema", action="store_true",
                    help="with a PyTorch training checkpoint as --weights, its EMA weights "
                         "(state_dict_ema / model_ema)")
-    p.add_argument("--image-size", type=POSITIVE_INT, default=None)
+    p.add_argument("--image-size", type=POSITIVE_INT, default=None,
+                   help="input resolution in pixels (default: the checkpoint's; must "
+                        "match the input size of a .keras model that has a fixed one)")
     p.add_argument("--out", required=True, help="folder for the PNG files")
     p.add_argument("--json", action="store_true", help="one JSON line listing the files")
     p.set_defaults(func=cmd_explain)
@@ -838,13 +848,27 @@ def _train_parser(add):
                    help="with a PyTorch training checkpoint as --weights, its EMA weights "
                         "(state_dict_ema / model_ema)")
     p.add_argument("--data", required=True, help="tfds:NAME, tfrecord:DIR_OR_GLOB, folder:DIR")
-    p.add_argument("--recipe", default="finetune", choices=["finetune", "augreg", "scratch"])
-    p.add_argument("--image-size", type=POSITIVE_INT)
-    p.add_argument("--batch-size", type=POSITIVE_INT, help="global batch size")
-    p.add_argument("--steps", type=POSITIVE_INT, help="total optimizer steps")
-    p.add_argument("--epochs", type=POSITIVE_INT)
-    p.add_argument("--steps-per-epoch", type=POSITIVE_INT)
-    p.add_argument("--learning-rate", type=POSITIVE_FLOAT)
+    p.add_argument("--recipe", default="finetune", choices=["finetune", "augreg", "scratch"],
+                   help="optimizer, schedule and defaults: finetune (SGD, the paper's "
+                        "fine-tuning; default), augreg (AdamW, AugReg pre-training) or "
+                        "scratch (AdamW, label smoothing 0.1: small data from scratch)")
+    p.add_argument("--image-size", type=POSITIVE_INT,
+                   help="training resolution in pixels (default: the recipe's, 384 for "
+                        "finetune, else 224; a .keras model with a fixed input size: that "
+                        "size)")
+    p.add_argument("--batch-size", type=POSITIVE_INT,
+                   help="global batch size (default: the recipe's; clipped to the "
+                        "training split)")
+    p.add_argument("--steps", type=POSITIVE_INT,
+                   help="length of the run in batches, all epochs together (give --steps "
+                        "or --epochs; --steps alone: as many epochs as it takes)")
+    p.add_argument("--epochs", type=POSITIVE_INT,
+                   help="length of the run in epochs, each the training split once unless "
+                        "--steps-per-epoch says otherwise (give --epochs or --steps)")
+    p.add_argument("--steps-per-epoch", type=POSITIVE_INT,
+                   help="batches per epoch (default: the training split once)")
+    p.add_argument("--learning-rate", type=POSITIVE_FLOAT,
+                   help="peak learning rate (default: the recipe's)")
     p.add_argument("--sam-rho", type=POSITIVE_FLOAT, help="train with SAM at this radius")
     p.add_argument("--lora", type=POSITIVE_INT, metavar="RANK",
                    help="LoRA fine-tuning: adapters of this rank; only they and the head "
@@ -863,7 +887,9 @@ def _train_parser(add):
                    help="named models: recompute each block's activations in the backward "
                         "pass (less memory, more time)")
     p.add_argument("--precision", default="float32",
-                   choices=["float32", "mixed_bfloat16", "mixed_float16"])
+                   choices=["float32", "mixed_bfloat16", "mixed_float16"],
+                   help="Keras dtype policy (default float32; mixed_bfloat16 on TPUs and "
+                        "recent CPUs/GPUs)")
     p.add_argument("--strategy", default="auto",
                    choices=["auto", "tpu", "multiworker", "mirrored", "default"],
                    help="TensorFlow backend: tf.distribute strategy")
@@ -877,9 +903,10 @@ def _train_parser(add):
     p.add_argument("--process-id", type=NON_NEGATIVE_INT,
                    help="JAX multi-process: this process, 0 .. N-1 (or "
                         "KERAS_DISTRIBUTION_PROCESS_ID)")
-    p.add_argument("--gradient-accumulation-steps", type=POSITIVE_INT)
+    p.add_argument("--gradient-accumulation-steps", type=POSITIVE_INT,
+                   help="batches per optimizer update (a larger effective batch)")
     p.add_argument("--preset", help="keras_vit.data preset (default: the recipe's)")
-    p.add_argument("--train-split", default="train")
+    p.add_argument("--train-split", default="train", help="split to train on (default train)")
     p.add_argument("--val-split", default=None,
                    help="default: 'validation' when the data has it, else 'test' (a folder: "
                         "its --holdout)")
@@ -888,7 +915,8 @@ def _train_parser(add):
     p.add_argument("--skip-corrupt", action="store_true",
                    help="skip corrupt image files instead of failing")
     p.add_argument("--data-dir", help="TFDS data directory")
-    p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
+    p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0,
+                   help="seed of the initialisation, shuffling and augmentation (default 0)")
     p.add_argument("--out", default="runs/keras_vit",
                    help="run directory; a killed run resumes when the same command runs "
                         "again; a folder holding another or a finished run is refused")
@@ -902,18 +930,27 @@ def _train_parser(add):
 
 def _evaluate_parser(add):
     """The `keras-vit evaluate` subcommand and its flags."""
-    p = add("evaluate", help="accuracy of a saved model; one JSON line")
-    p.add_argument("model_path", metavar="MODEL.keras")
-    p.add_argument("--data", required=True)
+    p = add("evaluate", help="accuracy of a saved model; one JSON line",
+            description="Accuracy and cross-entropy of a saved model on a split of a data "
+                        "source, as one JSON line. Its cross_entropy has no label "
+                        "smoothing, so it is lower than train's val_loss, the training "
+                        "loss (with the recipe's label smoothing).")
+    p.add_argument("model_path", metavar="MODEL.keras",
+                   help="the .keras model to evaluate (e.g. a run's model.keras)")
+    p.add_argument("--data", required=True,
+                   help="tfds:NAME, tfrecord:DIR_OR_GLOB or folder:DIR (its class names "
+                        "must be the model's)")
     p.add_argument("--split", default=None,
                    help="default: 'validation' when the data has it, else 'test'")
     p.add_argument("--holdout", type=FRACTION, default=None,
                    help="fraction of a folder held out (default 0.1, as in train)")
     p.add_argument("--skip-corrupt", action="store_true",
                    help="skip corrupt image files instead of failing")
-    p.add_argument("--image-size", type=POSITIVE_INT)
-    p.add_argument("--batch-size", type=POSITIVE_INT, default=64)
-    p.add_argument("--data-dir")
+    p.add_argument("--image-size", type=POSITIVE_INT,
+                   help="resolution in pixels (default: the model's input size)")
+    p.add_argument("--batch-size", type=POSITIVE_INT, default=64,
+                   help="images per batch (default 64)")
+    p.add_argument("--data-dir", help="TFDS data directory")
     p.add_argument("--json", action="store_true",
                    help="one JSON line (the output is always JSON)")
     p.set_defaults(func=cmd_evaluate)
@@ -922,8 +959,13 @@ def _evaluate_parser(add):
 def _export_parser(add):
     """The `keras-vit export` subcommand and its flags."""
     p = add("export", help="SavedModel, TFLite, ONNX, OpenVINO or a Hub folder for timm / "
-                           "transformers, verified against Keras")
-    p.add_argument("model_path", metavar="MODEL.keras")
+                           "transformers, verified against Keras",
+            description="Exports a saved model, runs the export on a sample of images and "
+                        "compares it with Keras. It prints its report (one JSON line with "
+                        "--json); an export that misses its bar is moved to "
+                        "<out>.rejected, its report printed all the same, and the command "
+                        "exits with status 2 (--no-check keeps it).")
+    p.add_argument("model_path", metavar="MODEL.keras", help="the .keras model to export")
     p.add_argument("--format", required=True,
                    choices=["saved_model", "tflite", "onnx", "openvino", *HUB_FORMATS],
                    help="timm, transformers: a Hugging Face Hub folder (config.json + "
@@ -931,8 +973,9 @@ def _export_parser(add):
                         "pretrained=True) or ViTForImageClassification.from_pretrained(DIR) "
                         "opens")
     p.add_argument("--quantize", default="none", choices=["none", "float16", "dynamic", "int8"],
-                   help="tflite: any; onnx: none|dynamic|int8; openvino: none|float16 "
-                        "(int8 needs --calibration)")
+                   help="weight quantization (default none). --format tflite: none, "
+                        "float16, dynamic or int8; onnx: none, dynamic or int8; openvino: "
+                        "none or float16; int8 (tflite, onnx) calibrates on --calibration")
     p.add_argument("--opset", type=POSITIVE_INT, default=None,
                    help="ONNX opset (default: tf2onnx's, 15)")
     p.add_argument("--calibration", help="int8 calibration images: a data source "
@@ -974,8 +1017,11 @@ def _export_parser(add):
 def _quickstart_parser(add):
     """The `keras-vit quickstart` subcommand and its flags."""
     p = add("quickstart", help="train a small ViT on the digits (offline)")
-    p.add_argument("--out", default="runs/quickstart")
-    p.add_argument("--epochs", type=POSITIVE_INT, default=40)
+    p.add_argument("--out", default="runs/quickstart",
+                   help="run folder: the digits, model.keras, the logs and the TFLite file "
+                        "(default runs/quickstart)")
+    p.add_argument("--epochs", type=POSITIVE_INT, default=40,
+                   help="training epochs (default 40: the README's number)")
     p.add_argument("--no-export", action="store_true", help="skip the TFLite export")
     p.add_argument("--json", action="store_true",
                    help="stdout: only the results' JSON line (progress goes to stderr)")

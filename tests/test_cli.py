@@ -202,3 +202,31 @@ def test_an_unreadable_keras_file_is_called_unreadable_not_missing(tmp_path, con
     result = run_cli("evaluate", str(tmp_path / "absent.keras"), "--data", "folder:x")
     assert result.err_lines == [
         f"keras-vit: error: Model not found: {str(tmp_path / 'absent.keras')!r}."]
+
+
+# ------------------------------------------------------------ --help
+
+def test_every_command_has_a_description_and_every_argument_a_help_line():
+    """Walks the whole parser: each subcommand, each flag and positional
+    (argparse's own -h aside)."""
+    import argparse
+
+    from keras_vit.cli import build_parser
+
+    missing = []
+
+    def walk(parser, command):
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            name = "/".join(action.option_strings) or action.metavar or action.dest
+            if not (action.help or "").strip():
+                missing.append(f"{command}: {name} has no help")
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    if not (sub.description or "").strip():
+                        missing.append(f"{command} {sub_name}: no description")
+                    walk(sub, f"{command} {sub_name}")
+
+    walk(build_parser(), "keras-vit")
+    assert missing == []
