@@ -711,6 +711,13 @@ def _checked(check, parse):
     return convert
 
 
+def PATH(text):  # noqa: N802  (an argparse type, named as the others)
+    """An argparse type: a path that is not empty (`--out ""`)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must be a file or folder path, got {text!r}")
+    return text
+
+
 # `keras-vit train --ema` without a decay (it once meant --weights-ema).
 _BARE_EMA = object()
 POSITIVE_INT = _checked(_checks.positive_int, int)
@@ -832,7 +839,7 @@ def _explain_parser(add):
     p.add_argument("--image-size", type=POSITIVE_INT, default=None,
                    help="input resolution in pixels (default: the checkpoint's; must "
                         "match the input size of a .keras model that has a fixed one)")
-    p.add_argument("--out", required=True, help="folder for the PNG files")
+    p.add_argument("--out", required=True, type=PATH, help="folder for the PNG files")
     p.add_argument("--json", action="store_true", help="one JSON line listing the files")
     p.set_defaults(func=cmd_explain)
 
@@ -917,7 +924,7 @@ def _train_parser(add):
     p.add_argument("--data-dir", help="TFDS data directory")
     p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0,
                    help="seed of the initialisation, shuffling and augmentation (default 0)")
-    p.add_argument("--out", default="runs/keras_vit",
+    p.add_argument("--out", default="runs/keras_vit", type=PATH,
                    help="run directory; a killed run resumes when the same command runs "
                         "again; a folder holding another or a finished run is refused")
     p.add_argument("--overwrite", action="store_true",
@@ -1007,7 +1014,7 @@ def _export_parser(add):
     p.add_argument("--no-metadata", action="store_true",
                    help="TFLite: no TFLite Metadata (input normalization, labels inside) "
                         "in the file; MediaPipe's ImageClassifier needs it")
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", required=True, type=PATH,
                    help="SavedModel directory, .tflite, .onnx or OpenVINO .xml file, or the "
                         "Hub folder (timm, transformers)")
     p.add_argument("--json", action="store_true", help="the report as one JSON line")
@@ -1017,7 +1024,7 @@ def _export_parser(add):
 def _quickstart_parser(add):
     """The `keras-vit quickstart` subcommand and its flags."""
     p = add("quickstart", help="train a small ViT on the digits (offline)")
-    p.add_argument("--out", default="runs/quickstart",
+    p.add_argument("--out", default="runs/quickstart", type=PATH,
                    help="run folder: the digits, model.keras, the logs and the TFLite file "
                         "(default runs/quickstart)")
     p.add_argument("--epochs", type=POSITIVE_INT, default=40,

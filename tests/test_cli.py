@@ -165,8 +165,15 @@ def test_fit_progress_is_a_line_per_epoch_unless_on_a_terminal():
       "--calibration-samples", "0"],
      "argument --calibration-samples: must be a positive integer, got 0"),
     (["quickstart", "--epochs", "0"], "argument --epochs: must be a positive integer, got 0"),
+    # an empty path: not "[Errno 2] No such file or directory: ''"
+    (["train", "--data", "folder:x", "--out", ""],
+     "argument --out: must be a file or folder path, got ''"),
+    (["export", "m.keras", "--format", "tflite", "--out", " "],
+     "argument --out: must be a file or folder path, got ' '"),
+    (["explain", "a.png", "--out", ""], "argument --out: must be a file or folder path, got ''"),
+    (["quickstart", "--out", ""], "argument --out: must be a file or folder path, got ''"),
 ])
-def test_numeric_flags_are_checked_in_one_line(args, message):
+def test_numeric_and_path_flags_are_checked_in_one_line(args, message):
     result = run_cli(*args)
     command = args[0]
     assert result.code == 2
