@@ -1037,9 +1037,15 @@ def _quickstart_parser(add):
 def main(argv=None, out=None):
     """Runs the command; returns its exit status (0; 2 for an error; 1 for a
     diverged training run or an internal error)."""
-    out = out or sys.stdout
     args = build_parser().parse_args(argv)
     _console.quiet(verbose=args.verbose)
+    with _console.line_tracking():  # an error after a progress bar: on a line of its own
+        return _run(args, out or sys.stdout)
+
+
+def _run(args, out):
+    """`args.func(args, out)` with TensorFlow's native lines filtered out;
+    an exception becomes one line and an exit status (see `main`)."""
     try:
         # TensorFlow's C++ log lines (fd 2) are dropped for the whole command.
         with _console.filtered_stderr():

@@ -237,3 +237,19 @@ def test_every_command_has_a_description_and_every_argument_a_help_line():
 
     walk(build_parser(), "keras-vit")
     assert missing == []
+
+
+@pytest.mark.parametrize("progress, fresh", [("\r 3/10 [=====>....] - loss: 0.52", "\n"),
+                                             ("Epoch 1/10\n", "")])
+def test_an_error_after_a_progress_bar_starts_on_a_fresh_line(monkeypatch, progress, fresh):
+    """A Keras progress bar leaves its line open ("\\r" redraws it): the
+    error line must not be glued to it."""
+    from keras_vit import cli
+
+    def command(args, out):
+        sys.stdout.write(progress)
+        raise ValueError("Something went wrong.")
+
+    monkeypatch.setattr(cli, "cmd_models", command)
+    code, _, err = run_cli("models")
+    assert (code, err) == (2, f"{fresh}keras-vit: error: Something went wrong.\n")

@@ -102,6 +102,15 @@ def test_models_json_without_tensorflow():
     assert result.stdout.strip() == "False False"
 
 
+def test_the_export_module_command_is_as_quiet_as_keras_vit(tmp_path):
+    """`python -m keras_vit.export FILE.tflite` set up TensorFlow's logging
+    as `keras-vit` does (it showed TensorFlow's start-up lines)."""
+    missing = tmp_path / "none.tflite"
+    result = run_cli_process(missing, launcher="keras_vit.export", env=UNQUIET)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"error: No such file or directory: {str(missing)!r}.\n"
+
+
 def test_console_script_is_installed():
     result = run_cli_process("models", "--json")
     assert result.returncode == 0, result.stderr
