@@ -480,10 +480,12 @@ def cmd_predict(args, out):
                 print(f"  {rank}. {row['label']:<40} {row['probability']:.4f}  "
                       f"(class {row['index']})", file=out)
     if skipped:
-        print(f"{_console.PROG}: skipped {len(skipped)} unreadable image file(s): "
+        print(f"{_console.PROG}: skipped {_console.plural(len(skipped), 'unreadable image file')}: "
               f"{', '.join(skipped)}", file=sys.stderr)
     if not results:
-        raise ValueError(f"None of the {len(paths)} image file(s) could be read.")
+        raise ValueError(f"None of the {_console.plural(len(paths), 'image file')} could be "
+                         "read." if len(paths) > 1 else f"The image file {paths[0]!r} could not "
+                         "be read.")
     return 0
 
 

@@ -258,7 +258,7 @@ def test_predict_corrupt_file_fails_or_is_skipped(trained_model, tmp_path):
     data = json.loads(result.stdout)
     assert data["skipped"] == [str(bad)]
     assert [p["image"] for p in data["predictions"]] == [good]
-    assert result.stderr.strip() == f"keras-vit: skipped 1 unreadable image file(s): {bad}"
+    assert result.stderr.strip() == f"keras-vit: skipped 1 unreadable image file: {bad}"
 
 
 @pytest.mark.parametrize("backend, package", [("torch", "torch"), ("jax", "jax")])

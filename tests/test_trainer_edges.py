@@ -113,7 +113,7 @@ def test_a_run_of_one_update_moves_the_weights(folder, tmp_path):
 
 def test_a_run_that_changes_no_weight_fails_and_says_why(folder, tmp_path):
     with pytest.raises(ValueError, match=r"^Training changed no weight: the learning rate "
-                                         r"was 0 at every update \(3 update\(s\)\); "
+                                         r"was 0 at every update \(3 updates\); "
                                          r"model\.keras was not written\."):
         _train(folder, tmp_path / "zero", batch_size=4, learning_rate=1e-50)  # 0 in float32
     assert not (tmp_path / "zero" / "model.keras").exists()
@@ -128,7 +128,7 @@ def test_more_batches_per_update_than_the_run_has_is_refused_before_any_work(fol
                                                                             tmp_path):
     with pytest.raises(ValueError, match=(
             r"^gradient_accumulation_steps=100 batches per update, but the whole run has 3 "
-            r"batch\(es\): no optimizer update would happen; give at most 3")):
+            r"batches: no optimizer update would happen; give at most 3")):
         _train(folder, tmp_path / "gas", batch_size=4, gradient_accumulation_steps=100)
     assert not (tmp_path / "gas").exists()
 

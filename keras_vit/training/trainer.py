@@ -269,7 +269,7 @@ def format_summary(summary):
                          else "")
                       + (f", weight EMA {d['ema']:g}" if d.get("ema") else "")),
         ("precision", d["precision"]),
-        ("strategy", f"{d['strategy']['name']}, {d['strategy']['replicas']} replica(s) on "
+        ("strategy", f"{d['strategy']['name']}, {plural(d['strategy']['replicas'], 'replica')} on "
                      f"{', '.join(d['strategy']['devices'])}"),
         ("output", d["out"]),
         ("run", d["run"]),
@@ -611,9 +611,9 @@ def _schedule(info, batch_size, steps, epochs, steps_per_epoch, gradient_accumul
     if not updates:
         raise ValueError(
             f"gradient_accumulation_steps={gradient_accumulation_steps} batches per update, "
-            f"but the whole run has {total_steps} batch(es): no optimizer update would "
-            f"happen; give at most {total_steps} (--gradient-accumulation-steps), or more "
-            "steps or epochs.")
+            f"but the whole run has {plural(total_steps, 'batch', 'batches')}: no optimizer "
+            f"update would happen; give at most {total_steps} (--gradient-accumulation-steps), "
+            "or more steps or epochs.")
     return steps_per_epoch, epochs, updates
 
 
@@ -922,10 +922,10 @@ def _unmoved_message(optimizer, updates, model):
     except Exception:  # noqa: BLE001  (another schedule: its current value)
         peak = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
     if peak == 0:
-        why = f"the learning rate was 0 at every update ({updates} update(s))"
+        why = f"the learning rate was 0 at every update ({plural(updates, 'update')})"
     else:
-        why = (f"{updates} optimizer update(s) at a peak learning rate of {peak:g} were too "
-               "small to change any float32 weight")
+        why = (f"{plural(updates, 'optimizer update')} at a peak learning rate of {peak:g} "
+               f"{'was' if updates == 1 else 'were'} too small to change any float32 weight")
     return (f"Training changed no weight: {why}; model.keras was not written. Give a "
             "larger --learning-rate, or more steps or epochs.")
 
