@@ -370,6 +370,8 @@ def test_quickstart_reduced(tmp_path):
     out = tmp_path / "qs"
     results = training.quickstart(str(out), epochs=10, verbose=0)
     assert results["test_accuracy"] >= 0.75
+    assert results["test_loss_is"] == ("the training loss on the test images: cross-entropy "
+                                       "with label smoothing 0.1")  # not evaluate's
     assert results["train_examples"] == 1437 and results["test_examples"] == 360
     assert os.path.exists(results["model"])
     loaded = keras.saving.load_model(results["model"])
