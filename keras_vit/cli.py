@@ -16,7 +16,9 @@
     keras-vit quickstart [--json]
 
 Errors are one line on stderr, `keras-vit: error: <message>`, exit status 2
-(`--debug` adds the traceback). A `train` run that diverges (NaN/inf loss)
+(`--debug` adds the traceback), on a line of their own after a progress bar.
+An export that misses its bar prints its report (its JSON line with --json,
+`"passed": false`), then the error. A `train` run that diverges (NaN/inf loss)
 exits with status 1 after its JSON line (`"status": "diverged"`, nulls).
 TensorFlow is imported only by the commands that need it, after
 `keras_vit._console.quiet()` (`--verbose` keeps its logs).
@@ -942,8 +944,8 @@ def _evaluate_parser(add):
     p = add("evaluate", help="accuracy of a saved model; one JSON line",
             description="Accuracy and cross-entropy of a saved model on a split of a data "
                         "source, as one JSON line. Its cross_entropy has no label "
-                        "smoothing, so it is lower than train's val_loss, the training "
-                        "loss (with the recipe's label smoothing).")
+                        "smoothing, unlike train's val_loss (the training loss, with the "
+                        "recipe's label smoothing): the two differ.")
     p.add_argument("model_path", metavar="MODEL.keras",
                    help="the .keras model to evaluate (e.g. a run's model.keras)")
     p.add_argument("--data", required=True,
