@@ -71,13 +71,19 @@ def _imported_by_the_command():
     `keras_vit_cli` is loading (console script, `python -m keras_vit_cli`),
     or the interpreter was started as `python -m keras_vit.cli` /
     `python -m keras_vit` (runpy imports this package first; meanwhile
-    `sys.argv[0]` is still "-m")."""
+    `sys.argv[0]` is still "-m"), or as `python -m keras_vit.export`."""
     if getattr(_sys.modules.get("keras_vit_cli"), "LAZY", False):
         return True
+    return _run_module() in ("keras_vit.cli", "keras_vit", "keras_vit.export")
+
+
+def _run_module():
+    """The module of `python -m MODULE` while runpy imports its packages
+    (this one first), else None."""
     argv = getattr(_sys, "orig_argv", [])
     if _sys.argv[:1] != ["-m"] or "-m" not in argv:
-        return False
-    return argv[argv.index("-m") + 1:argv.index("-m") + 2] in (["keras_vit.cli"], ["keras_vit"])
+        return None
+    return next(iter(argv[argv.index("-m") + 1:]), None)
 
 
 # Head replacement, position-embedding resizing and re-downloads are said in
@@ -96,6 +102,27 @@ class _StderrHandler(_logging.StreamHandler):
     def stream(self, value):
         pass
 
+    def emit(self, record):
+        # A library imported later may configure the root logger
+        # (`logging.warning(...)` calls `basicConfig`; TensorFlow's SavedModel
+        # writer does): the record would then come twice, "keras_vit: ..."
+        # and "WARNING:keras_vit:...". The root's handler shows it alone.
+        if not _root_shows(record):
+            super().emit(record)
+
+
+def _root_shows(record):
+    """Whether `record` propagates to a root handler writing to the terminal."""
+    logger = _logging.getLogger(record.name)
+    while logger.parent is not None:
+        if not logger.propagate:
+            return False
+        logger = logger.parent
+    return any(isinstance(h, _logging.StreamHandler) and not isinstance(h, _StderrHandler)
+               and getattr(h, "stream", None) in (_sys.stderr, _sys.__stderr__,
+                                                  _sys.stdout, _sys.__stdout__)
+               and record.levelno >= h.level for h in logger.handlers)
+
 
 _logger = _logging.getLogger("keras_vit")
 if not _logging.getLogger().handlers and not _logger.handlers:
@@ -106,3 +133,12 @@ if not _logging.getLogger().handlers and not _logger.handlers:
 
 if not _imported_by_the_command():
     _load_all()
+elif _run_module() == "keras_vit.export":
+    # `python -m keras_vit.export FILE.tflite` is a command too: quiet as
+    # `keras-vit`, before keras_vit.export (runpy imports it next) imports
+    # TensorFlow, whose start-up lines are filtered out here.
+    from keras_vit import _console
+
+    _console.quiet()
+    _console.load_tensorflow()
+    del _console

@@ -156,6 +156,12 @@ def _missing_backend(error):
         ) from None
 
 
+def plural(count, noun, nouns=None):
+    """`"1 epoch"`, `"2 epochs"`, `"1,437 images"`: a count and its noun,
+    pluralised (`nouns`: the plural where it is not noun + "s")."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
 def json_dumps(obj):
     """Strict JSON (NaN and infinities written as null): what every
     `--json` line prints, so strict parsers can read a diverged run's."""
@@ -256,5 +262,38 @@ def error_message(error):
     return None
 
 
+class _Tracked:
+    """A text stream that notes whether its last write ended a line (a
+    Keras progress bar does not: it redraws its line after "\r")."""
+
+    def __init__(self, stream):
+        self._stream = stream
+
+    def write(self, text):
+        if text:
+            _state["mid_line"] = not text.endswith("\n")
+        return self._stream.write(text)
+
+    def __getattr__(self, name):
+        return getattr(self._stream, name)
+
+
+@contextlib.contextmanager
+def line_tracking():
+    """`sys.stdout` and `sys.stderr` note, for the block, whether the last
+    text written to either left its line open, so that `print_error`
+    starts on a fresh line instead of after a progress bar."""
+    saved = sys.stdout, sys.stderr
+    _state["mid_line"] = False
+    sys.stdout, sys.stderr = _Tracked(sys.stdout), _Tracked(sys.stderr)
+    try:
+        yield
+    finally:
+        sys.stdout, sys.stderr = saved
+
+
 def print_error(message, file=None):
-    print(f"{PROG}: error: {message}", file=file or sys.stderr)
+    """`keras-vit: error: MESSAGE` on stderr, on a line of its own (after a
+    line break when a progress bar left its line open)."""
+    fresh = "\n" if _state.get("mid_line") else ""
+    print(f"{fresh}{PROG}: error: {message}", file=file or sys.stderr)

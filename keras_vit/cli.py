@@ -16,7 +16,9 @@
     keras-vit quickstart [--json]
 
 Errors are one line on stderr, `keras-vit: error: <message>`, exit status 2
-(`--debug` adds the traceback). A `train` run that diverges (NaN/inf loss)
+(`--debug` adds the traceback), on a line of their own after a progress bar.
+An export that misses its bar prints its report (its JSON line with --json,
+`"passed": false`), then the error. A `train` run that diverges (NaN/inf loss)
 exits with status 1 after its JSON line (`"status": "diverged"`, nulls).
 TensorFlow is imported only by the commands that need it, after
 `keras_vit._console.quiet()` (`--verbose` keeps its logs).
@@ -35,7 +37,7 @@ from keras_vit._saving import check_keras_path as _check_model_file
 from keras_vit._saving import load_keras_model
 from keras_vit.training import quickstart
 from keras_vit.training.precision import compute_policy, warn_if_emulated
-from keras_vit.variants import ALL_VARIANTS
+from keras_vit.variants import ALL_VARIANTS, effective_patch_size
 from keras_vit.weights import registry
 
 # NumPy, TensorFlow, Keras and the keras_vit modules that load them are
@@ -66,6 +68,7 @@ def _variant_rows():
             "family": v.family,
             "official_name": v.official_name,
             "config": cfg,
+            "pixels_per_token": effective_patch_size(v.config)[0],
             "weights": registry.available_weights(v),
         })
     return rows
@@ -119,17 +122,21 @@ def cmd_models(args, out):
               file=out)
         return 0
     print("Models (keras_vit.<function>):", file=out)
-    print(f"  {'function':<10} {'variant':<9} {'patch':>5} {'hidden':>6} "
-          f"{'layers':>6} {'heads':>5} {'mlp':>5}  registered weights", file=out)
+    print(f"  {'function':<10} {'variant':<10} {'patch (grid cells)':>18} "
+          f"{'pixels per token':>16} {'hidden':>6} {'layers':>6} {'heads':>5} {'mlp':>5}  "
+          "registered weights", file=out)
     for row in variants:
         c = row["config"]
         depth = c.get("num_layers", c.get("num_blocks"))
         heads = c.get("num_heads", "-")
         mlp = c.get("mlp_dim", c.get("channels_mlp_dim"))
         name = ("Mixer-" if row["family"] == "mixer" else "") + row["variant"]
-        print(f"  {row['function']:<10} {name:<9} {c['patch_size']:>5} "
-              f"{c['hidden_size']:>6} {depth:>6} {heads:>5} {mlp:>5}  "
-              f"{', '.join(row['weights']) or '-'}", file=out)
+        print(f"  {row['function']:<10} {name:<10} {c['patch_size']:>18} "
+              f"{row['pixels_per_token']:>16} {c['hidden_size']:>6} {depth:>6} {heads:>5} "
+              f"{mlp:>5}  {', '.join(row['weights']) or '-'}", file=out)
+    print("  (patch: its side in cells of the grid the patch embedding reads: pixels, or for "
+          "a hybrid (R...) the ResNet stem's outputs;\n   pixels per token: patch x the "
+          "stem's stride, the 16 of B/16 and the 32 of R26+S/32)", file=out)
     print("\nCheckpoint families (weights=...):", file=out)
     for row in families:
         print(f"  {row['weights']:<30} {row['family']:<5} {row['resolution']:>3}px "
@@ -224,7 +231,8 @@ def cmd_download(args, out):
         print(_console.json_dumps(record), file=out)
     else:
         verb = "Already cached" if record["cached"] else "Downloaded"
-        print(f"{verb}: {path} ({record['bytes'] / 2**20:.1f} MiB, {len(params)} arrays, "
+        arrays = _console.plural(len(params), "array")
+        print(f"{verb}: {path} ({record['bytes'] / 2**20:.1f} MiB, {arrays}, "
               f"from {origin['url'] if origin else 'an unknown origin: no download record'})",
               file=out)
     return 0
@@ -479,10 +487,12 @@ def cmd_predict(args, out):
                 print(f"  {rank}. {row['label']:<40} {row['probability']:.4f}  "
                       f"(class {row['index']})", file=out)
     if skipped:
-        print(f"{_console.PROG}: skipped {len(skipped)} unreadable image file(s): "
+        print(f"{_console.PROG}: skipped {_console.plural(len(skipped), 'unreadable image file')}: "
               f"{', '.join(skipped)}", file=sys.stderr)
     if not results:
-        raise ValueError(f"None of the {len(paths)} image file(s) could be read.")
+        raise ValueError(f"None of the {_console.plural(len(paths), 'image file')} could be "
+                         "read." if len(paths) > 1 else f"The image file {paths[0]!r} could not "
+                         "be read.")
     return 0
 
 
@@ -621,10 +631,26 @@ def cmd_export(args, out):
         check_batch_size(args.batch_size, model_image_size(model), "--batch-size")
 
     common = dict(outputs=args.outputs, validation_data=args.validation,
-                  check=not args.no_check, verbose=not args.json,
+                  check=not args.no_check, verbose=False,
                   skip_corrupt=args.skip_corrupt,
                   **_optional(args, validation_split="validation_split",
                               num_validation="validation_samples", holdout="holdout"))
+    try:
+        report = _run_export(export, model, args, common)
+    except export.ExportVerificationError as error:  # the report still comes, then the error
+        _print_report(error.report, args, out)
+        raise
+    _print_report(report, args, out)
+    return 0
+
+
+def _print_report(report, args, out):
+    """The export's report on stdout: one JSON line with --json, else the table."""
+    print(report.to_json() if args.json else report, file=out)
+
+
+def _run_export(export, model, args, common):
+    """The `keras_vit.export` call of `--format`; returns its report."""
     if args.format == "saved_model":
         report = export.to_saved_model(model, args.out, resize=args.resize,
                                        top_k=args.top_k, **common)
@@ -644,9 +670,7 @@ def cmd_export(args, out):
                                   representative_data=args.calibration,
                                   batch_size=args.batch_size,
                                   metadata=not args.no_metadata, **common, **tflite)
-    if args.json:
-        print(report.to_json(), file=out)
-    return 0
+    return report
 
 
 def cmd_quickstart(args, out):
@@ -696,6 +720,13 @@ def _checked(check, parse):
     return convert
 
 
+def PATH(text):  # noqa: N802  (an argparse type, named as the others)
+    """An argparse type: a path that is not empty (`--out ""`)."""
+    if not text.strip():
+        raise argparse.ArgumentTypeError(f"must be a file or folder path, got {text!r}")
+    return text
+
+
 # `keras-vit train --ema` without a decay (it once meant --weights-ema).
 _BARE_EMA = object()
 POSITIVE_INT = _checked(_checks.positive_int, int)
@@ -718,10 +749,12 @@ def build_parser():
         prog="keras-vit", parents=[_global_flags(True)],
         description="Vision Transformers / MLP-Mixers with the official checkpoints.",
     )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                help="keras-vit COMMAND --help shows its options")
     flags = _global_flags(False)
 
     def add(name, **kw):
+        kw.setdefault("description", kw["help"][0].upper() + kw["help"][1:] + ".")
         return sub.add_parser(name, parents=[flags], **kw)
 
     for add_command in (_models_parser, _download_parser, _predict_parser, _explain_parser,
@@ -732,7 +765,11 @@ def build_parser():
 
 def _models_parser(add):
     """The `keras-vit models` subcommand and its flags."""
-    p = add("models", help="list model variants and checkpoint families")
+    p = add("models", help="list model variants and checkpoint families",
+            description="Lists the named models (keras_vit.<function>: patch, width, depth, "
+                        "heads, MLP, the weights registered for each), the checkpoint "
+                        "families (weights=...) and what weights='imagenet' loads. Reads "
+                        "no file and imports no TensorFlow.")
     p.add_argument("--json", action="store_true", help="one JSON document")
     p.set_defaults(func=cmd_models)
 
@@ -796,7 +833,9 @@ def _explain_parser(add):
     """The `keras-vit explain` subcommand and its flags."""
     p = add("explain", help="attention rollout, attention distance, position "
                             "embeddings and filters as PNG pictures")
-    p.add_argument("images", nargs="+", metavar="IMAGE")
+    p.add_argument("images", nargs="+", metavar="IMAGE",
+                   help="image files, or directories (their image files, recursively): "
+                        "the pictures of each are named after it")
     p.add_argument("--model", default="auto",
                    help="named model (ViTB16), 'auto' (the architecture the checkpoint "
                         "describes) or a .keras file")
@@ -806,8 +845,10 @@ def _explain_parser(add):
     p.add_argument("--weights-ema", "--ema", dest="ema", action="store_true",
                    help="with a PyTorch training checkpoint as --weights, its EMA weights "
                         "(state_dict_ema / model_ema)")
-    p.add_argument("--image-size", type=POSITIVE_INT, default=None)
-    p.add_argument("--out", required=True, help="folder for the PNG files")
+    p.add_argument("--image-size", type=POSITIVE_INT, default=None,
+                   help="input resolution in pixels (default: the checkpoint's; must "
+                        "match the input size of a .keras model that has a fixed one)")
+    p.add_argument("--out", required=True, type=PATH, help="folder for the PNG files")
     p.add_argument("--json", action="store_true", help="one JSON line listing the files")
     p.set_defaults(func=cmd_explain)
 
@@ -823,13 +864,27 @@ def _train_parser(add):
                    help="with a PyTorch training checkpoint as --weights, its EMA weights "
                         "(state_dict_ema / model_ema)")
     p.add_argument("--data", required=True, help="tfds:NAME, tfrecord:DIR_OR_GLOB, folder:DIR")
-    p.add_argument("--recipe", default="finetune", choices=["finetune", "augreg", "scratch"])
-    p.add_argument("--image-size", type=POSITIVE_INT)
-    p.add_argument("--batch-size", type=POSITIVE_INT, help="global batch size")
-    p.add_argument("--steps", type=POSITIVE_INT, help="total optimizer steps")
-    p.add_argument("--epochs", type=POSITIVE_INT)
-    p.add_argument("--steps-per-epoch", type=POSITIVE_INT)
-    p.add_argument("--learning-rate", type=POSITIVE_FLOAT)
+    p.add_argument("--recipe", default="finetune", choices=["finetune", "augreg", "scratch"],
+                   help="optimizer, schedule and defaults: finetune (SGD, the paper's "
+                        "fine-tuning; default), augreg (AdamW, AugReg pre-training) or "
+                        "scratch (AdamW, label smoothing 0.1: small data from scratch)")
+    p.add_argument("--image-size", type=POSITIVE_INT,
+                   help="training resolution in pixels (default: the recipe's, 384 for "
+                        "finetune, else 224; a .keras model with a fixed input size: that "
+                        "size)")
+    p.add_argument("--batch-size", type=POSITIVE_INT,
+                   help="global batch size (default: the recipe's; clipped to the "
+                        "training split)")
+    p.add_argument("--steps", type=POSITIVE_INT,
+                   help="length of the run in batches, all epochs together (give --steps "
+                        "or --epochs; --steps alone: as many epochs as it takes)")
+    p.add_argument("--epochs", type=POSITIVE_INT,
+                   help="length of the run in epochs, each the training split once unless "
+                        "--steps-per-epoch says otherwise (give --epochs or --steps)")
+    p.add_argument("--steps-per-epoch", type=POSITIVE_INT,
+                   help="batches per epoch (default: the training split once)")
+    p.add_argument("--learning-rate", type=POSITIVE_FLOAT,
+                   help="peak learning rate (default: the recipe's)")
     p.add_argument("--sam-rho", type=POSITIVE_FLOAT, help="train with SAM at this radius")
     p.add_argument("--lora", type=POSITIVE_INT, metavar="RANK",
                    help="LoRA fine-tuning: adapters of this rank; only they and the head "
@@ -848,7 +903,9 @@ def _train_parser(add):
                    help="named models: recompute each block's activations in the backward "
                         "pass (less memory, more time)")
     p.add_argument("--precision", default="float32",
-                   choices=["float32", "mixed_bfloat16", "mixed_float16"])
+                   choices=["float32", "mixed_bfloat16", "mixed_float16"],
+                   help="Keras dtype policy (default float32; mixed_bfloat16 on TPUs and "
+                        "recent CPUs/GPUs)")
     p.add_argument("--strategy", default="auto",
                    choices=["auto", "tpu", "multiworker", "mirrored", "default"],
                    help="TensorFlow backend: tf.distribute strategy")
@@ -862,9 +919,10 @@ def _train_parser(add):
     p.add_argument("--process-id", type=NON_NEGATIVE_INT,
                    help="JAX multi-process: this process, 0 .. N-1 (or "
                         "KERAS_DISTRIBUTION_PROCESS_ID)")
-    p.add_argument("--gradient-accumulation-steps", type=POSITIVE_INT)
+    p.add_argument("--gradient-accumulation-steps", type=POSITIVE_INT,
+                   help="batches per optimizer update (a larger effective batch)")
     p.add_argument("--preset", help="keras_vit.data preset (default: the recipe's)")
-    p.add_argument("--train-split", default="train")
+    p.add_argument("--train-split", default="train", help="split to train on (default train)")
     p.add_argument("--val-split", default=None,
                    help="default: 'validation' when the data has it, else 'test' (a folder: "
                         "its --holdout)")
@@ -873,8 +931,9 @@ def _train_parser(add):
     p.add_argument("--skip-corrupt", action="store_true",
                    help="skip corrupt image files instead of failing")
     p.add_argument("--data-dir", help="TFDS data directory")
-    p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0)
-    p.add_argument("--out", default="runs/keras_vit",
+    p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0,
+                   help="seed of the initialisation, shuffling and augmentation (default 0)")
+    p.add_argument("--out", default="runs/keras_vit", type=PATH,
                    help="run directory; a killed run resumes when the same command runs "
                         "again; a folder holding another or a finished run is refused")
     p.add_argument("--overwrite", action="store_true",
@@ -887,18 +946,27 @@ def _train_parser(add):
 
 def _evaluate_parser(add):
     """The `keras-vit evaluate` subcommand and its flags."""
-    p = add("evaluate", help="accuracy of a saved model; one JSON line")
-    p.add_argument("model_path", metavar="MODEL.keras")
-    p.add_argument("--data", required=True)
+    p = add("evaluate", help="accuracy of a saved model; one JSON line",
+            description="Accuracy and cross-entropy of a saved model on a split of a data "
+                        "source, as one JSON line. Its cross_entropy has no label "
+                        "smoothing, unlike train's val_loss (the training loss, with the "
+                        "recipe's label smoothing): the two differ.")
+    p.add_argument("model_path", metavar="MODEL.keras",
+                   help="the .keras model to evaluate (e.g. a run's model.keras)")
+    p.add_argument("--data", required=True,
+                   help="tfds:NAME, tfrecord:DIR_OR_GLOB or folder:DIR (its class names "
+                        "must be the model's)")
     p.add_argument("--split", default=None,
                    help="default: 'validation' when the data has it, else 'test'")
     p.add_argument("--holdout", type=FRACTION, default=None,
                    help="fraction of a folder held out (default 0.1, as in train)")
     p.add_argument("--skip-corrupt", action="store_true",
                    help="skip corrupt image files instead of failing")
-    p.add_argument("--image-size", type=POSITIVE_INT)
-    p.add_argument("--batch-size", type=POSITIVE_INT, default=64)
-    p.add_argument("--data-dir")
+    p.add_argument("--image-size", type=POSITIVE_INT,
+                   help="resolution in pixels (default: the model's input size)")
+    p.add_argument("--batch-size", type=POSITIVE_INT, default=64,
+                   help="images per batch (default 64)")
+    p.add_argument("--data-dir", help="TFDS data directory")
     p.add_argument("--json", action="store_true",
                    help="one JSON line (the output is always JSON)")
     p.set_defaults(func=cmd_evaluate)
@@ -907,8 +975,13 @@ def _evaluate_parser(add):
 def _export_parser(add):
     """The `keras-vit export` subcommand and its flags."""
     p = add("export", help="SavedModel, TFLite, ONNX, OpenVINO or a Hub folder for timm / "
-                           "transformers, verified against Keras")
-    p.add_argument("model_path", metavar="MODEL.keras")
+                           "transformers, verified against Keras",
+            description="Exports a saved model, runs the export on a sample of images and "
+                        "compares it with Keras. It prints its report (one JSON line with "
+                        "--json); an export that misses its bar is moved to "
+                        "<out>.rejected, its report printed all the same, and the command "
+                        "exits with status 2 (--no-check keeps it).")
+    p.add_argument("model_path", metavar="MODEL.keras", help="the .keras model to export")
     p.add_argument("--format", required=True,
                    choices=["saved_model", "tflite", "onnx", "openvino", *HUB_FORMATS],
                    help="timm, transformers: a Hugging Face Hub folder (config.json + "
@@ -916,8 +989,9 @@ def _export_parser(add):
                         "pretrained=True) or ViTForImageClassification.from_pretrained(DIR) "
                         "opens")
     p.add_argument("--quantize", default="none", choices=["none", "float16", "dynamic", "int8"],
-                   help="tflite: any; onnx: none|dynamic|int8; openvino: none|float16 "
-                        "(int8 needs --calibration)")
+                   help="weight quantization (default none). --format tflite: none, "
+                        "float16, dynamic or int8; onnx: none, dynamic or int8; openvino: "
+                        "none or float16; int8 (tflite, onnx) calibrates on --calibration")
     p.add_argument("--opset", type=POSITIVE_INT, default=None,
                    help="ONNX opset (default: tf2onnx's, 15)")
     p.add_argument("--calibration", help="int8 calibration images: a data source "
@@ -949,7 +1023,7 @@ def _export_parser(add):
     p.add_argument("--no-metadata", action="store_true",
                    help="TFLite: no TFLite Metadata (input normalization, labels inside) "
                         "in the file; MediaPipe's ImageClassifier needs it")
-    p.add_argument("--out", required=True,
+    p.add_argument("--out", required=True, type=PATH,
                    help="SavedModel directory, .tflite, .onnx or OpenVINO .xml file, or the "
                         "Hub folder (timm, transformers)")
     p.add_argument("--json", action="store_true", help="the report as one JSON line")
@@ -959,8 +1033,11 @@ def _export_parser(add):
 def _quickstart_parser(add):
     """The `keras-vit quickstart` subcommand and its flags."""
     p = add("quickstart", help="train a small ViT on the digits (offline)")
-    p.add_argument("--out", default="runs/quickstart")
-    p.add_argument("--epochs", type=POSITIVE_INT, default=40)
+    p.add_argument("--out", default="runs/quickstart", type=PATH,
+                   help="run folder: the digits, model.keras, the logs and the TFLite file "
+                        "(default runs/quickstart)")
+    p.add_argument("--epochs", type=POSITIVE_INT, default=40,
+                   help="training epochs (default 40: the README's number)")
     p.add_argument("--no-export", action="store_true", help="skip the TFLite export")
     p.add_argument("--json", action="store_true",
                    help="stdout: only the results' JSON line (progress goes to stderr)")
@@ -969,9 +1046,15 @@ def _quickstart_parser(add):
 def main(argv=None, out=None):
     """Runs the command; returns its exit status (0; 2 for an error; 1 for a
     diverged training run or an internal error)."""
-    out = out or sys.stdout
     args = build_parser().parse_args(argv)
     _console.quiet(verbose=args.verbose)
+    with _console.line_tracking():  # an error after a progress bar: on a line of its own
+        return _run(args, out or sys.stdout)
+
+
+def _run(args, out):
+    """`args.func(args, out)` with TensorFlow's native lines filtered out;
+    an exception becomes one line and an exit status (see `main`)."""
     try:
         # TensorFlow's C++ log lines (fd 2) are dropped for the whole command.
         with _console.filtered_stderr():

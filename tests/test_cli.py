@@ -32,6 +32,15 @@ def test_models_text_table():
     code, text, _ = run_cli("models")
     assert code == 0
     assert "ViTB16     B/16" in text and "augreg:<filename>" in text
+    # a hybrid's patch is in cells of the ResNet stem's grid: both columns, named
+    header, *rows = [line.split() for line in text.splitlines()[1:22]]
+    assert " patch (grid cells) pixels per token hidden " in text.splitlines()[1]
+    patch = {row[0]: (int(row[2]), int(row[3])) for row in rows if row[0][0] in "VRM"}
+    assert patch["RViTTi16"] == (8, 32) and patch["R50ViTB16"] == (1, 16)
+    assert patch["R26ViTS32"] == (1, 32) and patch["ViTB16"] == (16, 16)
+    code, text, _ = run_cli("models", "--json")
+    pixels = {row["function"]: row["pixels_per_token"] for row in json.loads(text)["models"]}
+    assert pixels["RViTTi16"] == 32 and pixels["MixerB16"] == 16
 
 
 def write_pngs(images, tmp_path):
@@ -175,8 +184,15 @@ def test_fit_progress_is_a_line_per_epoch_unless_on_a_terminal():
       "--calibration-samples", "0"],
      "argument --calibration-samples: must be a positive integer, got 0"),
     (["quickstart", "--epochs", "0"], "argument --epochs: must be a positive integer, got 0"),
+    # an empty path: not "[Errno 2] No such file or directory: ''"
+    (["train", "--data", "folder:x", "--out", ""],
+     "argument --out: must be a file or folder path, got ''"),
+    (["export", "m.keras", "--format", "tflite", "--out", " "],
+     "argument --out: must be a file or folder path, got ' '"),
+    (["explain", "a.png", "--out", ""], "argument --out: must be a file or folder path, got ''"),
+    (["quickstart", "--out", ""], "argument --out: must be a file or folder path, got ''"),
 ])
-def test_numeric_flags_are_checked_in_one_line(args, message):
+def test_numeric_and_path_flags_are_checked_in_one_line(args, message):
     result = run_cli(*args)
     command = args[0]
     assert result.code == 2
@@ -212,3 +228,47 @@ def test_an_unreadable_keras_file_is_called_unreadable_not_missing(tmp_path, con
     result = run_cli("evaluate", str(tmp_path / "absent.keras"), "--data", "folder:x")
     assert result.err_lines == [
         f"keras-vit: error: Model not found: {str(tmp_path / 'absent.keras')!r}."]
+
+
+# ------------------------------------------------------------ --help
+
+def test_every_command_has_a_description_and_every_argument_a_help_line():
+    """Walks the whole parser: each subcommand, each flag and positional
+    (argparse's own -h aside)."""
+    import argparse
+
+    from keras_vit.cli import build_parser
+
+    missing = []
+
+    def walk(parser, command):
+        for action in parser._actions:
+            if isinstance(action, argparse._HelpAction):
+                continue
+            name = "/".join(action.option_strings) or action.metavar or action.dest
+            if not (action.help or "").strip():
+                missing.append(f"{command}: {name} has no help")
+            if isinstance(action, argparse._SubParsersAction):
+                for sub_name, sub in action.choices.items():
+                    if not (sub.description or "").strip():
+                        missing.append(f"{command} {sub_name}: no description")
+                    walk(sub, f"{command} {sub_name}")
+
+    walk(build_parser(), "keras-vit")
+    assert missing == []
+
+
+@pytest.mark.parametrize("progress, fresh", [("\r 3/10 [=====>....] - loss: 0.52", "\n"),
+                                             ("Epoch 1/10\n", "")])
+def test_an_error_after_a_progress_bar_starts_on_a_fresh_line(monkeypatch, progress, fresh):
+    """A Keras progress bar leaves its line open ("\\r" redraws it): the
+    error line must not be glued to it."""
+    from keras_vit import cli
+
+    def command(args, out):
+        sys.stdout.write(progress)
+        raise ValueError("Something went wrong.")
+
+    monkeypatch.setattr(cli, "cmd_models", command)
+    code, _, err = run_cli("models")
+    assert (code, err) == (2, f"{fresh}keras-vit: error: Something went wrong.\n")

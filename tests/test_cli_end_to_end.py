@@ -114,6 +114,13 @@ def test_evaluate_reports_the_holdout_split(flat_run):
     assert evaluated["split"] == "validation" and evaluated["images"] == 6
     assert evaluated["accuracy"] == pytest.approx(flat_run["results"]["val_accuracy"],
                                                   abs=1e-6)
+    # two losses, each named: train's is the training loss (scratch: label smoothing 0.1)
+    assert "loss" not in evaluated and evaluated["cross_entropy"] > 0
+    assert evaluated["cross_entropy_is"] == (
+        "mean cross-entropy of the model's predictions and the true labels, without label "
+        "smoothing (train's val_loss adds the recipe's label smoothing)")
+    assert flat_run["results"]["val_loss_is"] == (
+        "the training loss on the validation images: cross-entropy with label smoothing 0.1")
 
 
 def test_int8_export_calibrates_on_every_class_and_verifies_on_the_holdout(flat_run,
@@ -164,10 +171,14 @@ def test_a_failed_export_check_leaves_nothing_at_the_final_path(flat_run, tmp_pa
     path = tmp_path / "m.tflite"
     code, out, err = run_cli(*["export", flat_run["results"]["model"], "--format", "tflite",
                               "--quantize", "dynamic", "--validation",
-                              f"folder:{flat_run['data']}", "--out", path])
+                              f"folder:{flat_run['data']}", "--out", path, "--json"])
     assert_one_line_error(code, err, "--no-check")
     assert not path.exists()
     assert os.path.exists(str(path) + ".rejected")
+    # --json: the report is on stdout too (not only in .rejected.json)
+    rejected = json.loads(out)
+    assert rejected["passed"] is False and rejected["path"] == str(path) + ".rejected"
+    assert rejected == json.loads(open(str(path) + ".rejected.json").read())
     assert [p.name for p in tmp_path.iterdir() if "tmp" in p.name] == []
     code, out, err = run_cli(*["export", flat_run["results"]["model"], "--format", "tflite",
                               "--quantize", "dynamic", "--validation",

@@ -102,6 +102,15 @@ def test_models_json_without_tensorflow():
     assert result.stdout.strip() == "False False"
 
 
+def test_the_export_module_command_is_as_quiet_as_keras_vit(tmp_path):
+    """`python -m keras_vit.export FILE.tflite` set up TensorFlow's logging
+    as `keras-vit` does (it showed TensorFlow's start-up lines)."""
+    missing = tmp_path / "none.tflite"
+    result = run_cli_process(missing, launcher="keras_vit.export", env=UNQUIET)
+    assert (result.returncode, result.stdout) == (2, "")
+    assert result.stderr == f"error: No such file or directory: {str(missing)!r}.\n"
+
+
 def test_console_script_is_installed():
     result = run_cli_process("models", "--json")
     assert result.returncode == 0, result.stderr
@@ -249,7 +258,7 @@ def test_predict_corrupt_file_fails_or_is_skipped(trained_model, tmp_path):
     data = json.loads(result.stdout)
     assert data["skipped"] == [str(bad)]
     assert [p["image"] for p in data["predictions"]] == [good]
-    assert result.stderr.strip() == f"keras-vit: skipped 1 unreadable image file(s): {bad}"
+    assert result.stderr.strip() == f"keras-vit: skipped 1 unreadable image file: {bad}"
 
 
 @pytest.mark.parametrize("backend, package", [("torch", "torch"), ("jax", "jax")])
@@ -278,6 +287,25 @@ def test_a_warning_is_printed_once_after_a_root_handler_appears():
     """)
     lines = [line for line in result.stderr.splitlines() if "once" in line]
     assert lines == ["keras_vit: once"], result.stderr
+
+
+def test_a_library_warning_is_printed_once_when_the_root_logger_has_a_handler(capsys):
+    """Outside the command (keras_vit propagates): once a library calls
+    `logging.basicConfig` (TensorFlow's SavedModel writer does), the root's
+    handler shows keras_vit's lines and keras_vit's own handler stays quiet."""
+    import logging
+
+    logging.getLogger("keras_vit").warning("alone")
+    assert capsys.readouterr().err == "keras_vit: alone\n"
+    root = logging.getLogger()
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(logging.BASIC_FORMAT))
+    root.addHandler(handler)
+    try:
+        logging.getLogger("keras_vit").warning("once")
+    finally:
+        root.removeHandler(handler)
+    assert capsys.readouterr().err == "WARNING:keras_vit:once\n"
 
 
 def test_json_lines_are_strict():

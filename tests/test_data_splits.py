@@ -91,6 +91,24 @@ def test_holdout_log_line_once(class_folder, caplog):
     assert len(lines) == 2 and "holding out 20% of each class (12 of 60 images" in lines[1]
 
 
+def test_holdout_says_the_real_fraction_when_rounding_changes_it(tmp_path, caplog):
+    """9 images, 3 a class: 10% of each class rounds to one image, 3 of 9."""
+    caplog.set_level(logging.INFO, logger="keras_vit")
+    root = str(tmp_path / "nine")
+    write_digit_folder(root, per_class=3)
+    _, train_src = files(f"folder:{root}", "train")
+    _, val_src = files(f"folder:{root}", "validation")
+    lines = [r.getMessage() for r in caplog.records if "holding out" in r.getMessage()]
+    assert lines == [
+        f"folder:{root} has no train/validation/test subfolders: holding out 33% of the "
+        "images, not 10% (3 of 9: 10% of each class rounded to whole images, at least one "
+        "of each class of 2 or more), chosen by a stable hash of each file's path, as the "
+        "validation split."]
+    assert train_src.description == (
+        f"folder:{root} (train: 10% of each class held out: 3 of 9 images, 33%)")
+    assert val_src.description == f"folder:{root} (validation: 10% holdout: 3 of 9 images, 33%)"
+
+
 def test_make_dataset_on_the_holdout(class_folder):
     dataset, info = data.make_dataset(f"folder:{class_folder}", "validation", image_size=8,
                                       batch_size=4, with_info=True)

@@ -297,7 +297,7 @@ def test_cli_train_on_jax_over_4_devices_reports_its_distribution(tmp_path):
     assert line["sam_rho"] == 0.05  # SAM's JAX train step, data parallel
     assert line["distribution"] == {"backend": "jax", "kind": "data", "devices": 4,
                                     "processes": 1, "mesh": {"batch": 4}}
-    assert "keras.distribution DataParallel (data), 4 replica(s)" in result.stderr
+    assert "keras.distribution DataParallel (data), 4 replicas" in result.stderr
     assert line["data"]["validation"]["images"] == 30
     # The saved model, reloaded in TensorFlow, scores the same
     # accuracy on the same 30 images: the padding counted for nothing.

@@ -509,3 +509,16 @@ def test_the_bounds_are_validated(monkeypatch, variable, value, message):
     with pytest.raises(ValueError) as info:
         download.fetch("http://127.0.0.1:9/never.npz", "never.npz")
     assert str(info.value) == message
+
+
+def test_a_url_without_a_host_or_a_file_name_is_said_plainly():
+    """`keras-vit download http://` said "download download from that URL"."""
+    code, out, err = run_cli("download", "http://")
+    assert (code, out) == (2, "")
+    assert err == ("keras-vit: error: The URL 'http://' names no host; give the "
+                   "checkpoint's whole URL, e.g. https://HOST/PATH/FILE.npz.\n")
+    hint = download.offline_hint("https://host.example/", "entry")
+    assert hint.startswith("download the file from that URL on a machine that can reach it")
+    assert hint.endswith("or pass weights='/path/to/the/file'")
+    assert "download model.npz from" in download.offline_hint("https://h.example/m/model.npz",
+                                                              "entry")

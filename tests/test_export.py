@@ -252,9 +252,16 @@ def test_a_failing_check_raises_and_keeps_the_file_aside(tmp_path):
     assert path.read_bytes() == b"model"  # a pass is not moved
 
 
-def test_report_prints_and_serialises(tmp_path):
-    report = export.to_tflite(tiny("token"), tmp_path / "m.tflite", latency_repeats=3,
-                              verbose=False)
+def test_report_prints_and_serialises(tmp_path, capsys, caplog):
+    """The library prints nothing (`print(report)` shows it once) and logs
+    one line; the CLI prints the report."""
+    with caplog.at_level("INFO", logger="keras_vit"):
+        report = export.to_tflite(tiny("token"), tmp_path / "m.tflite", latency_repeats=3)
+    assert capsys.readouterr().out == ""
+    assert [r.getMessage() for r in caplog.records if "passed its check" in r.getMessage()] == [
+        f"The tflite export (none) at {tmp_path / 'm.tflite'} passed its check "
+        f"({report.criteria}): max |diff| {report.max_abs_diff:.3g}, top-1 agreement "
+        "100.00% on 8 images (random pixels)."]
     text = str(report)
     assert "top-1 agreement with Keras  100.00%" in text and "built-in ops only" in text
     data = json.loads(report.to_json())

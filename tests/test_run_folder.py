@@ -75,7 +75,7 @@ def test_a_run_resumes_only_its_own_state(folders, tmp_path, monkeypatch):
 
     # run A again: resumes after epoch 2, and says so
     results = _train(folders, "X", out)
-    assert results["resumed"] and results["first_epoch_run_now"] == 2
+    assert results["resumed"] and results["first_epoch_run_now"] == 3
     assert results["summary"]["run"].startswith(
         f"resuming at epoch 3 of 4 of the run started {record['started']}")
     assert json.loads((out / "run.json").read_text())["status"] == "completed"
@@ -88,11 +88,15 @@ def test_a_run_resumes_only_its_own_state(folders, tmp_path, monkeypatch):
 
     # --overwrite: B starts afresh; nothing of A's run is left
     results = _train(folders, "Y", out, overwrite=True, epochs=1)
-    assert not results["resumed"] and results["first_epoch_run_now"] == 0
+    assert not results["resumed"] and results["first_epoch_run_now"] == 1
+    steps = results["summary"]["steps_per_epoch"]
+    assert (f" 1 epoch x {steps} steps = {steps} batches\n"
+            in trainer.format_summary(results["summary"]))  # not "1 epochs"
     assert results["best"]["epoch"] == 1
     assert json.loads((out / "best.keras.json").read_text()) == results["best"]
     log = (out / "log.csv").read_text().strip().splitlines()
-    assert len(log) == 2  # one header, one epoch: A's rows are gone
+    assert log[1:] and log[0].startswith("epoch,") and log[1].startswith("1,")
+    assert len(log) == 2  # one header, one epoch (counted from 1): A's rows are gone
     assert (out / "labels.txt").read_text().split("\n")[:3] == ["a", "b", "c"]
     for name in ("model.keras", "best.keras"):
         model = keras.saving.load_model(out / name)

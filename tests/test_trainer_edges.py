@@ -113,7 +113,7 @@ def test_a_run_of_one_update_moves_the_weights(folder, tmp_path):
 
 def test_a_run_that_changes_no_weight_fails_and_says_why(folder, tmp_path):
     with pytest.raises(ValueError, match=r"^Training changed no weight: the learning rate "
-                                         r"was 0 at every update \(3 update\(s\)\); "
+                                         r"was 0 at every update \(3 updates\); "
                                          r"model\.keras was not written\."):
         _train(folder, tmp_path / "zero", batch_size=4, learning_rate=1e-50)  # 0 in float32
     assert not (tmp_path / "zero" / "model.keras").exists()
@@ -128,7 +128,7 @@ def test_more_batches_per_update_than_the_run_has_is_refused_before_any_work(fol
                                                                             tmp_path):
     with pytest.raises(ValueError, match=(
             r"^gradient_accumulation_steps=100 batches per update, but the whole run has 3 "
-            r"batch\(es\): no optimizer update would happen; give at most 3")):
+            r"batches: no optimizer update would happen; give at most 3")):
         _train(folder, tmp_path / "gas", batch_size=4, gradient_accumulation_steps=100)
     assert not (tmp_path / "gas").exists()
 
@@ -279,12 +279,12 @@ def test_a_diverged_run_exits_1_with_strict_json_and_keeps_the_best_finite_epoch
     results = json.loads(stdout.strip().splitlines()[-1],
                          parse_constant=lambda c: pytest.fail(f"{c} in the JSON line"))
     assert results["status"] == "diverged"
-    assert results["diverged_at"] == {"epoch": 2, "batch": 2, "loss": None}
+    assert results["diverged_at"] == {"epoch": 2, "batch": 3, "loss": None}
     assert results["val_accuracy"] is None and results["model"] is None
     assert results["best"]["epoch"] == 1 and results["best_model"] == str(out / "best.keras")
     assert not (out / "model.keras").exists()
     assert err[-1] == (
-        "keras-vit: error: Training diverged: the loss became nan at epoch 2, batch 2; "
+        "keras-vit: error: Training diverged: the loss became nan at epoch 2, batch 3; "
         "model.keras was not written (its weights are not finite). "
         f"{out / 'best.keras'} holds epoch 1 (val_accuracy "
         f"{results['best']['value']:.4f}), the best before it. Try a lower "

@@ -225,8 +225,17 @@ def check_holdout(holdout):
                             "validation, e.g. 0.1")
 
 
-def _percent(holdout):
-    return f"{holdout * 100:.4g}%"
+def _percent(holdout, digits=4):
+    return f"{holdout * 100:.{digits}g}%"
+
+
+def _real_share(holdout, held, total):
+    """`": 3 of 9 images, 33%"` when holding out `holdout` of each class
+    (rounded per class, `holdout_count`) holds out another share of the
+    `total` images than `holdout` (to 2 significant digits); else ""."""
+    if not total or _percent(held / total, 2) == _percent(holdout, 2):
+        return ""
+    return f": {held:,} of {total:,} images, {_percent(held / total, 2)}"
 
 
 def stable_order(relative_paths):
@@ -378,11 +387,12 @@ def _list_class_layout(directory, source, subfolders, split, holdout):
             else:
                 files.append(path)
                 labels.append(label)
+    real = _real_share(holdout, held, total)  # "" when rounding kept the fraction
     if split == "train":
-        description = (f"{source} (train: {_percent(holdout)} of each class held out)"
+        description = (f"{source} (train: {_percent(holdout)} of each class held out{real})"
                        if held else f"{source} (train: all images, no holdout)")
     else:
-        description = f"{source} ({split}: {_percent(holdout)} holdout)"
+        description = f"{source} ({split}: {_percent(holdout)} holdout{real})"
         if holdout == 0:
             raise ValueError(
                 f"{source} has no split subfolders and holdout=0, so there is no held-out "
@@ -393,7 +403,15 @@ def _list_class_layout(directory, source, subfolders, split, holdout):
             raise ValueError(
                 f"{source} has no image to hold out for split {split!r}: every class has "
                 "fewer than 2 images.")
-    if held and (directory, holdout) not in _logged_holdouts:
+    if held and (directory, holdout) not in _logged_holdouts and real:
+        _logged_holdouts.add((directory, holdout))
+        logger.info(
+            "%s has no train/validation/test subfolders: holding out %s of the images, "
+            "not %s (%s of %s: %s of each class rounded to whole images, at least one of "
+            "each class of 2 or more), chosen by a stable hash of each file's path, as the "
+            "validation split.", source, _percent(held / total, 2), _percent(holdout),
+            f"{held:,}", f"{total:,}", _percent(holdout))
+    elif held and (directory, holdout) not in _logged_holdouts:
         _logged_holdouts.add((directory, holdout))
         logger.info(
             "%s has no train/validation/test subfolders: holding out %s of each class "

@@ -31,7 +31,7 @@ from keras_vit.export._images import export_images
 from keras_vit.export._labels import labels_beside, model_class_names
 from keras_vit.export._measure import compare, keras_latency_ms, median_ms
 from keras_vit.export._model import output_kind, reference_logits
-from keras_vit.export._report import ExportReport, evaluate, reject, warn_kept
+from keras_vit.export._report import ExportReport, evaluate, log_passed, reject, warn_kept
 
 
 def check_file_path(path, suffix, what, note=""):
@@ -212,6 +212,6 @@ def export_verified(fmt, sampling, *, check=True, verbose=True, latency_repeats=
             remove_path(leftover)
     if not passed:
         warn_kept(report)
-    if verbose:
-        print(report)
+    elif verbose:
+        log_passed(report)
     return report

@@ -7,7 +7,7 @@ import dataclasses
 import logging
 import os
 
-from keras_vit._console import json_dumps
+from keras_vit._console import json_dumps, plural
 from keras_vit.export._files import remove_path
 
 logger = logging.getLogger("keras_vit")
@@ -27,9 +27,9 @@ class ExportVerificationError(ValueError):
 
 
 def _describe_row(info):
-    text = f"{info['images']} images"
+    text = plural(info["images"], "image")
     if info.get("classes") is not None:
-        text += f", {info['classes']} classes"
+        text += f", {plural(info['classes'], 'class', 'classes')}"
     source = info.get("source")
     if info.get("split"):
         text += f" ({source}, split {info['split']!r})"
@@ -201,6 +201,13 @@ def reject(report, file=None):
         f"({report.criteria}): {_measured(report)}. Kept for inspection at {rejected} "
         f"(its report: {rejected}.json); pass check=False (keras-vit export: --no-check) "
         "to keep it", report)
+
+
+def log_passed(report):
+    """Logs (INFO) one line saying that the export passed its check and
+    where it is; the caller prints the report itself (`print(report)`)."""
+    logger.info("The %s export (%s) at %s passed its check (%s): %s.", report.format,
+                report.quantization, report.path, report.criteria, _measured(report))
 
 
 def warn_kept(report):

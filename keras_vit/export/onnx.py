@@ -464,7 +464,8 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
             largest |logit| above 1) and 100% top-1 agreement; dynamic
             >= 99%; int8 >= 97%. `check=False` still measures and reports,
             keeps the file and logs a warning.
-        verbose: print the report.
+        verbose: log one line (INFO, logger "keras_vit") when the export passes;
+            the report itself is returned (`print(report)` shows it).
 
     Returns:
         `ExportReport` (`opset`, `runtime`, size, calibration and

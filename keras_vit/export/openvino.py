@@ -303,7 +303,8 @@ def to_openvino(model: keras.Model, path: str | os.PathLike, *,
             >= 99%; and, where bf16 is measured, >= 99% at bf16.
             `check=False` still measures and reports, keeps the file and
             logs a warning.
-        verbose: print the report.
+        verbose: log one line (INFO, logger "keras_vit") when the export passes;
+            the report itself is returned (`print(report)` shows it).
 
     Returns:
         `ExportReport` (`runtime`, `bf16`, size of both files, validation

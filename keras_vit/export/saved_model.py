@@ -252,7 +252,8 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
             (x max |logit| above 1) or a top-1 class differs. `check=False`
             still measures and reports, keeps the SavedModel and logs a
             warning when the bar is missed.
-        verbose: print the report.
+        verbose: log one line (INFO, logger "keras_vit") when the export passes;
+            the report itself is returned (`print(report)` shows it).
         seed: the validation sampling seed.
         data_dir: TFDS data directory.
         holdout: the held-out fraction of a folder without split

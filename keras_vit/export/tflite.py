@@ -460,7 +460,8 @@ def to_tflite(model: keras.Model, path: str | os.PathLike, *, quantization: str 
             top-1 agreement; float16 / dynamic >= 99%; int8 >= 97%.
             `check=False` still measures and reports (`passed`, `criteria`),
             keeps the file and logs a warning when the bar is missed.
-        verbose: print the report.
+        verbose: log one line (INFO, logger "keras_vit") when the export passes;
+            the report itself is returned (`print(report)` shows it).
         seed: the sampling seed (calibration and validation samples).
         data_dir, holdout: a TFDS data directory; the held-out fraction of
             a folder without split subfolders.

@@ -47,6 +47,7 @@ from flatbuffers import number_types as N  # noqa: N812  the flatbuffers idiom
 from flatbuffers.table import Table
 
 from keras_vit import __version__, _compat
+from keras_vit._console import error_message
 from keras_vit import labels as labels_lib
 from keras_vit.export._model import model_classes
 from keras_vit.layers._utils import walk_layers
@@ -636,7 +637,7 @@ def main(argv=None):
     try:
         meta = read_tflite_metadata(argv[0])
     except (OSError, ValueError) as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {error_message(error)[0]}", file=sys.stderr)  # one line
         return 2
     if meta is None:
         print(f"{argv[0]}: no TFLite Metadata (exported with metadata=False, or by "

@@ -26,7 +26,7 @@ def _finite(value):
 
 class TerminateOnNaNWithAdvice(keras.callbacks.Callback):
     """Stops training on a NaN/inf loss and says what to try. After `fit`,
-    `stopped_at` is `(epoch, batch, loss)` of the first non-finite loss (or
+    `stopped_at` is `(epoch from 0, batch from 1, loss)` of the first non-finite loss (or
     None): the model's weights are then not to be trusted."""
 
     def __init__(self):
@@ -40,16 +40,23 @@ class TerminateOnNaNWithAdvice(keras.callbacks.Callback):
     def on_train_batch_end(self, batch, logs=None):
         loss = (logs or {}).get("loss")
         if loss is not None and not _finite(loss) and self.stopped_at is None:
-            self.stopped_at = (self._epoch, batch, float(loss))
+            self.stopped_at = (self._epoch, batch + 1, float(loss))  # batch from 1
             self.model.stop_training = True
-            print(
-                f"\nkeras_vit: loss became {loss} at epoch {self._epoch + 1}, batch {batch}; "
-                "training stopped. "
+            logger.warning(
+                "loss became %s at epoch %d, batch %d; training stopped. "
                 "Try: a lower learning rate (--learning-rate), a longer warmup, "
                 "gradient clipping (recipes clip the global norm at 1.0), "
                 "--precision float32 instead of mixed_float16, and check the "
-                "data for NaNs / labels out of range."
-            )
+                "data for NaNs / labels out of range.", loss, self._epoch + 1, batch + 1)
+
+
+class EpochLogger(keras.callbacks.CSVLogger):
+    """`keras.callbacks.CSVLogger` with the epochs counted from 1, as
+    `best.keras.json`, the results and the progress lines count them
+    (Keras' own CSVLogger writes 0 for the first epoch)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        super().on_epoch_end(epoch + 1, logs)
 
 
 class BestModelCheckpoint(keras.callbacks.Callback):
@@ -198,7 +205,8 @@ def default_callbacks(out, monitor="val_accuracy", model=None, ema=False):
     """BackupAndRestore (resume after a kill), the best model over the whole
     run, CSV and TensorBoard logs, NaN guard. Files under `out`:
     `backup/`, `best.keras` (and `best.keras.json`: its epoch and value),
-    `log.csv`, `tensorboard/`. `model`: what `best.keras` holds (default:
+    `log.csv` (one row per epoch; its `epoch` column counts from 1, as
+    `best.keras.json`), `tensorboard/`. `model`: what `best.keras` holds (default:
     the model being fit).
 
     `ema`: the optimizer keeps a moving average of the weights (`use_ema`):
@@ -213,7 +221,7 @@ def default_callbacks(out, monitor="val_accuracy", model=None, ema=False):
         *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema else []),
         BestModelCheckpoint(os.path.join(out, "best.keras"), monitor=monitor,
                             backup_dir=backup, model=model),
-        keras.callbacks.CSVLogger(os.path.join(out, "log.csv"), append=True),
+        EpochLogger(os.path.join(out, "log.csv"), append=True),
         TerminateOnNaNWithAdvice(),
     ]
     try:

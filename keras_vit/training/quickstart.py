@@ -76,6 +76,7 @@ def quickstart(out="runs/quickstart", epochs=40, verbose=1, export_tflite=True, 
                     overwrite=True)  # a demo: each run starts afresh
     results["test_accuracy"] = results.pop("val_accuracy")
     results["test_loss"] = results.pop("val_loss")
+    results["test_loss_is"] = results.pop("val_loss_is").replace("validation", "test")
     results["train_examples"], results["test_examples"] = counts["train"], counts["test"]
     results["parameters"] = int(model.count_params())
     if export_tflite:

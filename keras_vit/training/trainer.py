@@ -9,7 +9,6 @@ import math
 import os
 import shutil
 import stat
-import sys
 import time
 from collections.abc import Sequence
 
@@ -20,7 +19,7 @@ import tensorflow as tf
 import keras_vit
 from keras_vit import _checks, _compat
 from keras_vit import labels as labels_lib
-from keras_vit._console import json_dumps
+from keras_vit._console import plural
 from keras_vit._saving import (
     host_values,
     keras_input_shape,
@@ -252,25 +251,26 @@ def format_summary(summary):
     ]
     for kind in ("train", "validation"):
         row = d["data"][kind]
-        images = "unknown number of" if row["images"] is None else f"{row['images']:,}"
-        rows.append((kind, f"{images} images, {row['classes']} classes  "
+        images = ("unknown number of images" if row["images"] is None
+                  else plural(row["images"], "image"))
+        rows.append((kind, f"{images}, {plural(row['classes'], 'class', 'classes')}  "
                            f"[{row['description']}]"))
     rows += [
         ("preset", f"{d['preset']} ({d['preset_reason']})"),
         ("batch", f"{d['batch_size']} (global)"
-                  + (f", {d['gradient_accumulation_steps']} batches per update"
-                     if d.get("gradient_accumulation_steps") else "")),
-        ("steps", f"{d['epochs']} epochs x {d['steps_per_epoch']} steps = "
-                  f"{d['epochs'] * d['steps_per_epoch']:,} batches"),
+                  + (f", {plural(d['gradient_accumulation_steps'], 'batch', 'batches')} "
+                     "per update" if d.get("gradient_accumulation_steps") else "")),
+        ("steps", f"{plural(d['epochs'], 'epoch')} x {plural(d['steps_per_epoch'], 'step')} "
+                  f"= {plural(d['epochs'] * d['steps_per_epoch'], 'batch', 'batches')}"),
         ("optimizer", f"{d['recipe']} recipe: {d['optimizer']}, peak learning rate "
-                      f"{d['learning_rate']:g}, {d['warmup_steps']} warmup updates, "
+                      f"{d['learning_rate']:g}, {plural(d['warmup_steps'], 'warmup update')}, "
                       f"{d['decay']} decay" + (f", SAM rho {d['sam_rho']:g}"
                                                 if d.get("sam_rho") else "")
                       + (f", layer decay {d['layer_decay']:g}" if d.get("layer_decay")
                          else "")
                       + (f", weight EMA {d['ema']:g}" if d.get("ema") else "")),
         ("precision", d["precision"]),
-        ("strategy", f"{d['strategy']['name']}, {d['strategy']['replicas']} replica(s) on "
+        ("strategy", f"{d['strategy']['name']}, {plural(d['strategy']['replicas'], 'replica')} on "
                      f"{', '.join(d['strategy']['devices'])}"),
         ("output", d["out"]),
         ("run", d["run"]),
@@ -468,7 +468,8 @@ def train(
             and `model.keras` use the averaged weights.
 
     Returns:
-        dict with `status` (`"completed"`), `val_accuracy`, `val_loss`,
+        dict with `status` (`"completed"`), `val_accuracy`, `val_loss` (the
+        training loss: with the recipe's label smoothing; `val_loss_is` says it),
         `seconds`, `steps`, `epochs`, `data` (`{"train": {split, images,
         classes}, "validation": ...}`), `summary`, `skipped_corrupt`, the
         artifact paths and `best` (`{"monitor", "value", "epoch"}` of
@@ -612,9 +613,9 @@ def _schedule(info, batch_size, steps, epochs, steps_per_epoch, gradient_accumul
     if not updates:
         raise ValueError(
             f"gradient_accumulation_steps={gradient_accumulation_steps} batches per update, "
-            f"but the whole run has {total_steps} batch(es): no optimizer update would "
-            f"happen; give at most {total_steps} (--gradient-accumulation-steps), or more "
-            "steps or epochs.")
+            f"but the whole run has {plural(total_steps, 'batch', 'batches')}: no optimizer "
+            f"update would happen; give at most {total_steps} (--gradient-accumulation-steps), "
+            "or more steps or epochs.")
     return steps_per_epoch, epochs, updates
 
 
@@ -684,8 +685,7 @@ def _compiled_model(plan, info):
         scales = (layer_decay_scales(net, plan.layer_decay) if plan.layer_decay is not None
                   else None)
         trainable = SAMModel(net, rho=plan.sam_rho) if plan.sam_rho else net
-        smoothing = (plan.recipe.label_smoothing if plan.label_smoothing is None
-                     else plan.label_smoothing)
+        smoothing = _label_smoothing(plan)
         optimizer = make_optimizer(plan.recipe, plan.updates, plan.learning_rate,
                                    plan.gradient_accumulation_steps,
                                    learning_rate_scales=scales, ema=plan.ema)
@@ -699,6 +699,20 @@ def _compiled_model(plan, info):
                else {"metrics": ["accuracy"]}),
             jit_compile=plan.jit_compile)
     return net, trainable, optimizer
+
+
+def _label_smoothing(plan):
+    """The label smoothing the training loss uses: the argument, else the recipe's."""
+    return (plan.recipe.label_smoothing if plan.label_smoothing is None
+            else plan.label_smoothing)
+
+
+def val_loss_is(smoothing, split="validation"):
+    """What the results' `val_loss` is, in words (`evaluate`'s `cross_entropy`
+    has no label smoothing, so the two differ when `smoothing` > 0)."""
+    what = (f"with label smoothing {smoothing:g}" if smoothing
+            else "without label smoothing")
+    return f"the training loss on the {split} images: cross-entropy {what}"
 
 
 def _summary(plan, net, datasets, strategy_row, distribution_row, folder):
@@ -745,8 +759,8 @@ def _fit_and_save(plan, datasets, folder):
     _check_free_space(out, net, plan.recipe)
     summary = _summary(plan, net, datasets, strategy_row, distribution_row, folder)
     if plan.verbose:
-        print(f"keras-vit train: {summary['model']} on {plan.data}\n"
-              f"{format_summary(summary)}", file=sys.stderr, flush=True)
+        logger.info("training %s on %s\n%s", summary["model"], plan.data,
+                    format_summary(summary))
     callbacks = default_callbacks(out, model=net, ema=plan.ema is not None)
     nan_guard = next(c for c in callbacks if isinstance(c, TerminateOnNaNWithAdvice))
     best = next(c for c in callbacks if isinstance(c, BestModelCheckpoint))
@@ -780,10 +794,11 @@ def _fit_and_save(plan, datasets, folder):
     results = {
         "status": "completed",
         "val_accuracy": float(val_accuracy), "val_loss": float(val_loss),
+        "val_loss_is": val_loss_is(_label_smoothing(plan)),
         "seconds": round(time.perf_counter() - plan.start, 1),
         "epochs": plan.epochs, "steps_per_epoch": plan.steps_per_epoch,
-        "epochs_run_now": len(history.epoch), "first_epoch_run_now":
-            history.epoch[0] if history.epoch else None,
+        "epochs_run_now": len(history.epoch), "first_epoch_run_now":  # counted from 1
+            history.epoch[0] + 1 if history.epoch else None,
         "resumed": bool(folder.resumed_epoch), "run_record": os.path.join(out, "run.json"),
         "model": final, "best_model": best.path, "best": best.best,
         "log": os.path.join(out, "log.csv"), "labels": labels_path,
@@ -909,10 +924,10 @@ def _unmoved_message(optimizer, updates, model):
     except Exception:  # noqa: BLE001  (another schedule: its current value)
         peak = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
     if peak == 0:
-        why = f"the learning rate was 0 at every update ({updates} update(s))"
+        why = f"the learning rate was 0 at every update ({plural(updates, 'update')})"
     else:
-        why = (f"{updates} optimizer update(s) at a peak learning rate of {peak:g} were too "
-               "small to change any float32 weight")
+        why = (f"{plural(updates, 'optimizer update')} at a peak learning rate of {peak:g} "
+               f"{'was' if updates == 1 else 'were'} too small to change any float32 weight")
     return (f"Training changed no weight: {why}; model.keras was not written. Give a "
             "larger --learning-rate, or more steps or epochs.")
 
@@ -1052,9 +1067,15 @@ def _check_classes(model, info, data, names_must_match=True):
         logger.warning("%s; training gives the model the data's class names.", message)
 
 
+# What `evaluate`'s `cross_entropy` is (train's `val_loss` is the training loss).
+CROSS_ENTROPY_IS = ("mean cross-entropy of the model's predictions and the true labels, "
+                    "without label smoothing (train's val_loss adds the recipe's label "
+                    "smoothing)")
+
+
 def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
              data_dir=None, skip_corrupt=False, holdout=0.1):
-    """Accuracy and loss of a saved model on a data source's split.
+    """Accuracy and cross-entropy of a saved model on a data source's split.
 
     `split=None`: `validation` when the data has it, else `test` (a folder
     of class subfolders: its deterministic holdout). The model's class count
@@ -1064,7 +1085,7 @@ def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
     Example:
 
     >>> keras_vit.training.evaluate("runs/x/model.keras", "folder:data")  # doctest: +SKIP
-    {'accuracy': 0.98, 'loss': 0.07, ...}
+    {'accuracy': 0.98, 'cross_entropy': 0.07, 'cross_entropy_is': 'mean cross-entropy ...', ...}
     """
     model = load_keras_model(model_path)
     size = image_size or model.input_shape[1]
@@ -1084,11 +1105,9 @@ def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
     except Exception as error:
         _raise_data_error(error)
         raise
-    return {"accuracy": float(accuracy), "loss": float(loss), "model": str(model_path),
+    return {"accuracy": float(accuracy), "cross_entropy": float(loss),
+            "cross_entropy_is": CROSS_ENTROPY_IS, "model": str(model_path),
             "data": data, "split": split, "images": info.num_examples,
             "classes": info.num_classes,
             "skipped_corrupt": info.skipped_corrupt if skip_corrupt else None}
 
-
-def print_json_line(results):
-    print(json_dumps(results))

@@ -64,6 +64,7 @@ import shutil
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import filelock
@@ -278,11 +279,16 @@ def offline_hint(url, filename):
     """What to do without access to `url`: the server's file name, and the
     exact cache path to copy it to (what `keras-vit download --print-url`
     prints too)."""
-    name = registry.bucket_file_name(url)
+    path = urllib.parse.unquote(urllib.parse.urlsplit(url).path)
+    if path.rstrip("/").rsplit("/", 1)[-1]:  # the server names the file
+        name = registry.bucket_file_name(url)
+        what, local = name, f"/path/to/{name}"
+    else:  # (bucket_file_name calls it "download": not "download download")
+        what, local = "the file", "/path/to/the/file"
     return (
-        f"download {name} from that URL on a machine that can reach it and copy "
+        f"download {what} from that URL on a machine that can reach it and copy "
         f"it to {cache_path(filename)} (where this finds it), or pass "
-        f"weights='/path/to/{name}'"
+        f"weights='{local}'"
     )
 
 

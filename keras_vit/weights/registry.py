@@ -185,6 +185,9 @@ def url_cache_name(url):
     """
     canonical = urllib.parse.urldefrag(official_url(url))[0]
     parts = urllib.parse.urlsplit(canonical)
+    if not parts.hostname:
+        raise ValueError(f"The URL {url!r} names no host; give the checkpoint's whole URL, "
+                         "e.g. https://HOST/PATH/FILE.npz.")
     name = bucket_file_name(canonical)
     if canonical.startswith(OFFICIAL_BASE_URL + "/") and not parts.query:
         folder = urllib.parse.unquote(parts.path).strip("/").rpartition("/")[0]
