@@ -237,13 +237,15 @@ def test_attention_scores_and_attention_dropout_take_the_fused_path(monkeypatch)
 
 
 @pytest.mark.backends
-def test_auto_attention_is_fused_on_the_cpu_and_dot_product_on_accelerators(monkeypatch):
-    assert _fused.accelerator() == "cpu"
-    assert not _fused.uses_dot_product_attention("auto")
-    assert _fused.uses_dot_product_attention("dot_product")
-    assert not _fused.uses_dot_product_attention("fused")
-    monkeypatch.setattr(_fused, "accelerator", lambda: "gpu")
+def test_auto_attention_takes_what_measured_faster(monkeypatch):
+    """What measured faster (docs/performance/accelerator.md)."""
     backend = keras.backend.backend()
+    assert _fused.accelerator() == "cpu"
+    for training in (False, True):
+        assert _fused.uses_dot_product_attention("auto", training) == (backend == "torch")
+        assert _fused.uses_dot_product_attention("dot_product", training)
+        assert not _fused.uses_dot_product_attention("fused", training)
+    monkeypatch.setattr(_fused, "accelerator", lambda: "gpu")
     assert _fused.uses_dot_product_attention("auto") == (backend in ("jax", "torch"))
     assert _fused.uses_dot_product_attention("auto", training=True) == (backend == "torch")
     with pytest.raises(ValueError, match=r"Unknown attention='flash'; allowed: "

@@ -169,25 +169,31 @@ def uses_dot_product_attention(attention, training=False):
     """Whether `attention` ("auto", "fused", "dot_product") computes with
     `keras.ops.dot_product_attention` on this backend and device.
 
-    "auto" takes what measured faster (`benchmarks/accelerator.py`,
-    `docs/performance/accelerator.md`; ViT-B/16 and L/16, bfloat16, one
-    H100):
+    "auto" takes what measured faster (`benchmarks/accelerator.py`;
+    `docs/performance/accelerator.md`: ViT-B/16 and L/16, bfloat16, batch
+    128, one H100; `docs/performance/attention_cpu.json`: ViT-S/16, float32,
+    batch 8, 2 CPU cores):
 
-    - torch on a GPU: `dot_product` (PyTorch's `scaled_dot_product_attention`
-      trained ViT-B/16 1.56x faster in less memory; inference tied);
+    - torch: `dot_product` (PyTorch's `scaled_dot_product_attention`): on
+      the GPU it trained 1.56x faster in 28% less memory, on the CPU 1.12x,
+      and inferred 1.2x faster on the CPU (GPU inference: a tie within
+      that run's noise);
     - JAX on a GPU or TPU: `dot_product` for inference (cuDNN flash
-      attention, 1.27-1.36x), the explicit path for training (XLA's fusion of
-      it trained 1.10-1.15x faster than the cuDNN kernels' backward pass);
-    - TensorFlow, and every CPU: the explicit `softmax_attention` (oneDNN
-      fuses it on CPU; TensorFlow's `dot_product_attention` is the same
-      einsum-softmax-einsum).
+      attention, 1.16-1.36x), the explicit path for training (XLA's fusion
+      of it trained 1.10-1.15x faster than the cuDNN kernels' backward
+      pass); JAX on the CPU: the explicit path (`dot_product` took 1.8x as
+      long);
+    - TensorFlow: the explicit path (oneDNN fuses it on CPU; TensorFlow's
+      `dot_product_attention` is the same einsum-softmax-einsum, a tie).
+
+    TPUs are not measured: they follow the JAX GPU rule.
     """
     if attention != "auto":
         return attention == "dot_product"
     backend = keras.backend.backend()
-    if backend not in ("jax", "torch") or accelerator() not in ("gpu", "tpu"):
-        return False
-    return backend == "torch" or not training
+    if backend == "torch":
+        return True
+    return backend == "jax" and not training and accelerator() in ("gpu", "tpu")
 
 
 def dot_product_attention(qkv, tokens, num_heads):

@@ -63,8 +63,8 @@ class TransformerBlock(keras.layers.Layer):
             has them, which never materialise the weights), or `"auto"`
             (the default): what measured faster on the backend and device
             (`keras_vit.layers._fused.uses_dot_product_attention`:
-            `"dot_product"` on torch on a GPU, and on JAX on a GPU or TPU for
-            inference; else `"fused"`). Calls
+            `"dot_product"` on torch, and for inference on JAX on a GPU or
+            TPU; else `"fused"`). Calls
             with `return_attention_scores=True`, and training calls with
             attention dropout, always use `"fused"`. Saved in the config.
 

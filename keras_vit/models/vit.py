@@ -185,8 +185,8 @@ def VisionTransformer(
         attention: how the blocks compute attention, the same function
             each way (`TransformerBlock(attention=...)`): `"auto"` (the
             default: `keras.ops.dot_product_attention`'s flash-attention
-            kernels where they measured faster, on torch on a GPU and for
-            inference on JAX on a GPU or TPU; the explicit oneDNN-fused path
+            kernels where they measured faster: on torch, and for inference
+            on JAX on a GPU or TPU; the explicit oneDNN-fused path
             elsewhere), `"dot_product"` or `"fused"`.
             Saved in the blocks' configs.
 
