@@ -76,7 +76,7 @@ def test_named_function_passes_regularization_and_rejects_unknown_kwargs():
     with pytest.raises(TypeError, match=re.escape(
             "ViTB16() got unexpected keyword arguments ['num_layers']; allowed besides "
             "the keras.applications ones: ['dropout_rate', 'attention_dropout_rate', "
-            "'drop_path_rate', 'classifier', 'representation_size'].")):
+            "'drop_path_rate', 'classifier', 'representation_size', 'attention'].")):
         keras_vit.ViTB16(num_layers=3)
 
 

@@ -64,24 +64,10 @@ def emulated_message(policy, flags, advice=""):
 
 def backend_runs_on_cpu():
     """Whether Keras' backend computes on the CPU here (no GPU or TPU that
-    it would use)."""
-    import keras
+    it would use; `keras_vit.layers._fused.accelerator`)."""
+    from keras_vit.layers._fused import accelerator
 
-    backend = keras.backend.backend()
-    if backend == "jax":
-        import jax
-
-        return jax.default_backend() == "cpu"
-    if backend == "torch":
-        import torch
-
-        return not torch.cuda.is_available()
-    if backend == "tensorflow":
-        import tensorflow as tf
-
-        return not (tf.config.list_logical_devices("GPU")
-                    or tf.config.list_logical_devices("TPU"))
-    return False
+    return accelerator() == "cpu"
 
 
 def warn_if_emulated(policy, advice="", flags=None):
