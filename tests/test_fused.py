@@ -180,7 +180,8 @@ def _value_and_gradient(block, x):
                                         x, training=True)
             return (y.astype("float32") * weights).sum(), y
 
-        (_, y), grads = jax.value_and_grad(loss, argnums=(0, 1), has_aux=True)(x, values)
+        (_, y), grads = jax.jit(jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(
+            x, values)
         return np.asarray(y), [np.asarray(grads[0])] + [np.asarray(g) for g in grads[1]]
     import torch
 
