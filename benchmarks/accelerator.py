@@ -396,6 +396,11 @@ def add_mfu(row, spec, image_size, peak_tflops):
             row[mode]["mfu"] = tflops / peak_tflops
 
 
+def _figure(mode_row, key, scale=1, unit=""):
+    """A measured figure for the table, blank where the mode was not run."""
+    return f"{scale * mode_row[key]:.1f}{unit}" if key in mode_row else ""
+
+
 def table(report):
     lines = ["| model | framework | attention | train img/s | train MFU | infer img/s "
              "| peak memory GB | train ÷ timm-compile |",
@@ -412,8 +417,8 @@ def table(report):
                      if reference and train else "")
             lines.append(
                 f"| {model} | {framework} | {row.get('attention_ran', '')} "
-                f"| {train.get('images_per_s', 0):.1f} | {100 * train.get('mfu', 0):.1f}% "
-                f"| {infer.get('images_per_s', 0):.1f} | {memory or 0:.1f} | {ratio} |")
+                f"| {_figure(train, 'images_per_s')} | {_figure(train, 'mfu', 100, '%')} "
+                f"| {_figure(infer, 'images_per_s')} | {memory or 0:.1f} | {ratio} |")
     return "\n".join(lines)
 
 
