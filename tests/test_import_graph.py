@@ -45,6 +45,9 @@ LAZY = {
                                      "at load (it shadows its module's name), and "
                                      "`import keras_vit` loads `keras_vit.training` "
                                      "without TensorFlow",
+    "keras_vit.training.precision": "`keras_vit.cli` imports it at load (`predict`'s "
+                                    "emulated-precision warning); asking where the backend "
+                                    "computes loads Keras",
 }
 HEAVY = {"tensorflow", "keras", "numpy", "scipy", "jax", "torch"}
 
