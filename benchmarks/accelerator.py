@@ -235,21 +235,13 @@ def timm_worker(args):
 
 
 def import_timm():
-    """timm, with the tests' torchvision stand-in where torchvision does not
-    import (no CPU wheel here)."""
-    try:
-        import torchvision
+    """timm and torchvision's version ("stub": the tests' stand-in, where
+    torchvision does not import; no CPU wheel here)."""
+    sys.path.insert(0, os.path.join(HERE, "..", "tests"))
+    from torch_libraries import import_timm as timm_with_torchvision
 
-        version = torchvision.__version__
-    except Exception:  # noqa: BLE001  a missing or mismatched wheel
-        sys.path.insert(0, os.path.join(HERE, "..", "tests"))
-        from torch_libraries import install_torchvision_stub
-
-        install_torchvision_stub()
-        version = "stub"
-    import timm
-
-    return timm, version
+    timm = timm_with_torchvision()
+    return timm, getattr(sys.modules["torchvision"], "__version__", "stub")
 
 
 def device_report(backend):

@@ -138,6 +138,19 @@ def check_values(config, values, where):
                 f"{where!r}: {key} is {shown(node[leaf])}; expected {expected}.")
 
 
+def check_agrees(where, key, value, agrees, weights):
+    """Raises `disagreement(...)` when config value `value` (of `key`; None:
+    absent, not checked) fails `agrees(value)`; `weights` says what the
+    weights hold instead."""
+    if value is not None and not agrees(value):
+        raise disagreement(where, key, value, weights)
+
+
+def pair(size):
+    """A config's patch size (an int, or [height, width]) as a tuple."""
+    return tuple(size) if isinstance(size, list) else (size, size)
+
+
 def disagreement(where, key, value, weights):
     """The error for a config value the weights contradict: `weights` says
     what they hold instead."""

@@ -401,10 +401,6 @@ def check_architecture(config, keys, where):
             f"hold {held}; the file and the weights must describe the same model.")
 
 
-def _pair(size):
-    return tuple(size) if isinstance(size, list) else (size, size)
-
-
 def check_config(config, state, arch, where):
     """Raises `CorruptCheckpointError` when a value of config.json (`where`)
     contradicts the weights: the width, depth, patch, MLP width, a head
@@ -417,14 +413,13 @@ def check_config(config, state, arch, where):
     depth = arch["num_blocks" if mixer else "num_layers"]
 
     def check(key, value, agrees, held):
-        if value is not None and not agrees(value):
-            raise cv.disagreement(where, key, value, held)
+        cv.check_agrees(where, key, value, agrees, held)
 
     check("model_args.embed_dim", args.get("embed_dim"), lambda v: v == width,
           f"width {width} ({proj} has {width} output channels)")
     check(f"model_args.{depth_key}", args.get(depth_key), lambda v: v == depth,
           f"{depth} blocks (blocks.0 to blocks.{depth - 1})")
-    check("model_args.patch_size", args.get("patch_size"), lambda v: _pair(v) == patch,
+    check("model_args.patch_size", args.get("patch_size"), lambda v: cv.pair(v) == patch,
           f"{patch[0]}x{patch[1]} patches ({proj} has a {patch[0]}x{patch[1]} kernel)")
     if not mixer:
         mlp, heads = arch["mlp_dim"], args.get("num_heads")

@@ -268,8 +268,7 @@ def check_config(config, state, arch, where):
     proj = "embeddings.patch_embeddings.projection.weight"
 
     def check(key, value, agrees, held):
-        if value is not None and not agrees(value):
-            raise cv.disagreement(where, key, value, held)
+        cv.check_agrees(where, key, value, agrees, held)
 
     check("hidden_size", config.get("hidden_size"), lambda v: v == width,
           f"width {width} ({proj} has {width} output channels)")
@@ -278,7 +277,7 @@ def check_config(config, state, arch, where):
     check("intermediate_size", config.get("intermediate_size"), lambda v: v == mlp,
           f"an MLP of width {mlp} (encoder.layer.0.intermediate.dense.weight has {mlp} rows)")
     check("patch_size", config.get("patch_size"),
-          lambda v: (tuple(v) if isinstance(v, list) else (v, v)) == patch,
+          lambda v: cv.pair(v) == patch,
           f"{patch[0]}x{patch[1]} patches ({proj} has a {patch[0]}x{patch[1]} kernel)")
     check("num_attention_heads", heads, lambda v: width % v == 0,
           f"width {width} ({proj} has {width} output channels), which {heads} heads "
