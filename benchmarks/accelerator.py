@@ -12,9 +12,16 @@ once per process; one framework's allocator never holds another's memory):
   SparseCategoricalCrossentropy(from_logits=True))`, XLA-compiled on JAX
   and TensorFlow (`jit_compile=True`), eager on torch. Inference:
   `predict_on_batch`. `--attention` sets the blocks' attention
-  implementation (`auto`: `keras.ops.dot_product_attention`'s
-  flash-attention kernels on JAX and torch on a GPU, the explicit path
-  elsewhere); each row says which one ran.
+  implementation (`auto`: flash-attention kernels on a GPU, cuDNN's on JAX
+  and PyTorch's SDPA on torch; the explicit path on TensorFlow and on a
+  CPU under JAX); each row says which one ran.
+- `official-flax`: the official flax ViT block as a JAX peer (see
+  `official_flax_worker`; `--vit-jax` names a checkout of
+  google-research/vision_transformer).
+
+`--profile DIR` traces 3 JAX training steps (keras_vit-jax with `--loop
+stateless`, official-flax) and writes, per row, the compiled HLO, the trace
+and `benchmarks/jax_profile.py`'s summary of where the device time goes.
 - `timm-eager`, `timm-compile`: timm's `VisionTransformer` of the same
   configuration (`vit_base_patch16_224`, `vit_large_patch16_224`), float32
   weights under `torch.autocast(bfloat16)` (its AMP recipe), forward +
@@ -63,7 +70,7 @@ sys.path.insert(0, HERE)
 from bench_models import gflop_of  # noqa: E402  (the benchmarks' shared FLOP count)
 
 FRAMEWORKS = ("keras_vit-jax", "keras_vit-tf", "keras_vit-torch", "timm-eager",
-              "timm-compile")
+              "timm-compile", "official-flax")
 BACKENDS = {"keras_vit-jax": "jax", "keras_vit-tf": "tensorflow", "keras_vit-torch": "torch"}
 MODELS = {
     "vit_s16": dict(family="vit", hidden=384, layers=12, heads=6, mlp=1536),
@@ -141,6 +148,9 @@ def keras_worker(args):
                 else lambda: model.train_on_batch(x, y))
         timings["train"] = timed_rounds(step, args.warmup, args.rounds, args.steps)
         result["loop"] = args.loop
+        if args.profile and args.loop == "stateless":
+            result["profile"] = profile_summary(
+                step, args, f"{args.framework}_{result['attention_ran']}")
     result.update(device_report(BACKENDS[args.framework]))
     return timings, result
 
@@ -176,7 +186,111 @@ def jax_stateless_step(model, x, y):
         *state[:], loss = step(*state, x, y)
         loss.block_until_ready()
 
+    call.compiled_text = lambda: step.lower(*state, x, y).compile().as_text()
     return call
+
+
+def official_flax_worker(args):
+    """The official ViT block, `vit_jax.models_vit.Encoder1DBlock` (flax,
+    google-research/vision_transformer; `--vit-jax` names a checkout) with
+    `dtype=bfloat16`, in a ViT of the model's configuration: a 16x16 patch
+    convolution, class token and position embeddings, the blocks, the final
+    LayerNorm and a float32 head, as keras_vit's. The residual stream is
+    cast to the compute dtype before the blocks, as Keras' mixed policy does
+    (the official `Encoder` keeps it in float32 because its position
+    embeddings are float32). AdamW as Keras' (lr 1e-4, weight decay 0.004,
+    epsilon 1e-7), one `jax.jit` step with its state donated: a JAX peer
+    that no one here wrote the block of."""
+    import jax
+    import jax.numpy as jnp
+
+    sys.path.insert(0, os.path.abspath(args.vit_jax or os.environ.get("VIT_JAX", ".")))
+    try:
+        import flax
+        import flax.linen as nn
+        from vit_jax import models_vit
+    except ModuleNotFoundError as error:
+        raise ModuleNotFoundError(error.msg, name=f"{error.name} (--vit-jax: a checkout of "
+                                  "google-research/vision_transformer)") from error
+
+    spec = MODELS[args.model]
+    dtype = jnp.bfloat16 if args.dtype == "bfloat16" else jnp.float32
+
+    class ViT(nn.Module):
+        @nn.compact
+        def __call__(self, images, train):
+            x = (images.astype(dtype) - 127.5) / 127.5
+            x = nn.Conv(spec["hidden"], (PATCH, PATCH), strides=(PATCH, PATCH),
+                        padding="VALID", dtype=dtype, name="embedding")(x)
+            n, h, w, c = x.shape
+            x = x.reshape(n, h * w, c)
+            cls = self.param("cls", nn.initializers.zeros, (1, 1, c))
+            x = jnp.concatenate([jnp.tile(cls.astype(dtype), (n, 1, 1)), x], axis=1)
+            position = self.param("pos_embedding", nn.initializers.normal(0.02),
+                                  (1, h * w + 1, c))
+            x = (x + position).astype(dtype)
+            for i in range(spec["layers"]):
+                x = models_vit.Encoder1DBlock(
+                    mlp_dim=spec["mlp"], num_heads=spec["heads"], dtype=dtype,
+                    dropout_rate=0.0, attention_dropout_rate=0.0,
+                    name=f"encoderblock_{i}")(x, deterministic=not train)
+            x = nn.LayerNorm(name="encoder_norm")(x)
+            return nn.Dense(CLASSES, name="head")(x[:, 0])
+
+    model = ViT()
+    images, labels = random_batch(args.batch, args.image_size)
+    x, y = jnp.asarray(images), jnp.asarray(labels)
+    params = jax.jit(lambda: model.init(jax.random.PRNGKey(0), x[:1], train=False))()
+    state = [params, (jax.tree.map(jnp.zeros_like, params),
+                      jax.tree.map(jnp.zeros_like, params), jnp.zeros((), jnp.int32))]
+
+    def loss_of(params, x, y):
+        logits = model.apply(params, x, train=True).astype(jnp.float32)
+        return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], 1))
+
+    def step(params, optimizer, x, y):
+        loss, grads = jax.value_and_grad(loss_of)(params, x, y)
+        m, v, t = optimizer
+        t = t + 1
+        m = jax.tree.map(lambda m, g: 0.9 * m + 0.1 * g, m, grads)
+        v = jax.tree.map(lambda v, g: 0.999 * v + 0.001 * g * g, v, grads)
+        rate = 1e-4 * jnp.sqrt(1 - 0.999 ** t) / (1 - 0.9 ** t)
+        params = jax.tree.map(lambda p, m, v: p - 1e-4 * 0.004 * p
+                              - rate * m / (jnp.sqrt(v) + 1e-7), params, m, v)
+        return params, (m, v, t), loss
+
+    step = jax.jit(step, donate_argnums=(0, 1))
+    infer = jax.jit(lambda params, x: model.apply(params, x, train=False))
+
+    def train():
+        *state[:], loss = step(*state, x, y)
+        loss.block_until_ready()
+
+    train.compiled_text = lambda: step.lower(*state, x, y).compile().as_text()
+    timings = {}
+    if "infer" in args.modes:
+        timings["infer"] = timed_rounds(lambda: infer(state[0], x).block_until_ready(),
+                                        args.warmup, args.rounds, args.steps)
+    result = {"attention_ran": "flax MultiHeadDotProductAttention", "flax": flax.__version__,
+              "jax": jax.__version__}
+    if "train" in args.modes:
+        timings["train"] = timed_rounds(train, args.warmup, args.rounds, args.steps)
+        result["loop"] = "stateless"
+        if args.profile:
+            result["profile"] = profile_summary(train, args, "official-flax")
+    result.update(device_report("jax"))
+    return timings, result
+
+
+def profile_summary(call, args, name):
+    """`jax_profile.profile_step` into `--profile`, the headline figures
+    for the report (the rest is in the directory)."""
+    from jax_profile import profile_step
+
+    summary = profile_step(call, call.compiled_text, args.profile, f"{args.model}_{name}")
+    return {key: summary.get(key) for key in ("device_ms_per_step", "by_kind", "by_phase",
+                                              "error")
+            if key in summary}
 
 
 def timm_worker(args):
@@ -315,7 +429,8 @@ def peak_worker(args):
 
 WORKERS = {"keras_vit-jax": keras_worker, "keras_vit-tf": keras_worker,
            "keras_vit-torch": keras_worker, "timm-eager": timm_worker,
-           "timm-compile": timm_worker, "peak": peak_worker}
+           "timm-compile": timm_worker, "official-flax": official_flax_worker,
+           "peak": peak_worker}
 
 
 def worker_main(args):
@@ -341,6 +456,10 @@ def run_worker(framework, args, model=None, attention="auto"):
                "--attention", attention, "--loop", args.loop, "--steps", str(args.steps),
                "--rounds", str(args.rounds), "--warmup", str(args.warmup),
                "--modes", ",".join(args.modes)]
+    if args.profile:
+        command += ["--profile", args.profile]
+    if args.vit_jax:
+        command += ["--vit-jax", args.vit_jax]
     started = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
@@ -444,6 +563,13 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps (compiling)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per worker")
     parser.add_argument("--json", metavar="PATH", help="write the report here (after each row)")
+    parser.add_argument("--profile", metavar="DIR",
+                        help="JAX training steps (keras_vit-jax with --loop stateless, "
+                             "official-flax): trace 3 steps into DIR and summarise where "
+                             "the device time goes (benchmarks/jax_profile.py)")
+    parser.add_argument("--vit-jax", metavar="PATH",
+                        help="official-flax: a checkout of google-research/vision_transformer "
+                             "(default: $VIT_JAX)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)

@@ -2,6 +2,7 @@
 so that the script a GPU session runs cannot rot (its numbers are measured
 on a device, never asserted here)."""
 
+import argparse
 import json
 import os
 import sys
@@ -10,6 +11,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 import accelerator  # noqa: E402
+import jax_profile  # noqa: E402
 
 
 def test_accelerator_benchmark_runs_on_tiny_shapes(tmp_path, capsys):
@@ -36,3 +38,52 @@ def test_accelerator_benchmark_names_an_unknown_framework():
     with pytest.raises(SystemExit, match=r"--frameworks: unknown \['keras_vit-mlx'\]; allowed: "
                                          r"keras_vit-jax, keras_vit-tf, keras_vit-torch"):
         accelerator.main(["--frameworks", "keras_vit-mlx"])
+
+
+def test_official_flax_peer_names_what_is_missing(tmp_path):
+    """Without flax or a vision_transformer checkout the peer's row says
+    what is missing (`worker_main` records `not installed: <name>`)."""
+    args = argparse.Namespace(vit_jax=str(tmp_path), model="tiny", dtype="float32")
+    with pytest.raises(ModuleNotFoundError) as error:
+        accelerator.official_flax_worker(args)
+    assert "--vit-jax: a checkout of google-research/vision_transformer" in error.value.name
+
+
+# One traced step as jax.profiler writes it on a GPU: kernels on a stream,
+# one inside a command buffer (named after its fusion), a cuBLAS GEMM, and
+# a host thread; and the compiled HLO those kernels come from.
+_TRACE = [
+    {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "/device:GPU:0"}},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 7, "args": {"name": "Stream #7(Compute)"}},
+    {"ph": "M", "name": "thread_name", "pid": 1, "tid": 8, "args": {"name": "XLA Ops"}},
+    {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "/host:CPU"}},
+    {"ph": "X", "pid": 1, "tid": 7, "name": "nvjet_sm90_tst_128x128_NNT", "dur": 3000,
+     "args": {"hlo_op": "custom-call.3"}},
+    {"ph": "X", "pid": 1, "tid": 7, "name": "loop_add_fusion_2", "dur": 1000,
+     "args": {"hlo_op": "command_buffer_1"}},
+    {"ph": "X", "pid": 1, "tid": 7, "name": "input_reduce_fusion", "dur": 500,
+     "args": {"hlo_op": "input_reduce_fusion"}},
+    {"ph": "X", "pid": 1, "tid": 8, "name": "custom-call.3", "dur": 3000},
+    {"ph": "X", "pid": 2, "tid": 9, "name": "PjitFunction(step)", "dur": 9000},
+]
+_HLO = """
+ENTRY %main {
+  %custom-call.3 = (bf16[8,8]{1,0}, s8[0]{0}) custom-call(%p0, %p1), custom_call_target="__cublas$lt$matmul", metadata={op_name="jit(step)/jvp(block)/dot_general"}
+  %loop_add_fusion.2 = bf16[8,8]{1,0} fusion(%gemm_fusion_dot.1), kind=kLoop, calls=%fused_add, metadata={op_name="jit(step)/transpose(jvp(block))/add_any"}
+  ROOT %input_reduce_fusion = f32[8]{0} fusion(%x), kind=kInput, calls=%fused_reduce, metadata={op_name="jit(step)/adam_w/reduce_sum"}
+}
+"""
+
+
+def test_profile_summary_joins_kernels_with_their_instructions():
+    summary = jax_profile.summarize(_TRACE, _HLO, steps=1)
+    assert summary["device_ms_per_step"] == 4.5
+    assert summary["by_kind"] == {"gemm": 3.0, "elementwise fusion": 1.0, "reduction fusion": 0.5}
+    assert summary["by_phase"] == {"forward": 3.0, "backward": 1.0, "optimizer": 0.5}
+    top = summary["top"][1]
+    assert (top["instruction"], top["kind"], top["phase"]) == (
+        "loop_add_fusion_2", "elementwise fusion", "backward")
+    assert "threads" not in summary
+    host_only = jax_profile.summarize(_TRACE[3:4] + _TRACE[-1:], "", steps=1)
+    assert host_only["device_ms_per_step"] == 0 and host_only["threads"] == {
+        "/host:CPU / 9": 9.0}

@@ -247,8 +247,36 @@ def test_auto_attention_takes_what_measured_faster(monkeypatch):
         assert _fused.uses_dot_product_attention("dot_product", training)
         assert not _fused.uses_dot_product_attention("fused", training)
     monkeypatch.setattr(_fused, "accelerator", lambda: "gpu")
+    for training in (False, True):
+        assert _fused.uses_dot_product_attention("auto", training) == (
+            backend in ("jax", "torch"))
+    monkeypatch.setattr(_fused, "accelerator", lambda: "tpu")
     assert _fused.uses_dot_product_attention("auto") == (backend in ("jax", "torch"))
     assert _fused.uses_dot_product_attention("auto", training=True) == (backend == "torch")
     with pytest.raises(ValueError, match=r"Unknown attention='flash'; allowed: "
                                          r"\('auto', 'fused', 'dot_product'\)"):
         layers.TransformerBlock(num_heads=2, mlp_dim=8, attention="flash")
+
+
+def test_padded_attention_equals_the_unpadded_attention_in_value_and_gradient():
+    """cuDNN's training kernels take even token counts only; an odd count (a
+    class token) is padded by one masked token and its query row dropped.
+    Through JAX's XLA implementation the padded attention gives the
+    unpadded values and gradients; an even count runs unpadded."""
+    import jax
+
+    def loss(attention, weights):
+        return lambda q, k, v: (attention(q, k, v) * weights).sum()
+
+    seeds = jax.random.split(jax.random.PRNGKey(0), 4)
+    for tokens in (9, 8):
+        query, key, value, weights = (jax.random.normal(s, (2, tokens, 3, 8)) for s in seeds)
+
+        expected = jax.value_and_grad(loss(lambda q, k, v: jax.nn.dot_product_attention(
+            q, k, v, scale=0.3, implementation="xla"), weights),
+            argnums=(0, 1, 2))(query, key, value)
+        got = jax.value_and_grad(loss(lambda q, k, v: _fused.padded_attention(
+            q, k, v, 0.3, "xla"), weights), argnums=(0, 1, 2))(query, key, value)
+        np.testing.assert_allclose(got[0], expected[0], rtol=1e-6)
+        for a, b in zip(got[1], expected[1], strict=True):
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
