@@ -280,3 +280,25 @@ def test_padded_attention_equals_the_unpadded_attention_in_value_and_gradient():
         np.testing.assert_allclose(got[0], expected[0], rtol=1e-6)
         for a, b in zip(got[1], expected[1], strict=True):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("gelu", ["tanh", "erf"])
+def test_training_gelu_has_the_value_and_gradient_of_keras_gelu(gelu):
+    """TensorFlow training calls take a GELU with its derivative written out
+    (fewer ops than the derived gradient); it is `ops.gelu` to float32
+    rounding, in value and gradient, for both forms, and keeps the dtype."""
+    import tensorflow as tf
+
+    x = tf.constant(np.random.default_rng(0).normal(size=(4000,)) * 4, "float32")
+    with tf.GradientTape(persistent=True) as tape:
+        tape.watch(x)
+        ours = _fused._gelu_with_gradient(x, approximate=gelu == "tanh")
+        keras_gelu = tf.nn.gelu(x, approximate=gelu == "tanh")
+    np.testing.assert_allclose(ours, keras_gelu, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(tape.gradient(ours, x), tape.gradient(keras_gelu, x),
+                               rtol=1e-5, atol=1e-5)
+    half = tf.cast(x, "bfloat16")
+    with tf.GradientTape() as tape:
+        tape.watch(half)
+        y = _fused._gelu_with_gradient(half, approximate=gelu == "tanh")
+    assert y.dtype == tape.gradient(y, half).dtype == tf.bfloat16

@@ -115,12 +115,14 @@ class MixerBlock(keras.layers.Layer):
         _, tokens, channels = inputs.shape
         # Token mixing: one MLP over the token axis, shared by all channels.
         y = ops.reshape(ops.swapaxes(layer_norm(self.norm1, inputs), 1, 2), (-1, tokens))
-        y = dense(self.token_mixing2, dense(self.token_mixing1, y, gelu=self.gelu))
+        y = dense(self.token_mixing2,
+                  dense(self.token_mixing1, y, gelu=self.gelu, training=training))
         y = ops.swapaxes(ops.reshape(y, (-1, channels, tokens)), 1, 2)
         x = inputs + self.drop_path(y, training=training)
         # Channel mixing: one MLP over the channels, shared by all tokens.
         y = ops.reshape(layer_norm(self.norm2, x), (-1, channels))
-        y = dense(self.channel_mixing2, dense(self.channel_mixing1, y, gelu=self.gelu))
+        y = dense(self.channel_mixing2,
+                  dense(self.channel_mixing1, y, gelu=self.gelu, training=training))
         y = ops.reshape(y, (-1, tokens, channels))
         return x + self.drop_path(y, training=training)
 

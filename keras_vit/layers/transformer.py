@@ -198,7 +198,8 @@ class TransformerBlock(keras.layers.Layer):
 
     def _mlp(self, x, training):
         rows = ops.reshape(x, (-1, self.hidden_size))
-        y = self.dropout(dense(self.mlp_dense1, rows, gelu=self.gelu), training=training)
+        y = self.dropout(dense(self.mlp_dense1, rows, gelu=self.gelu, training=training),
+                         training=training)
         y = dense(self.mlp_dense2, y)
         return ops.reshape(y, ops.shape(x))
 
