@@ -15,6 +15,12 @@ once per process; one framework's allocator never holds another's memory):
   implementation (`auto`: flash-attention kernels on a GPU, cuDNN's on JAX
   and PyTorch's SDPA on torch; the explicit path on TensorFlow and on a
   CPU under JAX); each row says which one ran.
+- `timm-eager`, `timm-compile`: timm's `VisionTransformer` of the same
+  configuration (`vit_base_patch16_224`, `vit_large_patch16_224`), float32
+  weights under `torch.autocast(bfloat16)` (its AMP recipe), forward +
+  cross-entropy + backward + `AdamW.step()` + `zero_grad(set_to_none=True)`;
+  inference `model(x)` under `inference_mode`. `timm-compile` wraps the
+  model in `torch.compile` (default mode).
 - `official-flax`: the official flax ViT block as a JAX peer (see
   `official_flax_worker`; `--vit-jax` names a checkout of
   google-research/vision_transformer).
@@ -22,12 +28,6 @@ once per process; one framework's allocator never holds another's memory):
 `--profile DIR` traces 3 JAX training steps (keras_vit-jax with `--loop
 stateless`, official-flax) and writes, per row, the compiled HLO, the trace
 and `benchmarks/jax_profile.py`'s summary of where the device time goes.
-- `timm-eager`, `timm-compile`: timm's `VisionTransformer` of the same
-  configuration (`vit_base_patch16_224`, `vit_large_patch16_224`), float32
-  weights under `torch.autocast(bfloat16)` (its AMP recipe), forward +
-  cross-entropy + backward + `AdamW.step()` + `zero_grad(set_to_none=True)`;
-  inference `model(x)` under `inference_mode`. `timm-compile` wraps the
-  model in `torch.compile` (default mode).
 
 Every worker takes seeded random images (uint8 values, on the device before
 timing) and labels; weights are random (speed does not depend on them).
