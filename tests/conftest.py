@@ -40,6 +40,14 @@ TINY_MIXER = dict(patch_size=8, hidden_size=16, num_blocks=1, tokens_mlp_dim=8,
                   channels_mlp_dim=32, input_shape=(32, 32, 3), classes=3)
 
 
+def pytest_collection_modifyitems(items):
+    """The tests marked `long` (a minute or more each) go first, in their
+    order; the rest keep theirs. xdist's worksteal hands each worker a
+    contiguous share of the collection and runs it in order: a long test
+    collected late would run alone at the end while the other worker idles."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 @pytest.fixture(autouse=True)
 def _fresh_keras_state(monkeypatch, tmp_path_factory):
     """Each test gets an empty Keras cache dir and the default dtype policy."""
