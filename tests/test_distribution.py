@@ -334,6 +334,7 @@ def evaluate_in_tensorflow(model_path, data):
     return json.loads(stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.long
 def test_cli_train_in_two_processes_writes_one_run(tmp_path):
     """`keras-vit train --distribution model:4` in two processes x 2
     devices joined on 127.0.0.1, every large kernel split over the devices
