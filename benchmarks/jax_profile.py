@@ -11,6 +11,12 @@ Each kernel event of the device's streams carries the HLO instruction it
 ran (`hlo_op`); the instruction's line in the compiled HLO gives its kind
 (a library GEMM, a cuDNN attention kernel, a fusion) and the JAX name stack
 (`metadata op_name`), whose `transpose(jvp(...))` marks the backward pass.
+Inside a command buffer (a CUDA graph) `hlo_op` names the buffer, and the
+kernel's own name, which XLA takes from its fusion, is used instead. XLA
+reuses one kernel for identical fusions (the same fusion in each block), so
+their calls add up under the first one's name (`calls_per_step` shows it),
+and library kernels (cuBLAS, cuDNN) reached that way have no name stack:
+their phase is "other".
 """
 
 import argparse
