@@ -12,23 +12,15 @@ import argparse
 import os
 import statistics
 import sys
-import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from accelerator import MODELS, cpu_model  # noqa: E402
+from accelerator import MODELS, cpu_model, timed_rounds  # noqa: E402
 
 
 def median_ms(call, calls=20, rounds=5):
-    call()
-    call()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            call()
-        times.append((time.perf_counter() - start) / calls * 1e3)
-    return round(statistics.median(times), 2)
+    """Median ms per call of `rounds` rounds of `calls`, after 2 warm-ups."""
+    return round(1e3 * statistics.median(timed_rounds(call, 2, rounds, calls)), 2)
 
 
 def main(argv=None):
