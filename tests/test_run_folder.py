@@ -125,6 +125,29 @@ def test_a_same_run_killed_before_its_first_backup_starts_again(tmp_path):
     assert not (tmp_path / "log.csv").exists()
 
 
+def test_a_run_stopped_by_an_error_before_its_first_epoch_leaves_the_folder_free(tmp_path):
+    """A refusal before the first step (too little memory), a corrupt image
+    or Ctrl-C in epoch 1: the folder then takes a different run without
+    --overwrite. A run with a backup, or other files, keeps everything."""
+    config = {"model": "ViTTi16", "data": "folder:/x", "class_names": ["a", "b"]}
+    other = dict(config, data="folder:/y")
+    for stop in (ValueError("no"), KeyboardInterrupt()):
+        with pytest.raises(type(stop)):
+            with run_folder.open_run_folder(str(tmp_path), config):
+                (tmp_path / "log.csv").write_text("")
+                raise stop
+        assert os.listdir(tmp_path) == [".run.lock"]
+    with pytest.raises(KeyboardInterrupt):
+        with run_folder.open_run_folder(str(tmp_path), config):
+            (tmp_path / "backup").mkdir()
+            (tmp_path / "backup" / "training_metadata.json").write_text('{"epoch": 1}')
+            raise KeyboardInterrupt
+    with pytest.raises(ValueError, match="holds a different run"):
+        with run_folder.open_run_folder(str(tmp_path), other):
+            pass
+    assert sorted(os.listdir(tmp_path)) == [".run.lock", "backup", "run.json"]
+
+
 def test_a_second_process_on_the_same_folder_is_refused(folders, tmp_path):
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(f"""

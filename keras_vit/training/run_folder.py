@@ -232,6 +232,31 @@ def open_run_folder(path, config, *, overwrite=False, epochs=None):
     try:
         folder = _decide(path, config, overwrite, epochs)
         folder.write("running")
-        yield folder
+        try:
+            yield folder
+        except BaseException:
+            _forget_if_unstarted(path)
+            raise
     finally:
         lock.release()
+
+
+# What a run leaves before the end of its first epoch: its record, and the
+# log and TensorBoard files Keras' callbacks open when training begins.
+_BEFORE_FIRST_EPOCH = {RECORD, "log.csv", "tensorboard"}
+
+
+def _forget_if_unstarted(path):
+    """After a run stopped by an error (a refusal before the first step, a
+    corrupt image, Ctrl-C) before any epoch ended: removes what it wrote
+    (its "running" record, the empty log), so that the folder takes a
+    corrected run without --overwrite, as an empty one would. A run with
+    anything to resume from or to look at (a backup, best.keras, a
+    finished record) keeps all of it."""
+    present = {name for name in RUN_FILES if os.path.lexists(os.path.join(path, name))}
+    record = {}
+    with contextlib.suppress(ValueError):  # (the run's own error is the one to raise)
+        record = read_record(path) or {}
+    if (present <= _BEFORE_FIRST_EPOCH and not _backup_epoch(path)
+            and record.get("status") == "running"):
+        clear_run_files(path)

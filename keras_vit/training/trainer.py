@@ -33,6 +33,7 @@ from keras_vit.export._model import output_kind
 from keras_vit.layers import lora
 from keras_vit.labels import class_names
 from keras_vit.training import distribution as distribution_lib
+from keras_vit.training import memory as memory_lib
 from keras_vit.training.callbacks import (
     BestModelCheckpoint,
     TerminateOnNaNWithAdvice,
@@ -270,6 +271,9 @@ def format_summary(summary):
                          else "")
                       + (f", weight EMA {d['ema']:g}" if d.get("ema") else "")),
         ("precision", d["precision"]),
+        *([("memory", f"about {d['memory']['estimated'] / 1e9:,.1f} GB per step (estimated), "
+                      f"{d['memory']['available'] / 1e9:,.1f} GB available")]
+          if d.get("memory") else []),
         ("strategy", f"{d['strategy']['name']}, {plural(d['strategy']['replicas'], 'replica')} on "
                      f"{', '.join(d['strategy']['devices'])}"),
         ("output", d["out"]),
@@ -715,7 +719,7 @@ def val_loss_is(smoothing, split="validation"):
     return f"the training loss on the {split} images: cross-entropy {what}"
 
 
-def _summary(plan, net, datasets, strategy_row, distribution_row, folder):
+def _summary(plan, net, datasets, strategy_row, distribution_row, folder, memory):
     """What `train` prints before the first step (`format_summary`) and
     returns as `results["summary"]`."""
     recipe, info = plan.recipe, datasets.info
@@ -741,6 +745,7 @@ def _summary(plan, net, datasets, strategy_row, distribution_row, folder):
         "sam_rho": plan.sam_rho, "precision": plan.precision, "strategy": strategy_row,
         "distribution": distribution_row, "out": plan.out, "run": folder.describe(),
         "resumed_epoch": folder.resumed_epoch, "run_started": folder.started,
+        "memory": memory,
     }
 
 
@@ -757,7 +762,8 @@ def _fit_and_save(plan, datasets, folder):
     distribution_row = (describe_strategy(plan.strategy) if plan.strategy is not None
                         else distribution_lib.describe(plan.distribution))
     _check_free_space(out, net, plan.recipe)
-    summary = _summary(plan, net, datasets, strategy_row, distribution_row, folder)
+    memory = _check_memory(plan, net)
+    summary = _summary(plan, net, datasets, strategy_row, distribution_row, folder, memory)
     if plan.verbose:
         logger.info("training %s on %s\n%s", summary["model"], plan.data,
                     format_summary(summary))
@@ -839,6 +845,28 @@ _SLOTS = {"sgd": 1, "adamw": 2}
 # run trains. (A file name Keras changes subtracts nothing: the check then
 # counts as for a new run.)
 _REWRITTEN = (("backup", "latest.weights.h5"), ("best.keras",))
+
+
+def _check_memory(plan, net):
+    """`{"estimated", "available"}` bytes of the training step on this
+    host, or None where it is not counted (an accelerator, a subclassed
+    model); a ValueError before the first step when the step cannot fit
+    in the host's memory (`keras_vit.training.memory`)."""
+    share = memory_lib.host_share(plan.strategy)
+    available = memory_lib.available_memory()
+    estimate = memory_lib.check_host_memory(
+        net, max(1, round(plan.batch_size * share)), image_size=plan.image_size,
+        name=(os.path.basename(os.fspath(plan.model))
+              if isinstance(plan.model, (str, os.PathLike)) else net.name),
+        optimizer_slots=_SLOTS.get(plan.recipe.optimizer, 2),
+        weight_copies=(bool(plan.gradient_accumulation_steps) + (plan.ema is not None)
+                       + bool(plan.sam_rho)),
+        gradient_accumulation_steps=plan.gradient_accumulation_steps,
+        can_remat=plan.named and not (plan.model_kwargs or {}).get("remat"),
+        available=available)
+    if estimate is None or available is None:
+        return None
+    return {"estimated": estimate.total, "available": available}
 
 
 def _check_free_space(out, model, recipe):

@@ -1,0 +1,254 @@
+"""How much host memory a training step takes, estimated before the first
+step, and the refusal of a step that cannot fit.
+
+On the CPU a step larger than the machine's memory is not an error:
+the operating system's OOM killer ends the process mid-run (exit status
+137) and nothing says why. `keras-vit train --model ViTTi16 --data
+folder:DIGITS --epochs 3` took the finetune recipe's 384 px and its batch
+(clipped to the 1,437 training images) and was killed in its second epoch on a
+24 GB machine. `check_host_memory` refuses such a run before the first
+step, naming the batch that fits.
+
+The estimate counts what a training step keeps for its backward pass, per
+image, from the model's own layers, plus the gradients and optimizer slots:
+
+- a `TransformerBlock` of `T` tokens, width `D`, `H` heads and MLP width
+  `M`: `8 T D + 3 T M` values of the compute dtype and `1.5 H T^2`
+  float32 attention values (none where the block computes attention with
+  `ops.dot_product_attention`, whose kernels keep no attention weights);
+- a `MixerBlock` of `S` patches, `C` channels and MLP widths `Dt`, `Dc`:
+  `8 S C + 3 (C Dt + S Dc)` values;
+- a rematerialised block (`remat=True`): its input, plus one block's
+  activations while it is recomputed;
+- every other layer: 4 values per output value (a convolution keeps its
+  input, the normalisation and the activation theirs).
+
+The coefficients were fitted to the peak resident memory of `train` on
+TensorFlow on the CPU, by batch (`python benchmarks/train_memory.py`,
+`docs/performance/train_memory.md`); the estimate is within about 20% of
+the measured peak there and above it for the models measured.
+"""
+
+import dataclasses
+import math
+
+import keras
+
+from keras_vit.layers._fused import accelerator, uses_dot_product_attention
+from keras_vit.layers.mixer import MixerBlock
+from keras_vit.layers.transformer import TransformerBlock
+
+# Values kept per image for the backward pass (see the module docstring).
+TOKEN_WIDTH = 8           # x T D, per TransformerBlock (S C per MixerBlock)
+MLP_WIDTH = 3             # x T M (C Dt + S Dc)
+ATTENTION = 1.5           # x H T^2, float32
+OTHER_LAYER = 4           # x each other layer's output values
+# The runtime's own memory during a step (the compiled step, tf.data's
+# buffers, Keras' metrics), measured at about 0.3 GB for ViT-Ti/16 and S/16.
+RUNTIME_BYTES = 400 * 2**20
+# Batches of input the pipeline may hold at once (prefetch and the step's).
+INPUT_BATCHES = 3
+
+
+@dataclasses.dataclass(frozen=True)
+class MemoryEstimate:
+    """A training step's host memory, in bytes: `fixed` (gradients,
+    optimizer slots and the runtime) plus `per_image` times the batch on
+    this host."""
+
+    fixed: int
+    per_image: int
+    batch_size: int           # the images of one step on this host
+
+    @property
+    def total(self):
+        return self.fixed + self.per_image * self.batch_size
+
+    def largest_batch(self, available):
+        """The largest batch on this host whose step fits in `available`
+        bytes (0 when not even one image does)."""
+        return max(0, int((available - self.fixed) // self.per_image))
+
+
+def _itemsize(dtype):
+    return 2 if "16" in str(dtype) else 4
+
+
+def _layers(model):
+    """The layers of a functional model, those of nested functional models
+    included (their inner layers' outputs are symbolic too)."""
+    for layer in model.layers:
+        if isinstance(layer, keras.Model) and hasattr(layer, "_nodes_by_depth"):
+            yield from _layers(layer)
+        else:
+            yield layer
+
+
+def _block_values(layer, itemsize):
+    """Bytes per image a block keeps for the backward pass, or None for a
+    layer that is no block."""
+    shape = layer.input.shape
+    if isinstance(layer, TransformerBlock):
+        tokens, width = shape[-2], shape[-1]
+        kept = itemsize * (TOKEN_WIDTH * tokens * width + MLP_WIDTH * tokens * layer.mlp_dim)
+        if not uses_dot_product_attention(layer.attention, training=True):
+            kept += 4 * ATTENTION * layer.num_heads * tokens * tokens
+        return kept, itemsize * tokens * width
+    if isinstance(layer, MixerBlock):
+        patches, channels = shape[-2], shape[-1]
+        kept = itemsize * (TOKEN_WIDTH * patches * channels + MLP_WIDTH * (
+            channels * layer.tokens_mlp_dim + patches * layer.channels_mlp_dim))
+        return kept, itemsize * patches * channels
+    return None
+
+
+def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
+                             weight_copies=0):
+    """The host memory one training step of `model` takes, or None where
+    it cannot be counted (a subclassed model, whose layers have no
+    symbolic outputs).
+
+    Args:
+        model: a built functional Keras model (any keras_vit model).
+        batch_size: the images of one step on this host.
+        optimizer_slots: variables the optimizer keeps per weight (SGD
+            with momentum 1, AdamW 2).
+        weight_copies: more copies of the weights (gradient accumulators,
+            an EMA, SAM's perturbation).
+
+    Example:
+
+    >>> model = keras_vit.ViTTi16(weights=None, input_shape=(384, 384, 3), classes=10)
+    >>> estimate = estimate_training_memory(model, 108, optimizer_slots=1)
+    >>> round(estimate.total / 1e9, 1)  # doctest: +SKIP
+    21.1
+    """
+    if not hasattr(model, "_nodes_by_depth"):
+        return None
+    per_image, largest_block = 0.0, 0.0
+    for layer in _layers(model):
+        try:
+            itemsize = _itemsize(layer.compute_dtype)
+            counted = _block_values(layer, itemsize)
+            if counted is None:
+                outputs = keras.tree.flatten(layer.output)
+                per_image += OTHER_LAYER * itemsize * sum(
+                    math.prod(t.shape[1:]) for t in outputs)
+                continue
+        except (AttributeError, ValueError, TypeError):  # an unused or shared layer
+            continue
+        kept, block_input = counted
+        if getattr(layer, "remat", False):
+            per_image += block_input
+            largest_block = max(largest_block, kept)
+        else:
+            per_image += kept
+    per_image += largest_block
+    inputs = keras.tree.flatten(model.inputs)
+    per_image += INPUT_BATCHES * 4 * sum(math.prod(t.shape[1:]) for t in inputs)
+    weights = sum(math.prod(v.shape) * _itemsize(v.dtype) for v in model.trainable_weights)
+    fixed = RUNTIME_BYTES + weights * (1 + optimizer_slots + weight_copies)
+    return MemoryEstimate(int(fixed), int(per_image), int(batch_size))
+
+
+def available_memory():
+    """Bytes this process can still take: the kernel's `MemAvailable`, or
+    less under a cgroup memory limit (a container's); None where neither
+    can be read (not Linux)."""
+    bounds = []
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    bounds.append(int(line.split()[1]) * 1024)
+    except (OSError, ValueError, IndexError):
+        pass
+    for limit_file, usage_file in (
+            ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"),
+            ("/sys/fs/cgroup/memory/memory.limit_in_bytes",
+             "/sys/fs/cgroup/memory/memory.usage_in_bytes")):
+        try:
+            with open(limit_file, encoding="ascii") as f:
+                limit = f.read().strip()
+            with open(usage_file, encoding="ascii") as f:
+                usage = int(f.read().strip())
+        except (OSError, ValueError):
+            continue
+        if limit.isdigit() and int(limit) < 1 << 60:  # "max" or a huge v1 default: none
+            bounds.append(max(0, int(limit) - usage))
+        break
+    return min(bounds) if bounds else None
+
+
+def _gb(n):
+    return f"{n / 1e9:,.1f} GB"
+
+
+def check_host_memory(model, batch_size, *, image_size, name, optimizer_slots,
+                      weight_copies=0, gradient_accumulation_steps=None,
+                      can_remat=False, available=None):
+    """The estimate (`MemoryEstimate`), or a ValueError when the step does
+    not fit in the memory still available: on the CPU the OOM killer would
+    otherwise end the run mid-step without a word. None where nothing is
+    checked: the model computes on an accelerator (whose runtime raises its
+    own out-of-memory error), or the model or the memory cannot be counted.
+
+    `batch_size` is the batch on this host; `can_remat`: the advice may
+    name `--remat`; `available` (bytes) defaults to `available_memory()`.
+
+    Example:
+
+    >>> check_host_memory(model, 512, image_size=384, name="ViTTi16",
+    ...                   optimizer_slots=1)  # doctest: +SKIP
+    ValueError: A training step of ViTTi16 at 384 px with batches of 512 images
+    needs about 104.4 GB of memory (estimated), and 18.2 GB is available; pass
+    --batch-size 87 or less, --batch-size 64 --gradient-accumulation-steps 8 (the
+    same 512 images per update), or --remat.
+    """
+    if accelerator() != "cpu":
+        return None
+    estimate = estimate_training_memory(model, batch_size, optimizer_slots=optimizer_slots,
+                                        weight_copies=weight_copies)
+    available = available_memory() if available is None else available
+    if estimate is None or available is None or estimate.total <= available:
+        return estimate
+    fits = estimate.largest_batch(available)
+    what = (f"A training step of {name} at {image_size} px with batches of {batch_size} "
+            f"images needs about {_gb(estimate.total)} of memory (estimated), and "
+            f"{_gb(available)} is available")
+    if not fits:
+        raise ValueError(f"{what}; not even one image fits: use a smaller --image-size"
+                         f"{', --remat' if can_remat else ''} or a machine with more memory.")
+    advice = [f"--batch-size {fits} or less"]
+    # The same images per update in smaller batches: a divisor of the batch.
+    split = next(n for n in range(-(-batch_size // fits), batch_size + 1)
+                 if batch_size % n == 0)
+    accumulated = split * (gradient_accumulation_steps or 1)
+    advice.append(f"--batch-size {batch_size // split} --gradient-accumulation-steps "
+                  f"{accumulated} (the same {batch_size * (gradient_accumulation_steps or 1)} "
+                  "images per update)")
+    if can_remat:
+        advice.append("--remat")
+    listed = ", ".join(advice[:-1]) + ", or " + advice[-1]
+    raise ValueError(f"{what}; pass {listed}.")
+
+
+def host_share(strategy=None):
+    """The fraction of the global batch this process computes: its local
+    devices over all replicas (1 in a single process)."""
+    if strategy is not None:
+        try:
+            local = len(strategy.extended.worker_devices or ())
+        except (RuntimeError, AttributeError):
+            local = 0
+        replicas = strategy.num_replicas_in_sync
+        return local / replicas if local and replicas else 1.0
+    if keras.backend.backend() == "jax":
+        import jax
+
+        return jax.local_device_count() / jax.device_count()
+    return 1.0
+
+
+__all__ = ["MemoryEstimate", "available_memory", "check_host_memory",
+           "estimate_training_memory", "host_share"]

@@ -1,0 +1,137 @@
+"""keras_vit.training.memory: a training step that cannot fit in the host's
+memory is refused before the first step, with the batch that fits (on the
+CPU the OOM killer ended such a run mid-epoch without a word: `keras-vit
+train --model ViTTi16 --data folder:DIGITS`, 384 px, batch 512, on 24 GB)."""
+
+import os
+
+import pytest
+from data_helpers import make_folder
+
+import keras_vit
+from conftest import tiny_keras_file
+from keras_vit.training import memory, trainer
+
+pytestmark = pytest.mark.backends
+
+# 48 px in patches of 8: 36 patches and a class token.
+TOKENS, WIDTH, HEADS, MLP = 37, 16, 2, 32
+
+
+def _vit(layers=2, **kwargs):
+    return keras_vit.VisionTransformer(
+        patch_size=8, hidden_size=WIDTH, num_layers=layers, num_heads=HEADS, mlp_dim=MLP,
+        input_shape=(48, 48, 3), classes=3, **kwargs)
+
+
+def _per_image(model):
+    return memory.estimate_training_memory(model, 1).per_image
+
+
+def test_a_transformer_block_keeps_its_activations_and_float32_attention_weights():
+    block = 4 * (8 * TOKENS * WIDTH + 3 * TOKENS * MLP) + 4 * 1.5 * HEADS * TOKENS**2
+    assert _per_image(_vit(3, attention="fused")) - _per_image(_vit(2, attention="fused")) \
+        == pytest.approx(block, abs=1)
+    # ops.dot_product_attention's kernels keep no attention weights
+    assert _per_image(_vit(3, attention="dot_product")) \
+        - _per_image(_vit(2, attention="dot_product")) \
+        == pytest.approx(4 * (8 * TOKENS * WIDTH + 3 * TOKENS * MLP), abs=1)
+
+
+def test_a_rematerialised_block_keeps_its_input_and_one_block_is_recomputed():
+    block = 4 * (8 * TOKENS * WIDTH + 3 * TOKENS * MLP) + 4 * 1.5 * HEADS * TOKENS**2
+    plain, remat = _vit(4, attention="fused"), _vit(4, attention="fused", remat=True)
+    assert _per_image(plain) - _per_image(remat) == pytest.approx(
+        4 * block - (4 * 4 * TOKENS * WIDTH + block), abs=1)
+
+
+def test_a_mixer_block_keeps_its_token_and_channel_activations():
+    def mixer(blocks):
+        return keras_vit.MLPMixer(patch_size=8, hidden_size=WIDTH, num_blocks=blocks,
+                                  tokens_mlp_dim=24, channels_mlp_dim=MLP,
+                                  input_shape=(48, 48, 3), classes=3)
+
+    patches = 36
+    assert _per_image(mixer(3)) - _per_image(mixer(2)) == pytest.approx(
+        4 * (8 * patches * WIDTH + 3 * (WIDTH * 24 + patches * MLP)), abs=1)
+
+
+def test_the_fixed_part_counts_gradients_optimizer_slots_and_copies():
+    model = _vit()
+    weights = 4 * sum(int(w.numpy().size) for w in model.trainable_weights)
+    sgd = memory.estimate_training_memory(model, 8, optimizer_slots=1)
+    adamw_ema = memory.estimate_training_memory(model, 8, optimizer_slots=2, weight_copies=1)
+    assert sgd.fixed == memory.RUNTIME_BYTES + 2 * weights
+    assert adamw_ema.fixed - sgd.fixed == 2 * weights
+    assert sgd.total == sgd.fixed + 8 * sgd.per_image
+    assert sgd.largest_batch(sgd.fixed + 5.5 * sgd.per_image) == 5
+    assert sgd.largest_batch(sgd.fixed - 1) == 0
+
+
+def test_a_subclassed_model_is_not_counted():
+    import keras
+
+    class Net(keras.Model):
+        def call(self, x):
+            return x
+
+    assert memory.estimate_training_memory(Net(), 8) is None
+
+
+def test_the_available_memory_is_read_from_the_kernel():
+    available = memory.available_memory()
+    assert available is None or 0 < available < 1 << 50
+
+
+def test_a_step_that_fits_passes_and_one_that_does_not_names_the_batch_that_fits():
+    model = _vit(attention="fused")
+    estimate = memory.estimate_training_memory(model, 512, optimizer_slots=1)
+    arguments = dict(image_size=48, name="tiny", optimizer_slots=1)
+    assert memory.check_host_memory(model, 512, available=estimate.total,
+                                    **arguments) == estimate
+    available = estimate.fixed + 100.5 * estimate.per_image
+    with pytest.raises(ValueError) as error:
+        memory.check_host_memory(model, 512, available=available, can_remat=True,
+                                 **arguments)
+    assert str(error.value) == (
+        f"A training step of tiny at 48 px with batches of 512 images needs about "
+        f"{estimate.total / 1e9:,.1f} GB of memory (estimated), and {available / 1e9:,.1f} GB "
+        "is available; pass --batch-size 100 or less, --batch-size 64 "
+        "--gradient-accumulation-steps 8 (the same 512 images per update), or --remat.")
+    # already accumulating 2 batches per update: 16 then; no --remat to offer
+    with pytest.raises(ValueError, match=(
+            r"; pass --batch-size 100 or less, or --batch-size 64 "
+            r"--gradient-accumulation-steps 16 \(the same 1024 images per update\)\.$")):
+        memory.check_host_memory(model, 512, available=available,
+                                 gradient_accumulation_steps=2, **arguments)
+    with pytest.raises(ValueError, match=(
+            r"is available; not even one image fits: use a smaller --image-size, --remat or "
+            r"a machine with more memory\.$")):
+        memory.check_host_memory(model, 512, available=estimate.fixed, can_remat=True,
+                                 **arguments)
+
+
+def test_train_refuses_before_the_first_step_and_leaves_the_folder_free(
+        tmp_path, monkeypatch):
+    """The refusal comes before any work, and the folder takes the corrected
+    run without --overwrite (its "running" record is not left behind)."""
+    make_folder(str(tmp_path / "data"), per_class=6, size=32)
+    tiny_keras_file(tmp_path / "tiny.keras", classifier="gap", classifier_activation=None)
+    monkeypatch.setattr(memory, "available_memory", lambda: 1)
+    out = tmp_path / "run"
+
+    def run(**kwargs):
+        return trainer.train(str(tmp_path / "tiny.keras"), f"folder:{tmp_path / 'data'}",
+                             recipe="scratch", epochs=1, verbose=0, out=str(out), **kwargs)
+
+    with pytest.raises(ValueError, match=(
+            r"^A training step of tiny\.keras at 32 px with batches of 8 images needs about "
+            r"0\.[0-9] GB of memory \(estimated\), and 0\.0 GB is available; not even one "
+            r"image fits: use a smaller --image-size or a machine with more memory\.$")):
+        run(batch_size=8)
+    assert os.listdir(out) == [".run.lock"]
+    monkeypatch.undo()
+    results = run(batch_size=4)
+    assert results["status"] == "completed"
+    memory_row = results["summary"]["memory"]
+    assert 0 < memory_row["estimated"] < memory_row["available"]
