@@ -548,6 +548,8 @@ def cmd_train(args, out):
                       process_id="process_id")
     if args.skip_corrupt:
         extra["skip_corrupt"] = True
+    if args.no_memory_check:
+        extra["check_memory"] = False
     model_kwargs = {key: True for key, flag in (("ema", args.weights_ema),
                                                 ("remat", args.remat)) if flag}
     if model_kwargs:
@@ -938,6 +940,10 @@ def _train_parser(add):
                         "again; a folder holding another or a finished run is refused")
     p.add_argument("--overwrite", action="store_true",
                    help="remove the run files in --out and start afresh")
+    p.add_argument("--no-memory-check", action="store_true",
+                   help="train even where the step's estimated memory is more than the CPU "
+                        "machine has available (swap; checked by default: the OOM killer "
+                        "would end the run without a message)")
     p.add_argument("--quiet", action="store_true", help="one log line per epoch")
     p.add_argument("--json", action="store_true",
                    help="stdout: only the results' JSON line (progress goes to stderr)")

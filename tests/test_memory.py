@@ -3,13 +3,15 @@ memory is refused before the first step, with the batch that fits (on the
 CPU the OOM killer ended such a run mid-epoch without a word: `keras-vit
 train --model ViTTi16 --data folder:DIGITS`, 384 px, batch 512, on 24 GB)."""
 
+import json
 import os
+import re
 
 import pytest
 from data_helpers import make_folder
 
 import keras_vit
-from conftest import tiny_keras_file
+from conftest import run_cli, tiny_keras_file
 from keras_vit.training import memory, trainer
 
 pytestmark = pytest.mark.backends
@@ -97,41 +99,49 @@ def test_a_step_that_fits_passes_and_one_that_does_not_names_the_batch_that_fits
         f"A training step of tiny at 48 px with batches of 512 images needs about "
         f"{estimate.total / 1e9:,.1f} GB of memory (estimated), and {available / 1e9:,.1f} GB "
         "is available; pass --batch-size 100 or less, --batch-size 64 "
-        "--gradient-accumulation-steps 8 (the same 512 images per update), or --remat.")
+        "--gradient-accumulation-steps 8 (the same 512 images per update), or --remat "
+        "(--no-memory-check trains anyway).")
     # already accumulating 2 batches per update: 16 then; no --remat to offer
     with pytest.raises(ValueError, match=(
             r"; pass --batch-size 100 or less, or --batch-size 64 "
-            r"--gradient-accumulation-steps 16 \(the same 1024 images per update\)\.$")):
+            r"--gradient-accumulation-steps 16 \(the same 1024 images per update\) "
+            r"\(--no-memory-check trains anyway\)\.$")):
         memory.check_host_memory(model, 512, available=available,
                                  gradient_accumulation_steps=2, **arguments)
     with pytest.raises(ValueError, match=(
             r"is available; not even one image fits: use a smaller --image-size, --remat or "
-            r"a machine with more memory\.$")):
+            r"a machine with more memory \(--no-memory-check trains anyway\)\.$")):
         memory.check_host_memory(model, 512, available=estimate.fixed, can_remat=True,
                                  **arguments)
 
 
 def test_train_refuses_before_the_first_step_and_leaves_the_folder_free(
         tmp_path, monkeypatch):
-    """The refusal comes before any work, and the folder takes the corrected
-    run without --overwrite (its "running" record is not left behind)."""
+    """The CLI's refusal is one line before any work; the folder then takes
+    the corrected run without --overwrite (no "running" record is left),
+    and --no-memory-check trains anyway."""
     make_folder(str(tmp_path / "data"), per_class=6, size=32)
     tiny_keras_file(tmp_path / "tiny.keras", classifier="gap", classifier_activation=None)
     monkeypatch.setattr(memory, "available_memory", lambda: 1)
     out = tmp_path / "run"
-
-    def run(**kwargs):
-        return trainer.train(str(tmp_path / "tiny.keras"), f"folder:{tmp_path / 'data'}",
-                             recipe="scratch", epochs=1, verbose=0, out=str(out), **kwargs)
-
-    with pytest.raises(ValueError, match=(
-            r"^A training step of tiny\.keras at 32 px with batches of 8 images needs about "
-            r"0\.[0-9] GB of memory \(estimated\), and 0\.0 GB is available; not even one "
-            r"image fits: use a smaller --image-size or a machine with more memory\.$")):
-        run(batch_size=8)
+    argv = ["train", "--model", tmp_path / "tiny.keras", "--data", f"folder:{tmp_path / 'data'}",
+            "--recipe", "scratch", "--epochs", "1", "--out", out, "--quiet", "--json"]
+    refused = run_cli(*argv, "--batch-size", "8")
+    assert refused.code == 2 and refused.out == ""
+    assert re.fullmatch(
+        r"keras-vit: error: A training step of tiny\.keras at 32 px with batches of 8 images "
+        r"needs about 0\.[0-9] GB of memory \(estimated\), and 0\.0 GB is available; not "
+        r"even one image fits: use a smaller --image-size or a machine with more memory "
+        r"\(--no-memory-check trains anyway\)\.\n", refused.err.splitlines(True)[-1])
     assert os.listdir(out) == [".run.lock"]
-    monkeypatch.undo()
-    results = run(batch_size=4)
-    assert results["status"] == "completed"
-    memory_row = results["summary"]["memory"]
-    assert 0 < memory_row["estimated"] < memory_row["available"]
+    anyway = run_cli(*argv, "--batch-size", "4", "--no-memory-check")
+    assert anyway.code == 0 and json.loads(anyway.out)["summary"]["memory"] is None
+
+    monkeypatch.undo()  # the API, checked: the summary says the estimate
+    results = trainer.train(str(tmp_path / "tiny.keras"), f"folder:{tmp_path / 'data'}",
+                            recipe="scratch", epochs=1, batch_size=4, verbose=0,
+                            out=str(tmp_path / "run2"))
+    row = results["summary"]["memory"]
+    assert 0 < row["estimated"] < row["available"]
+    assert re.search(r"\n  memory +about 0\.[0-9] GB per step \(estimated\), [0-9.,]+ GB "
+                     r"available\n", trainer.format_summary(results["summary"]))

@@ -180,6 +180,9 @@ def available_memory():
     return min(bounds) if bounds else None
 
 
+_ANYWAY = "--no-memory-check trains anyway"
+
+
 def _gb(n):
     return f"{n / 1e9:,.1f} GB"
 
@@ -218,7 +221,8 @@ def check_host_memory(model, batch_size, *, image_size, name, optimizer_slots,
             f"{_gb(available)} is available")
     if not fits:
         raise ValueError(f"{what}; not even one image fits: use a smaller --image-size"
-                         f"{', --remat' if can_remat else ''} or a machine with more memory.")
+                         f"{', --remat' if can_remat else ''} or a machine with more memory "
+                         f"({_ANYWAY}).")
     advice = [f"--batch-size {fits} or less"]
     # The same images per update in smaller batches: a divisor of the batch.
     split = next(n for n in range(-(-batch_size // fits), batch_size + 1)
@@ -230,7 +234,7 @@ def check_host_memory(model, batch_size, *, image_size, name, optimizer_slots,
     if can_remat:
         advice.append("--remat")
     listed = ", ".join(advice[:-1]) + ", or " + advice[-1]
-    raise ValueError(f"{what}; pass {listed}.")
+    raise ValueError(f"{what}; pass {listed} ({_ANYWAY}).")
 
 
 def host_share(strategy=None):

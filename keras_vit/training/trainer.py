@@ -324,6 +324,7 @@ class TrainPlan:
     lora_targets: tuple | None
     layer_decay: float | None
     ema: float | None
+    check_memory: bool
     skip_corrupt: bool
     holdout: float
     verbose: int
@@ -392,6 +393,7 @@ def train(
     lora_targets: str | Sequence[str] | None = None,
     layer_decay: float | None = None,
     ema: float | None = None,
+    check_memory: bool = True,
 ) -> dict:
     """Trains `model` on `data` with a recipe; returns a results dict.
 
@@ -467,6 +469,11 @@ def train(
             learning rate of block `i` of `L` is multiplied by `rate ** (L -
             i)`, that of the patch embedding by `rate ** (L + 1)`, the head's
             by 1 (`keras_vit.training.layer_decay_scales`).
+        check_memory: on the CPU, refuse before the first step a step whose
+            estimated memory is more than the machine has available
+            (`keras_vit.training.memory`; the OOM killer would otherwise end
+            the run mid-epoch without a word). False trains anyway (swap, or
+            an estimate too high for this model).
         ema: keep an exponential moving average of the weights with this
             decay in (0, 1) (Keras' `use_ema`): validation, `best.keras`
             and `model.keras` use the averaged weights.
@@ -541,7 +548,8 @@ def train(
         label_smoothing=label_smoothing, dropout_rate=dropout_rate,
         drop_path_rate=drop_path_rate, model_kwargs=model_kwargs,
         lora_rank=lora_rank, lora_targets=_targets(lora_targets), layer_decay=layer_decay,
-        ema=ema, skip_corrupt=skip_corrupt, holdout=holdout, verbose=verbose, overwrite=overwrite,
+        ema=ema, check_memory=_checks.boolean(check_memory, "check_memory"),
+        skip_corrupt=skip_corrupt, holdout=holdout, verbose=verbose, overwrite=overwrite,
         start=start)
     if plan.named and weights is None and recipe.name == "finetune":
         logger.warning(
@@ -852,6 +860,8 @@ def _check_memory(plan, net):
     host, or None where it is not counted (an accelerator, a subclassed
     model); a ValueError before the first step when the step cannot fit
     in the host's memory (`keras_vit.training.memory`)."""
+    if not plan.check_memory:
+        return None
     share = memory_lib.host_share(plan.strategy)
     available = memory_lib.available_memory()
     estimate = memory_lib.check_host_memory(
