@@ -4,10 +4,9 @@ step, and the refusal of a step that cannot fit.
 On the CPU a step larger than the machine's memory is not an error:
 the operating system's OOM killer ends the process mid-run (exit status
 137) and nothing says why. `keras-vit train --model ViTTi16 --data
-folder:DIGITS --epochs 3` took the finetune recipe's 384 px and its batch
-(clipped to the 1,437 training images) and was killed in its second epoch on a
-24 GB machine. `check_host_memory` refuses such a run before the first
-step, naming the batch that fits.
+folder:DIGITS --epochs 3` (the finetune recipe's 384 px and batches of
+hundreds of images) was killed so on a 24 GB machine. `check_host_memory`
+refuses such a run before the first step, naming the batch that fits.
 
 The estimate counts what a training step keeps for its backward pass, per
 image, from the model's own layers, plus the gradients and optimizer slots:
@@ -70,15 +69,23 @@ class MemoryEstimate:
         return max(0, int((available - self.fixed) // self.per_image))
 
 
-def _itemsize(dtype):
-    return 2 if "16" in str(dtype) else 4
+def itemsize(dtype):
+    """Bytes per element: "float32" 4, "bfloat16" 2, "bool" 1."""
+    bits = "".join(c for c in keras.backend.standardize_dtype(dtype) if c.isdigit())
+    return int(bits) // 8 if bits else 1
+
+
+def _functional(model):
+    """Whether `model`'s layers have symbolic inputs and outputs (a
+    functional or Sequential model; a subclassed one has no `inputs`)."""
+    return isinstance(model, keras.Model) and bool(getattr(model, "inputs", None))
 
 
 def _layers(model):
     """The layers of a functional model, those of nested functional models
     included (their inner layers' outputs are symbolic too)."""
     for layer in model.layers:
-        if isinstance(layer, keras.Model) and hasattr(layer, "_nodes_by_depth"):
+        if _functional(layer):
             yield from _layers(layer)
         else:
             yield layer
@@ -121,18 +128,18 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
     >>> model = keras_vit.ViTTi16(weights=None, input_shape=(384, 384, 3), classes=10)
     >>> estimate = estimate_training_memory(model, 108, optimizer_slots=1)
     >>> round(estimate.total / 1e9, 1)  # doctest: +SKIP
-    21.1
+    22.4
     """
-    if not hasattr(model, "_nodes_by_depth"):
+    if not _functional(model):
         return None
     per_image, largest_block = 0.0, 0.0
     for layer in _layers(model):
         try:
-            itemsize = _itemsize(layer.compute_dtype)
-            counted = _block_values(layer, itemsize)
+            size = itemsize(layer.compute_dtype)
+            counted = _block_values(layer, size)
             if counted is None:
                 outputs = keras.tree.flatten(layer.output)
-                per_image += OTHER_LAYER * itemsize * sum(
+                per_image += OTHER_LAYER * size * sum(
                     math.prod(t.shape[1:]) for t in outputs)
                 continue
         except (AttributeError, ValueError, TypeError):  # an unused or shared layer
@@ -146,7 +153,7 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
     per_image += largest_block
     inputs = keras.tree.flatten(model.inputs)
     per_image += INPUT_BATCHES * 4 * sum(math.prod(t.shape[1:]) for t in inputs)
-    weights = sum(math.prod(v.shape) * _itemsize(v.dtype) for v in model.trainable_weights)
+    weights = sum(math.prod(v.shape) * itemsize(v.dtype) for v in model.trainable_weights)
     fixed = RUNTIME_BYTES + weights * (1 + optimizer_slots + weight_copies)
     return MemoryEstimate(int(fixed), int(per_image), int(batch_size))
 
@@ -206,7 +213,7 @@ def check_host_memory(model, batch_size, *, image_size, name, optimizer_slots,
     ValueError: A training step of ViTTi16 at 384 px with batches of 512 images
     needs about 104.4 GB of memory (estimated), and 18.2 GB is available; pass
     --batch-size 87 or less, --batch-size 64 --gradient-accumulation-steps 8 (the
-    same 512 images per update), or --remat.
+    same 512 images per update), or --remat (--no-memory-check trains anyway).
     """
     if accelerator() != "cpu":
         return None
@@ -255,4 +262,4 @@ def host_share(strategy=None):
 
 
 __all__ = ["MemoryEstimate", "available_memory", "check_host_memory",
-           "estimate_training_memory", "host_share"]
+           "estimate_training_memory", "host_share", "itemsize"]

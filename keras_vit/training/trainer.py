@@ -916,10 +916,7 @@ def _rewritten_bytes(out):
     return total
 
 
-def _itemsize(dtype):
-    """Bytes per element: "float32" 4, "bfloat16" 2, "bool" 1."""
-    bits = "".join(c for c in keras.backend.standardize_dtype(dtype) if c.isdigit())
-    return int(bits) // 8 if bits else 1
+_itemsize = memory_lib.itemsize
 
 
 class WeightsMoved(keras.callbacks.Callback):
