@@ -7,6 +7,7 @@ import json
 import os
 import re
 
+import keras
 import pytest
 from data_helpers import make_folder
 
@@ -30,21 +31,25 @@ def _per_image(model):
     return memory.estimate_training_memory(model, 1).per_image
 
 
-def test_a_transformer_block_keeps_its_activations_and_float32_attention_weights():
-    block = 4 * (8 * TOKENS * WIDTH + 3 * TOKENS * MLP) + 4 * 1.5 * HEADS * TOKENS**2
-    assert _per_image(_vit(3, attention="fused")) - _per_image(_vit(2, attention="fused")) \
-        == pytest.approx(block, abs=1)
-    # ops.dot_product_attention's kernels keep no attention weights
-    assert _per_image(_vit(3, attention="dot_product")) \
-        - _per_image(_vit(2, attention="dot_product")) \
-        == pytest.approx(4 * (8 * TOKENS * WIDTH + 3 * TOKENS * MLP), abs=1)
+BLOCK = 4 * (8 * TOKENS * WIDTH + 3 * TOKENS * MLP) + 4 * 1.5 * HEADS * TOKENS**2
+
+
+@pytest.mark.parametrize("attention", ["fused", "dot_product"])
+def test_a_transformer_block_keeps_its_activations_and_float32_attention_weights(attention):
+    """(Counted for dot_product too: on the CPU PyTorch's SDPA measured no
+    less than the explicit weights.)"""
+    assert _per_image(_vit(3, attention=attention)) - _per_image(_vit(2, attention=attention)) \
+        == pytest.approx(BLOCK, abs=1)
 
 
 def test_a_rematerialised_block_keeps_its_input_and_one_block_is_recomputed():
-    block = 4 * (8 * TOKENS * WIDTH + 3 * TOKENS * MLP) + 4 * 1.5 * HEADS * TOKENS**2
-    plain, remat = _vit(4, attention="fused"), _vit(4, attention="fused", remat=True)
+    """On TensorFlow; on JAX and torch remat measured little saving on the
+    CPU, and the block counts in full."""
+    plain, remat = _vit(4), _vit(4, remat=True)
+    saved = 4 * BLOCK - (4 * 4 * TOKENS * WIDTH + BLOCK)
+    assert memory.remat_saves_memory() == (keras.backend.backend() == "tensorflow")
     assert _per_image(plain) - _per_image(remat) == pytest.approx(
-        4 * block - (4 * 4 * TOKENS * WIDTH + block), abs=1)
+        saved if memory.remat_saves_memory() else 0, abs=1)
 
 
 def test_a_mixer_block_keeps_its_token_and_channel_activations():
@@ -71,8 +76,6 @@ def test_the_fixed_part_counts_gradients_optimizer_slots_and_copies():
 
 
 def test_a_subclassed_model_is_not_counted():
-    import keras
-
     class Net(keras.Model):
         def call(self, x):
             return x

@@ -13,19 +13,21 @@ image, from the model's own layers, plus the gradients and optimizer slots:
 
 - a `TransformerBlock` of `T` tokens, width `D`, `H` heads and MLP width
   `M`: `8 T D + 3 T M` values of the compute dtype and `1.5 H T^2`
-  float32 attention values (none where the block computes attention with
-  `ops.dot_product_attention`, whose kernels keep no attention weights);
+  float32 attention values (counted for `attention="dot_product"` too:
+  on the CPU PyTorch's `scaled_dot_product_attention` measured no less);
 - a `MixerBlock` of `S` patches, `C` channels and MLP widths `Dt`, `Dc`:
   `8 S C + 3 (C Dt + S Dc)` values;
-- a rematerialised block (`remat=True`): its input, plus one block's
-  activations while it is recomputed;
+- a rematerialised block (`remat=True`) on TensorFlow: its input, plus one
+  block's activations while it is recomputed. On JAX's and torch's CPU
+  backends remat saved little or nothing (ViT-L/16, batch 8:
+  `docs/performance/remat_vit_l16.json`), so a block counts in full there;
 - every other layer: 4 values per output value (a convolution keeps its
   input, the normalisation and the activation theirs).
 
 The coefficients were fitted to the peak resident memory of `train` on
 TensorFlow on the CPU, by batch (`python benchmarks/train_memory.py`,
-`docs/performance/train_memory.md`); the estimate is within about 20% of
-the measured peak there and above it for the models measured.
+`docs/performance/train_memory.md`, which also compares the estimate with
+the ViT-L/16 steps of `benchmarks/remat.py` on each backend).
 """
 
 import dataclasses
@@ -33,7 +35,7 @@ import math
 
 import keras
 
-from keras_vit.layers._fused import accelerator, uses_dot_product_attention
+from keras_vit.layers._fused import accelerator
 from keras_vit.layers.mixer import MixerBlock
 from keras_vit.layers.transformer import TransformerBlock
 
@@ -97,9 +99,8 @@ def _block_values(layer, itemsize):
     shape = layer.input.shape
     if isinstance(layer, TransformerBlock):
         tokens, width = shape[-2], shape[-1]
-        kept = itemsize * (TOKEN_WIDTH * tokens * width + MLP_WIDTH * tokens * layer.mlp_dim)
-        if not uses_dot_product_attention(layer.attention, training=True):
-            kept += 4 * ATTENTION * layer.num_heads * tokens * tokens
+        kept = (itemsize * (TOKEN_WIDTH * tokens * width + MLP_WIDTH * tokens * layer.mlp_dim)
+                + 4 * ATTENTION * layer.num_heads * tokens * tokens)
         return kept, itemsize * tokens * width
     if isinstance(layer, MixerBlock):
         patches, channels = shape[-2], shape[-1]
@@ -133,6 +134,7 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
     if not _functional(model):
         return None
     per_image, largest_block = 0.0, 0.0
+    remat_saves = remat_saves_memory()
     for layer in _layers(model):
         try:
             size = itemsize(layer.compute_dtype)
@@ -145,7 +147,7 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
         except (AttributeError, ValueError, TypeError):  # an unused or shared layer
             continue
         kept, block_input = counted
-        if getattr(layer, "remat", False):
+        if remat_saves and getattr(layer, "remat", False):
             per_image += block_input
             largest_block = max(largest_block, kept)
         else:
@@ -156,6 +158,13 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
     weights = sum(math.prod(v.shape) * itemsize(v.dtype) for v in model.trainable_weights)
     fixed = RUNTIME_BYTES + weights * (1 + optimizer_slots + weight_copies)
     return MemoryEstimate(int(fixed), int(per_image), int(batch_size))
+
+
+def remat_saves_memory():
+    """Whether `remat=True` lowers a CPU training step's memory on this
+    backend: on TensorFlow it did (ViT-L/16 at batch 8: 6.0 GB instead of
+    9.3), on JAX (9.7 and 9.8 GB) and torch (9.3 and 10.1 GB) little."""
+    return keras.backend.backend() == "tensorflow"
 
 
 def available_memory():

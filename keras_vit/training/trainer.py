@@ -872,7 +872,8 @@ def _check_memory(plan, net):
         weight_copies=(bool(plan.gradient_accumulation_steps) + (plan.ema is not None)
                        + bool(plan.sam_rho)),
         gradient_accumulation_steps=plan.gradient_accumulation_steps,
-        can_remat=plan.named and not (plan.model_kwargs or {}).get("remat"),
+        can_remat=(plan.named and not (plan.model_kwargs or {}).get("remat")
+                   and memory_lib.remat_saves_memory()),
         available=available)
     if estimate is None or available is None:
         return None
