@@ -13,7 +13,8 @@ slope between the two batches, the measured fixed part the rest above the
 imports' peak; beside them, the estimate's (`estimate_training_memory`).
 An estimate above the measurement refuses a run that would have fitted,
 one below lets a run be killed: the ratio is the number to look at. Prints
-one line per configuration and the CPU; `--json` writes them.
+one line per configuration (with the Keras backend, `KERAS_BACKEND`) and
+the CPU; `--json` writes them.
 """
 
 import argparse
@@ -36,6 +37,7 @@ CHILD = textwrap.dedent("""
     import json, os, resource, sys
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     sys.path.insert(0, {root!r})
+    import keras
     import keras_vit
     from keras_vit.training import memory
     from keras_vit.training.trainer import train
@@ -49,8 +51,9 @@ CHILD = textwrap.dedent("""
     estimate = memory.estimate_training_memory(model, {batch}, optimizer_slots=1)
     train(model, "folder:" + {data!r}, recipe="finetune", out={out!r}, image_size={size},
           batch_size={batch}, steps=2, verbose=0, overwrite=True)
-    print(json.dumps({{"imports": imports, "peak": peak(), "estimated_per_image":
-                      estimate.per_image, "estimated_fixed": estimate.fixed}}))
+    print(json.dumps({{"backend": keras.backend.backend(), "imports": imports,
+                      "peak": peak(), "estimated_per_image": estimate.per_image,
+                      "estimated_fixed": estimate.fixed}}))
 """)
 
 
@@ -87,7 +90,7 @@ def main(argv=None):
             b = measure(config, large, data, os.path.join(tmp, "b"))
             per_image = (b["peak"] - a["peak"]) / (large - small)
             fixed = a["peak"] - a["imports"] - small * per_image
-            row = {"config": config, "batches": [small, large],
+            row = {"config": config, "backend": a["backend"], "batches": [small, large],
                    "peak_bytes": [a["peak"], b["peak"]], "imports_bytes": a["imports"],
                    "measured_per_image": per_image, "estimated_per_image":
                        a["estimated_per_image"],
@@ -96,7 +99,8 @@ def main(argv=None):
                        a["estimated_per_image"] / per_image if per_image > 0 else None}
             rows.append(row)
             ratio = row["estimate_over_measured_per_image"]
-            print(f"{config:20s} per image: measured {per_image / 1e6:7.1f} MB, estimated "
+            print(f"{config:20s} {a['backend']:10s} per image: measured "
+                  f"{per_image / 1e6:7.1f} MB, estimated "
                   f"{a['estimated_per_image'] / 1e6:7.1f} MB"
                   + (f" ({ratio:.2f}x)" if ratio else "")
                   + f"; fixed: measured {fixed / 1e6:6.0f} MB, estimated "
