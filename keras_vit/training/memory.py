@@ -13,8 +13,8 @@ image, from the model's own layers, plus the gradients and optimizer slots:
 
 - a `TransformerBlock` of `T` tokens, width `D`, `H` heads and MLP width
   `M`: `8 T D + 3 T M` values of the compute dtype and `1.5 H T^2`
-  float32 attention values (`4 H T^2` on JAX, whose XLA CPU step keeps
-  more of the softmax's arrays; counted for `attention="dot_product"` too:
+  float32 attention values (on JAX, whose XLA CPU step keeps more, 1.15
+  times the first and `4 H T^2`; counted for `attention="dot_product"` too:
   on the CPU PyTorch's `scaled_dot_product_attention` measured no less);
 - a `MixerBlock` of `S` patches, `C` channels and MLP widths `Dt`, `Dc`:
   `8 S C + 3 (C Dt + S Dc)` values;
@@ -44,7 +44,9 @@ from keras_vit.layers.transformer import TransformerBlock
 TOKEN_WIDTH = 8           # x T D, per TransformerBlock (S C per MixerBlock)
 MLP_WIDTH = 3             # x T M (C Dt + S Dc)
 ATTENTION = 1.5           # x H T^2, float32
-ATTENTION_JAX = 4.0       # XLA on the CPU keeps more of the softmax's copies
+# JAX (XLA on the CPU) keeps more: 4 attention arrays per head, and 15% more
+# of the others (fitted to ViT-Ti/16 at 384 px and S/16 at 224).
+ATTENTION_JAX, ACTIVATIONS_JAX = 4.0, 1.15
 OTHER_LAYER = 4           # x each other layer's output values
 # The runtime's own memory during a step (the compiled step, tf.data's
 # buffers, Keras' metrics), measured at about 0.3 GB for ViT-Ti/16 and S/16.
@@ -99,14 +101,16 @@ def _block_values(layer, itemsize):
     """Bytes per image a block keeps for the backward pass, or None for a
     layer that is no block."""
     shape = layer.input.shape
+    activations, attention = _backend_factors()
     if isinstance(layer, TransformerBlock):
         tokens, width = shape[-2], shape[-1]
-        kept = (itemsize * (TOKEN_WIDTH * tokens * width + MLP_WIDTH * tokens * layer.mlp_dim)
-                + 4 * _attention_copies() * layer.num_heads * tokens * tokens)
+        kept = (activations * itemsize * (TOKEN_WIDTH * tokens * width
+                                          + MLP_WIDTH * tokens * layer.mlp_dim)
+                + 4 * attention * layer.num_heads * tokens * tokens)
         return kept, itemsize * tokens * width
     if isinstance(layer, MixerBlock):
         patches, channels = shape[-2], shape[-1]
-        kept = itemsize * (TOKEN_WIDTH * patches * channels + MLP_WIDTH * (
+        kept = activations * itemsize * (TOKEN_WIDTH * patches * channels + MLP_WIDTH * (
             channels * layer.tokens_mlp_dim + patches * layer.channels_mlp_dim))
         return kept, itemsize * patches * channels
     return None
@@ -162,11 +166,15 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
     return MemoryEstimate(int(fixed), int(per_image), int(batch_size))
 
 
-def _attention_copies():
-    """`(tokens, tokens)` float32 attention arrays a block keeps per head:
-    1.5 on TensorFlow and torch, 4 on JAX (ViT-Ti/16 at 384 px, 577
-    tokens: 326 MB per image measured on JAX, 183 on TensorFlow)."""
-    return ATTENTION_JAX if keras.backend.backend() == "jax" else ATTENTION
+def _backend_factors():
+    """`(activations, attention)`: the factor on a block's activations and
+    the `(tokens, tokens)` float32 attention arrays it keeps per head: 1
+    and 1.5 on TensorFlow and torch, 1.15 and 4 on JAX (ViT-Ti/16 at 384
+    px, 577 tokens: 326 MB per image measured on JAX, 183 on TensorFlow;
+    ViT-S/16 at 224: 135 and 90)."""
+    if keras.backend.backend() == "jax":
+        return ACTIVATIONS_JAX, ATTENTION_JAX
+    return 1.0, ATTENTION
 
 
 def remat_saves_memory():
