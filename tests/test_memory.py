@@ -80,6 +80,15 @@ def test_the_fixed_part_counts_gradients_optimizer_slots_and_copies():
     assert sgd.largest_batch(sgd.fixed - 1) == 0
 
 
+def test_a_hybrid_counts_the_runtime_of_its_resnet():
+    hybrid = keras_vit.VisionTransformer(
+        patch_size=1, hidden_size=WIDTH, num_layers=1, num_heads=HEADS, mlp_dim=MLP,
+        resnet_layers=(1,), input_shape=(32, 32, 3), classes=3)
+    weights = 4 * sum(int(w.numpy().size) for w in hybrid.trainable_weights)
+    assert memory.estimate_training_memory(hybrid, 1, optimizer_slots=1).fixed \
+        == memory.RUNTIME_BYTES_RESNET + 2 * weights
+
+
 def test_a_subclassed_model_is_not_counted():
     class Net(keras.Model):
         def call(self, x):

@@ -38,6 +38,7 @@ import keras
 
 from keras_vit.layers._fused import accelerator
 from keras_vit.layers.mixer import MixerBlock
+from keras_vit.layers.resnet import ResNetRoot
 from keras_vit.layers.transformer import TransformerBlock
 
 # Values kept per image for the backward pass (see the module docstring).
@@ -49,8 +50,11 @@ ATTENTION = 1.5           # x H T^2, float32
 ATTENTION_JAX, ACTIVATIONS_JAX = 4.0, 1.15
 OTHER_LAYER = 4           # x each other layer's output values
 # The runtime's own memory during a step (the compiled step, tf.data's
-# buffers, Keras' metrics), measured at about 0.3 GB for ViT-Ti/16 and S/16.
-RUNTIME_BYTES = 400 * 2**20
+# buffers, Keras' metrics, oneDNN's scratch space) beyond the gradients and
+# optimizer slots: measured 0.24-0.49 GB for ViT-Ti/16, S/16 and Mixer-S/16,
+# 1.18 GB for the R26+ViT-S/32 hybrid (its ResNet's convolutions).
+RUNTIME_BYTES = 512 * 2**20
+RUNTIME_BYTES_RESNET = 1280 * 2**20
 # Batches of input the pipeline may hold at once (prefetch and the step's).
 INPUT_BATCHES = 3
 
@@ -139,9 +143,11 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
     """
     if not _functional(model):
         return None
-    per_image, largest_block = 0.0, 0.0
+    per_image, largest_block, runtime = 0.0, 0.0, RUNTIME_BYTES
     remat_saves = remat_saves_memory()
     for layer in _layers(model):
+        if isinstance(layer, ResNetRoot):
+            runtime = RUNTIME_BYTES_RESNET
         try:
             size = itemsize(layer.compute_dtype)
             counted = _block_values(layer, size)
@@ -162,7 +168,7 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
     inputs = keras.tree.flatten(model.inputs)
     per_image += INPUT_BATCHES * 4 * sum(math.prod(t.shape[1:]) for t in inputs)
     weights = sum(math.prod(v.shape) * itemsize(v.dtype) for v in model.trainable_weights)
-    fixed = RUNTIME_BYTES + weights * (1 + optimizer_slots + weight_copies)
+    fixed = runtime + weights * (1 + optimizer_slots + weight_copies)
     return MemoryEstimate(int(fixed), int(per_image), int(batch_size))
 
 
