@@ -13,9 +13,11 @@ image, from the model's own layers, plus the gradients and optimizer slots:
 
 - a `TransformerBlock` of `T` tokens, width `D`, `H` heads and MLP width
   `M`: `8 T D + 3 T M` values of the compute dtype and `1.5 H T^2`
-  float32 attention values (on JAX, whose XLA CPU step keeps more, 1.15
-  times the first and `4 H T^2`; counted for `attention="dot_product"` too:
-  on the CPU PyTorch's `scaled_dot_product_attention` measured no less);
+  float32 attention values; on JAX, whose XLA CPU step keeps more, 1.15
+  times the first and `4 H T^2`, on torch 1.1 times the first. The
+  attention arrays count for `attention="dot_product"` too (torch's
+  default): PyTorch's `scaled_dot_product_attention` kept less than that
+  on the CPU at 577 tokens, as much for ViT-L/16 at 197;
 - a `MixerBlock` of `S` patches, `C` channels and MLP widths `Dt`, `Dc`:
   `8 S C + 3 (C Dt + S Dc)` values;
 - a rematerialised block (`remat=True`) on TensorFlow: its input, plus one
@@ -26,7 +28,7 @@ image, from the model's own layers, plus the gradients and optimizer slots:
   input, the normalisation and the activation theirs).
 
 The coefficients were fitted to the peak resident memory of `train` on
-TensorFlow on the CPU, by batch (`python benchmarks/train_memory.py`,
+the CPU on each backend, by batch (`python benchmarks/train_memory.py`,
 `docs/performance/train_memory.md`, which also compares the estimate with
 the ViT-L/16 steps of `benchmarks/remat.py` on each backend).
 """
@@ -46,8 +48,10 @@ TOKEN_WIDTH = 8           # x T D, per TransformerBlock (S C per MixerBlock)
 MLP_WIDTH = 3             # x T M (C Dt + S Dc)
 ATTENTION = 1.5           # x H T^2, float32
 # JAX (XLA on the CPU) keeps more: 4 attention arrays per head, and 15% more
-# of the others (fitted to ViT-Ti/16 at 384 px and S/16 at 224).
+# of the others (fitted to ViT-Ti/16 at 384 px and S/16 at 224); torch 10%
+# more of the others (ViT-S/16 at 224: 105.7 MB an image, 90 on TensorFlow).
 ATTENTION_JAX, ACTIVATIONS_JAX = 4.0, 1.15
+ACTIVATIONS_TORCH = 1.1
 OTHER_LAYER = 4           # x each other layer's output values
 # The runtime's own memory during a step (the compiled step, tf.data's
 # buffers, Keras' metrics, oneDNN's scratch space) beyond the gradients and
@@ -175,12 +179,13 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
 def _backend_factors():
     """`(activations, attention)`: the factor on a block's activations and
     the `(tokens, tokens)` float32 attention arrays it keeps per head: 1
-    and 1.5 on TensorFlow and torch, 1.15 and 4 on JAX (ViT-Ti/16 at 384
-    px, 577 tokens: 326 MB per image measured on JAX, 183 on TensorFlow;
-    ViT-S/16 at 224: 135 and 90)."""
-    if keras.backend.backend() == "jax":
+    and 1.5 on TensorFlow, 1.1 and 1.5 on torch, 1.15 and 4 on JAX
+    (ViT-Ti/16 at 384 px, 577 tokens: 326 MB per image measured on JAX,
+    183 on TensorFlow, 152 on torch; ViT-S/16 at 224: 135, 90 and 106)."""
+    backend = keras.backend.backend()
+    if backend == "jax":
         return ACTIVATIONS_JAX, ATTENTION_JAX
-    return 1.0, ATTENTION
+    return (ACTIVATIONS_TORCH if backend == "torch" else 1.0), ATTENTION
 
 
 def remat_saves_memory():
