@@ -121,7 +121,7 @@ def oversized(encoded):
     >>> oversized(tf.io.encode_png(tf.zeros([2, 3, 3], tf.uint8)).numpy()) is None
     True
     """
-    height, width = (int(n) for n in header_shape(tf.constant(encoded)))
+    height, width = (int(n) for n in _header_shape_graph(tf.constant(encoded)))
     bound = max_image_pixels()
     return (height, width, bound) if height * width > bound else None
 
@@ -166,6 +166,13 @@ def header_shape(encoded):
     return tf.cond(tf.io.is_jpeg(encoded),
                    lambda: tf.cast(tf.image.extract_jpeg_shape(encoded)[:2], tf.int64),
                    lambda: shape)
+
+
+# `header_shape` as one graph, for the eager check of one image at a time
+# (`oversized`): run eagerly it is some forty small ops, about 3 ms an image
+# on a CPU; as a graph under 1 ms. (Traced at the first call.)
+_header_shape_graph = tf.function(header_shape, autograph=False,
+                                  input_signature=[tf.TensorSpec([], tf.string)])
 
 
 # The tf.debugging.Assert messages of `make_dataset`, and how `data_error`
