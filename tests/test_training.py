@@ -287,7 +287,13 @@ KILL_RUNS = {"tensorflow": ({}, []),
 @pytest.mark.long
 @pytest.mark.parametrize("run", list(KILL_RUNS))
 def test_killed_training_resumes_from_the_backup(digits_folder, tmp_path, run):
+    """(JAX: both processes share a persistent compilation cache, so the
+    resumed one loads the train and validation steps that the killed one
+    compiled: about 9 s less of the resumed run, the same executables.)"""
     env, flags = KILL_RUNS[run]
+    if env:
+        env = {**env, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
+               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     model = digits_model(tmp_path / "start.keras")
     out = tmp_path / "run"
     args = [sys.executable, "-m", "keras_vit.cli", "train", "--model", model, "--data",
