@@ -143,7 +143,7 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
     >>> model = keras_vit.ViTTi16(weights=None, input_shape=(384, 384, 3), classes=10)
     >>> estimate = estimate_training_memory(model, 108, optimizer_slots=1)
     >>> round(estimate.total / 1e9, 1)  # doctest: +SKIP
-    22.4
+    22.5
     """
     if not _functional(model):
         return None
@@ -248,8 +248,8 @@ def check_host_memory(model, batch_size, *, image_size, name, optimizer_slots,
     >>> check_host_memory(model, 512, image_size=384, name="ViTTi16",
     ...                   optimizer_slots=1)  # doctest: +SKIP
     ValueError: A training step of ViTTi16 at 384 px with batches of 512 images
-    needs about 104.4 GB of memory (estimated), and 18.2 GB is available; pass
-    --batch-size 87 or less, --batch-size 64 --gradient-accumulation-steps 8 (the
+    needs about 104.5 GB of memory (estimated), and 18.2 GB is available; pass
+    --batch-size 86 or less, --batch-size 64 --gradient-accumulation-steps 8 (the
     same 512 images per update), or --remat (--no-memory-check trains anyway).
     """
     if accelerator() != "cpu":
