@@ -16,7 +16,7 @@ from data_helpers import make_folder, write_digit_folder
 from keras import ops
 
 from conftest import run_cli, tiny_keras_file
-from keras_vit.training import recipes, trainer
+from keras_vit.training import memory, recipes, trainer
 from keras_vit.training.schedules import WarmupDecay
 
 TF = keras.backend.backend() == "tensorflow"
@@ -211,7 +211,7 @@ def test_a_resumed_run_counts_the_files_it_writes_again_as_room(tmp_path, monkey
 
 
 def test_itemsize_of_variable_dtypes():
-    assert [trainer._itemsize(d) for d in ("float32", "bfloat16", "float16", "int64",
+    assert [memory.itemsize(d) for d in ("float32", "bfloat16", "float16", "int64",
                                             "bool")] == [4, 2, 2, 8, 1]
 
 

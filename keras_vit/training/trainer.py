@@ -885,7 +885,8 @@ def _check_free_space(out, model, recipe):
     run writes there (a full disk mid-run ended in an h5py error and a
     segmentation fault). A resumed run's backup and best.keras, written
     again in their own space, count as room."""
-    weights = sum(int(math.prod(v.shape)) * _itemsize(v.dtype) for v in model.weights)
+    weights = sum(int(math.prod(v.shape)) * memory_lib.itemsize(v.dtype)
+                  for v in model.weights)
     needed = weights * (3 + _SLOTS.get(recipe.optimizer, 2)) + (1 << 20)  # + logs
     reused = min(_rewritten_bytes(out), needed)
     free = shutil.disk_usage(out).free
@@ -916,8 +917,6 @@ def _rewritten_bytes(out):
             total += status.st_size if blocks is None else min(status.st_size, blocks * 512)
     return total
 
-
-_itemsize = memory_lib.itemsize
 
 
 class WeightsMoved(keras.callbacks.Callback):
