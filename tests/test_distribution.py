@@ -16,7 +16,7 @@ import pytest
 from data_helpers import write_digit_folder
 
 import keras_vit
-from conftest import run_cli, tiny_keras_file, tiny_mixer, tiny_vit
+from conftest import run_cli, tiny_keras_file, tiny_mixer, tiny_vit, xla_flags
 from keras_vit.training import distribution as dist
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -29,7 +29,7 @@ pytest.importorskip("jax")
 def jax_env(devices):
     env = dict(os.environ, KERAS_BACKEND="jax", JAX_PLATFORMS="cpu",
                TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="",
-               XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+               XLA_FLAGS=xla_flags(f"--xla_force_host_platform_device_count={devices}"),
                PYTHONPATH=os.pathsep.join([ROOT, os.environ.get("PYTHONPATH", "")]))
     for name in dist.ENV.values():
         env.pop(name, None)

@@ -17,7 +17,7 @@ import pytest
 import tensorflow as tf
 from official_fixtures import REPO_ROOT
 
-from conftest import run_cli, run_cli_process, tiny_keras_file, tiny_vit
+from conftest import run_cli, run_cli_process, tiny_keras_file, tiny_vit, xla_flags
 from keras_vit import training
 from keras_vit.training.callbacks import BestModelCheckpoint
 
@@ -280,20 +280,18 @@ def test_cli_train_and_evaluate_end_with_json(digits_folder, tmp_path):
 # and resumed the same way.
 KILL_RUNS = {"tensorflow": ({}, []),
              "jax-data-sam": ({"KERAS_BACKEND": "jax", "JAX_PLATFORMS": "cpu",
-                               "XLA_FLAGS": "--xla_force_host_platform_device_count=2"},
+                               "XLA_FLAGS": xla_flags("--xla_force_host_platform_device_count=2")},
                               ["--distribution", "data", "--sam-rho", "0.05"])}
 
 
 @pytest.mark.long
 @pytest.mark.parametrize("run", list(KILL_RUNS))
 def test_killed_training_resumes_from_the_backup(digits_folder, tmp_path, run):
-    """(JAX: both processes share a persistent compilation cache, so the
-    resumed one loads the train and validation steps that the killed one
-    compiled: about 9 s less of the resumed run, the same executables.)"""
+    """(JAX: both processes share the test run's persistent compilation
+    cache (conftest), so the resumed one loads the train and validation
+    steps that the killed one compiled: about 9 s less of the resumed run,
+    the same executables.)"""
     env, flags = KILL_RUNS[run]
-    if env:
-        env = {**env, "JAX_COMPILATION_CACHE_DIR": str(tmp_path / "jax_cache"),
-               "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0"}
     model = digits_model(tmp_path / "start.keras")
     out = tmp_path / "run"
     args = [sys.executable, "-m", "keras_vit.cli", "train", "--model", model, "--data",
