@@ -7,6 +7,9 @@ Frameworks, each in its own persistent worker process:
 - `keras_hub-tf`: keras-hub's `ViTBackbone` with the same configuration and a
   1000-way Dense head on the class token, as `ViTImageClassifier` pools
   (keras-hub has no MLP-Mixer: its Mixer rows say "n/a"),
+- `keras_vit-tfxla`: the same TensorFlow model with its train and predict
+  steps compiled by XLA (`compile(jit_compile=True)`; Keras' "auto" leaves
+  XLA off on a CPU-only machine, as keras_vit's trainer does),
 - `keras_vit-jax`: keras_vit, JAX backend,
 - `timm-torch`: timm's `vit_{tiny,small,base}_patch16_224` and
   `mixer_b16_224` on PyTorch.
@@ -73,7 +76,8 @@ benchmarked use none of them) and the JSON says `"torchvision": "stub"`;
 KERAS_VIT_BENCH_STUB_TORCHVISION=1 forces it.
 
     python benchmarks/bench_models.py [--models vit_ti16,vit_s16,vit_b16,mixer_b16]
-        [--frameworks keras_vit-tf,keras_hub-tf,keras_vit-jax,timm-torch]
+        [--frameworks keras_vit-tf,keras_hub-tf,keras_vit-jax,timm-torch]  (the
+        default; keras_vit-tfxla only where named)
         [--batch 8,32] [--dtypes float32,bfloat16] [--modes infer,train]
         [--image-size 224] [--rounds 3] [--warmup 2] [--iters N]
         [--round-seconds 2] [--peak-seconds 0.5] [--settle 1] [--threads N]
@@ -99,10 +103,11 @@ import subprocess
 import sys
 import time
 
-FRAMEWORKS = ("keras_vit-tf", "keras_hub-tf", "keras_vit-jax", "timm-torch")
+FRAMEWORKS = ("keras_vit-tf", "keras_vit-tfxla", "keras_hub-tf", "keras_vit-jax", "timm-torch")
 REFERENCE = "keras_vit-tf"
 INSTALL = {
     "keras_vit-tf": "pip install tensorflow keras",
+    "keras_vit-tfxla": "pip install tensorflow keras",
     "keras_hub-tf": "pip install keras-hub tensorflow",
     "keras_vit-jax": "pip install jax",
     "timm-torch": "pip install timm torch",
@@ -248,6 +253,8 @@ class KerasWorker(Worker):
     def __init__(self, framework, threads):
         super().__init__()
         library, self.backend = framework.split("-")
+        self.jit_compile = self.backend == "tfxla"  # else Keras' "auto"
+        self.backend = "tf" if self.jit_compile else self.backend
         os.environ["KERAS_BACKEND"] = {"tf": "tensorflow", "jax": "jax"}[self.backend]
         versions, settings = {}, {}
         if self.backend == "tf":
@@ -303,11 +310,15 @@ class KerasWorker(Worker):
         x = keras.ops.convert_to_tensor(images)
         y = keras.ops.convert_to_tensor(labels.astype("int32"))
         if mode == "infer":
+            if self.jit_compile:
+                model.compile(jit_compile=True)
+
             def step():
                 model.predict_on_batch(x)
         else:
             model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                          jit_compile=self.jit_compile or "auto")
 
             def step():
                 model.train_on_batch(x, y)
@@ -767,7 +778,8 @@ def plot(result, path):
 def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
-    parser.add_argument("--frameworks", default=",".join(FRAMEWORKS))
+    parser.add_argument("--frameworks",
+                        default=",".join(f for f in FRAMEWORKS if f != "keras_vit-tfxla"))
     parser.add_argument("--batch", default="8,32", help="batch sizes")
     parser.add_argument("--dtypes", default=",".join(DTYPES))
     parser.add_argument("--modes", default=",".join(MODES))

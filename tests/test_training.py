@@ -276,6 +276,30 @@ def test_cli_train_and_evaluate_end_with_json(digits_folder, tmp_path):
     assert abs(evaluated["accuracy"] - results["val_accuracy"]) < 1e-6
 
 
+def test_jit_compile_true_trains_with_xla_on_the_cpu(few_digits_folder, tmp_path, monkeypatch):
+    """docs/training.md suggests `jit_compile=True` for float32 on one CPU
+    (TensorFlow's "auto" leaves XLA off there): the XLA-compiled step
+    trains, with SAM and gradient accumulation, and moves the weights."""
+    compiled = []
+    compile_ = keras.Model.compile
+
+    def spy(self, *args, **kwargs):
+        compiled.append(kwargs.get("jit_compile"))
+        return compile_(self, *args, **kwargs)
+
+    monkeypatch.setattr(keras.Model, "compile", spy)
+    model = digits_model(tmp_path / "start.keras")
+    results = training.train(model, f"folder:{few_digits_folder}", recipe="scratch",
+                             image_size=32, batch_size=6, epochs=1, steps_per_epoch=4,
+                             gradient_accumulation_steps=2, sam_rho=0.05, jit_compile=True,
+                             out=str(tmp_path / "run"), verbose=0)
+    assert compiled == [True]
+    assert results["sam_rho"] == 0.05 and np.isfinite(results["val_loss"])
+    before = keras.saving.load_model(model).get_weights()
+    after = keras.saving.load_model(results["model"]).get_weights()
+    assert max(np.abs(a - b).max() for a, b in zip(after, before, strict=True)) > 1e-4
+
+
 # JAX: SAM's JAX train step under DataParallel over 2 CPU devices, killed
 # and resumed the same way.
 KILL_RUNS = {"tensorflow": ({}, []),
