@@ -252,9 +252,9 @@ class Worker:
 class KerasWorker(Worker):
     def __init__(self, framework, threads):
         super().__init__()
-        library, self.backend = framework.split("-")
-        self.jit_compile = self.backend == "tfxla"  # else Keras' "auto"
-        self.backend = "tf" if self.jit_compile else self.backend
+        library, variant = framework.split("-")
+        self.jit_compile = variant == "tfxla"  # else Keras' "auto"
+        self.backend = "tf" if self.jit_compile else variant
         os.environ["KERAS_BACKEND"] = {"tf": "tensorflow", "jax": "jax"}[self.backend]
         versions, settings = {}, {}
         if self.backend == "tf":

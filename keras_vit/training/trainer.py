@@ -918,7 +918,6 @@ def _rewritten_bytes(out):
     return total
 
 
-
 class WeightsMoved(keras.callbacks.Callback):
     """Whether `fit` changed any trainable weight: `changed` is True or
     False after training (None before). Compares a SHA-256 of each
