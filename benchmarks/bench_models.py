@@ -9,7 +9,12 @@ Frameworks, each in its own persistent worker process:
   (keras-hub has no MLP-Mixer: its Mixer rows say "n/a"),
 - `keras_vit-tfxla`: the same TensorFlow model with its train and predict
   steps compiled by XLA (`compile(jit_compile=True)`; Keras' "auto" leaves
-  XLA off on a CPU-only machine, as keras_vit's trainer does),
+  XLA off on a CPU-only machine, as keras_vit's trainer does); `XLA_FLAGS`
+  in the environment reach it and are recorded, e.g.
+  `XLA_FLAGS="--xla_cpu_use_onednn=true
+  --xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_DOT"` for
+  oneDNN's matmuls in place of XLA's own (as `TF_ENABLE_ONEDNN_OPTS` for
+  the TensorFlow workers),
 - `keras_vit-jax`: keras_vit, JAX backend,
 - `timm-torch`: timm's `vit_{tiny,small,base}_patch16_224` and
   `mixer_b16_224` on PyTorch.
@@ -265,6 +270,8 @@ class KerasWorker(Worker):
             versions["tensorflow"] = tf.__version__
             settings["tf_intra_op"] = tf.config.threading.get_intra_op_parallelism_threads()
             settings["tf_inter_op"] = tf.config.threading.get_inter_op_parallelism_threads()
+            if "TF_ENABLE_ONEDNN_OPTS" in os.environ:  # 0: Eigen's kernels
+                settings["TF_ENABLE_ONEDNN_OPTS"] = os.environ["TF_ENABLE_ONEDNN_OPTS"]
         else:
             import jax
 
@@ -280,6 +287,8 @@ class KerasWorker(Worker):
             import keras_vit as library_module
         self.library = library_module
         versions[library] = library_module.__version__
+        if os.environ.get("XLA_FLAGS") and (self.jit_compile or self.backend == "jax"):
+            settings["XLA_FLAGS"] = repr(os.environ["XLA_FLAGS"])  # e.g. XLA's CPU kernels
         self.info = {"versions": versions, "threads": settings}
 
     def matmul_call(self, shape, dtype):

@@ -21,6 +21,7 @@ folder (`data_helpers.write_digit_folder`, `make_folder`) in `tmp_path`.
 
 import atexit
 import contextlib
+import glob
 import io
 import logging
 import os
@@ -54,10 +55,31 @@ def _xla_for_tests():
     if "--xla_backend_optimization_level" not in flags:
         os.environ["XLA_FLAGS"] = f"{flags} --xla_backend_optimization_level=0".strip()
     if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
-        folder = tempfile.mkdtemp(prefix="keras_vit_tests_jax_cache_")
+        _remove_caches_of_dead_runs()
+        folder = tempfile.mkdtemp(prefix=f"{_JAX_CACHE_PREFIX}{os.getpid()}_")
         atexit.register(shutil.rmtree, folder, ignore_errors=True)
         os.environ["JAX_COMPILATION_CACHE_DIR"] = folder
         os.environ["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] = "0"
+
+
+_JAX_CACHE_PREFIX = "keras_vit_tests_jax_cache_"
+
+
+def _remove_caches_of_dead_runs():
+    """The caches of test runs that were killed (SIGKILL skips atexit): a
+    folder whose pytest process, named in it, no longer runs (~20 MB each)."""
+    if os.name != "posix":  # (os.kill(pid, 0) would end the process on Windows)
+        return
+    for folder in glob.glob(os.path.join(tempfile.gettempdir(), f"{_JAX_CACHE_PREFIX}*_*")):
+        pid = os.path.basename(folder)[len(_JAX_CACHE_PREFIX):].split("_")[0]
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(folder, ignore_errors=True)
+        except OSError:  # it runs (another user's)
+            pass
 
 
 _xla_for_tests()

@@ -220,6 +220,21 @@ def test_header_length_beyond_the_file_or_the_format_limit(tmp_path):
         hub.read_safetensors(path)
 
 
+@pytest.mark.parametrize("header", [b'["a"]', b'"tensors"', b"12"])
+def test_a_header_that_is_json_but_not_an_object_is_a_damaged_safetensors_file(
+        tmp_path, header):
+    """Every reader names it a damaged safetensors file (the sniffer said
+    "in no format keras_vit recognises", and that weights= reads only .npz
+    and .weights.h5)."""
+    path = write_safetensors(tmp_path / "list.safetensors", header, bytes(16))
+    message = (f"{str(path)!r} is a damaged safetensors file: its header is not a JSON "
+               f"object (it starts with {header!r}). Download it again.")
+    for read in (official.read_checkpoint, keras_vit.model_from_checkpoint,
+                 lambda p: keras_vit.ViTTi16(weights=p)):
+        with pytest.raises(CorruptCheckpointError, match=re.escape(message) + "$"):
+            read(str(path))
+
+
 def test_a_valid_dtype_keras_vit_does_not_read_is_unsupported_not_corrupt(tmp_path):
     path = tmp_path / "u8.safetensors"
     save_file({"a": np.arange(4, dtype="uint8")}, str(path))

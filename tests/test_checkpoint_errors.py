@@ -25,7 +25,9 @@ from keras_vit.weights.official import (
 )
 
 ACCEPTED = ("keras_vit reads official .npz checkpoints (google-research/"
-            "vision_transformer format) and Keras .weights.h5 files.")
+            "vision_transformer format) and Keras .weights.h5 files, and with weights= "
+            "or model_from_checkpoint also timm and Hugging Face transformers "
+            ".safetensors and PyTorch (.pth, .bin) files and Hub folders.")
 
 
 def tiny_vit(**kwargs):

@@ -421,7 +421,7 @@ def test_weights_sniffs_a_pytorch_file_once(tmp_path, monkeypatch):
     path = tmp_path / "vit.pth"
     torch.save(tensors("timm_vit_token"), path)
     monkeypatch.setattr(pytorch, "sniff_checkpoint", lambda *a, **k: pytest.fail("sniffed twice"))
-    monkeypatch.setattr(hub, "_is_zip", lambda *a, **k: pytest.fail("opened to tell the kind"))
+    monkeypatch.setattr(hub, "is_zip", lambda *a, **k: pytest.fail("opened to tell the kind"))
     keras_vit.VisionTransformer(patch_size=8, hidden_size=32, num_layers=2, num_heads=2,
                                 mlp_dim=64, input_shape=(32, 32, 3), weights=str(path))
 

@@ -73,6 +73,7 @@ from keras_vit.weights.pytorch import ema_error, read_torch_state, read_torch_we
 from keras_vit.weights.sniff import (
     SAFETENSORS_MAX_HEADER,
     check_checkpoint_bytes,
+    is_zip,
 )
 
 logger = logging.getLogger("keras_vit")
@@ -500,11 +501,6 @@ def download(uri):
     return folder
 
 
-def _is_zip(path):
-    with open(path, "rb") as f:
-        return f.read(4) == b"PK\x03\x04"
-
-
 # --- one checkpoint --------------------------------------------------------------
 
 
@@ -800,7 +796,7 @@ def read_hub_checkpoint(path, source=None, ema=False, kind=None, library=None):
         state = _read_folder_weights(path, ema=ema)
     elif not os.path.isfile(path):
         raise CheckpointNotFoundError(name)
-    elif torch_file := (kind == "torch" if kind else _is_zip(path)):
+    elif torch_file := (kind == "torch" if kind else is_zip(path)):
         state, where = read_torch_weights(path, name, ema=ema, sniffed=kind == "torch")
     elif ema:
         raise ema_error(name, "a safetensors file")

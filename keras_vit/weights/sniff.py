@@ -26,9 +26,12 @@ from keras_vit.errors import (
     UnsupportedCheckpointError,
 )
 
+# Every reader's messages name all of them (the same message from each entry point).
 ACCEPTED_FORMATS = (
     "keras_vit reads official .npz checkpoints (google-research/"
-    "vision_transformer format) and Keras .weights.h5 files"
+    "vision_transformer format) and Keras .weights.h5 files, and with weights= "
+    "or model_from_checkpoint also timm and Hugging Face transformers "
+    ".safetensors and PyTorch (.pth, .bin) files and Hub folders"
 )
 
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
@@ -142,9 +145,29 @@ def safetensors_header_length(head):
     return length if 2 <= length < 2**32 else None
 
 
+def _json_header_not_an_object(head, size):
+    """True when `head` starts as safetensors (a u64 header length the file
+    can hold) but its header is a JSON value other than an object."""
+    if len(head) < 9 or head[8:9] not in b'["-0123456789tfn':
+        return False
+    (length,) = struct.unpack("<Q", head[:8])
+    if not 2 <= length <= min(size - 8, len(head) - 8):
+        return False
+    try:
+        return not isinstance(json.loads(head[8:8 + length]), dict)
+    except (ValueError, UnicodeDecodeError, RecursionError):
+        return False
+
+
 def _sniff_safetensors(name, path, head, size):
     length = safetensors_header_length(head)
     if length is None:
+        if _json_header_not_an_object(head, size):
+            (length,) = struct.unpack("<Q", head[:8])
+            return CorruptCheckpointError(
+                f"{name!r} is a damaged safetensors file: its header is not a JSON "
+                f"object (it starts with {head[8:8 + min(length, 20)]!r}). "
+                "Download it again.")
         if len(head) >= 9 and head[8:9] == b"{":  # a length no header has, then `{`
             (length,) = struct.unpack("<Q", head[:8])
             return CorruptCheckpointError(
@@ -281,7 +304,9 @@ def sniff_checkpoint(path, name=None, safetensors=False, torch=False):
             gzip/tar/other zip archive, a text/HTML/JSON file, a Git LFS
             pointer, a directory, or unrecognised bytes. The message names
             the format found and what is accepted.
-        CorruptCheckpointError: an empty file, a damaged zip or HDF5 file.
+        CorruptCheckpointError: an empty file, a damaged zip, HDF5 or
+            safetensors file (a header length no header has, a header that
+            is JSON but not an object).
     """
     name = os.fspath(path) if name is None else name
     path = os.path.expanduser(os.fspath(path))
@@ -346,6 +371,13 @@ def _identify(name, path, head, size, torch=False):
         return _sniff_text(name, head)
     return _unsupported(
         name, f"in no format keras_vit recognises (it starts with {head[:16]!r})")
+
+
+def is_zip(path):
+    """True when the file at `path` starts as a zip archive (a PyTorch
+    `torch.save` file, an `.npz`)."""
+    with open(path, "rb") as f:
+        return f.read(4).startswith(_ZIP_MAGICS)
 
 
 def _tail(path):
