@@ -276,10 +276,11 @@ def test_cli_train_and_evaluate_end_with_json(digits_folder, tmp_path):
     assert abs(evaluated["accuracy"] - results["val_accuracy"]) < 1e-6
 
 
-def test_jit_compile_true_trains_with_xla_on_the_cpu(few_digits_folder, tmp_path, monkeypatch):
-    """docs/training.md suggests `jit_compile=True` for float32 on one CPU
-    (TensorFlow's "auto" leaves XLA off there): the XLA-compiled step
-    trains, with SAM and gradient accumulation, and moves the weights."""
+def test_jit_compile_on_trains_with_xla_on_the_cpu(few_digits_folder, tmp_path, monkeypatch):
+    """docs/training.md suggests `jit_compile=True` (`--jit-compile on`) for
+    float32 on one CPU (TensorFlow's "auto" leaves XLA off there): the
+    XLA-compiled step trains, with SAM and gradient accumulation, and moves
+    the weights."""
     compiled = []
     compile_ = keras.Model.compile
 
@@ -289,15 +290,35 @@ def test_jit_compile_true_trains_with_xla_on_the_cpu(few_digits_folder, tmp_path
 
     monkeypatch.setattr(keras.Model, "compile", spy)
     model = digits_model(tmp_path / "start.keras")
-    results = training.train(model, f"folder:{few_digits_folder}", recipe="scratch",
-                             image_size=32, batch_size=6, epochs=1, steps_per_epoch=4,
-                             gradient_accumulation_steps=2, sam_rho=0.05, jit_compile=True,
-                             out=str(tmp_path / "run"), verbose=0)
+    code, out, err = run_cli(
+        "train", "--model", model, "--data", f"folder:{few_digits_folder}", "--recipe",
+        "scratch", "--image-size", 32, "--batch-size", 6, "--epochs", 1, "--steps-per-epoch",
+        4, "--gradient-accumulation-steps", 2, "--sam-rho", 0.05, "--jit-compile", "on",
+        "--out", tmp_path / "run")
+    assert code == 0, err
+    results = json.loads(out)
     assert compiled == [True]
     assert results["sam_rho"] == 0.05 and np.isfinite(results["val_loss"])
     before = keras.saving.load_model(model).get_weights()
     after = keras.saving.load_model(results["model"]).get_weights()
     assert max(np.abs(a - b).max() for a, b in zip(after, before, strict=True)) > 1e-4
+
+
+@pytest.mark.parametrize("value", ["yes", 1, None])
+def test_jit_compile_takes_true_false_or_auto(value, tmp_path):
+    with pytest.raises(TypeError, match=re.escape(
+            f'`jit_compile` must be True or False (or "auto"), got {value!r}.')):
+        training.train("ViTTi16", "folder:/nowhere", jit_compile=value,
+                       out=str(tmp_path / "run"))
+    assert not (tmp_path / "run").exists()
+
+
+def test_cli_jit_compile_takes_auto_on_or_off(tmp_path):
+    code, _, err = run_cli("train", "--model", "ViTTi16", "--data", "folder:/nowhere",
+                           "--jit-compile", "yes", "--out", tmp_path / "run")
+    assert code == 2 and err.strip() == (
+        "keras-vit train: error: argument --jit-compile: invalid choice: 'yes' (choose "
+        "from 'auto', 'off', 'on') (see keras-vit train --help)")
 
 
 # JAX: SAM's JAX train step under DataParallel over 2 CPU devices, killed

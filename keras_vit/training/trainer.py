@@ -445,8 +445,10 @@ def train(
             files; the others write theirs under `out/workers/<id>/`.
         jit_compile: `"auto"`: TensorFlow: XLA on GPU/TPU, off on CPU (XLA's
             CPU bf16 path does not use AMX; MirroredStrategy over CPU
-            devices fails with XLA); JAX: always compiled; torch: eager
-            (as Keras' own "auto"; `True` is `torch.compile`).
+            devices fails with XLA; in float32 `True` measured 1.05-1.18x
+            faster for ViT-S/16, 0.97-1.03x for ViT-B/16); JAX: always
+            compiled; torch: eager (as Keras' own "auto"; `True` is
+            `torch.compile`).
         gradient_accumulation_steps: batches per optimizer update.
         train_split, val_split: split names. `val_split=None`: `validation`
             when the data has it, else `test`. A folder of class subfolders
@@ -515,6 +517,8 @@ def train(
     _checks.optional(_checks.positive_int, lora_rank=lora_rank)
     _check_fine_tuning(lora_rank, lora_targets, layer_decay, ema)
     _check_model_kwargs(model, model_kwargs)
+    if not (isinstance(jit_compile, str) and jit_compile == "auto"):
+        jit_compile = _checks.boolean(jit_compile, "jit_compile", 'or "auto"')
     check_holdout(holdout)  # (the data layer's check: also for sources without a folder)
     recipe = get_recipe(recipe)
     set_precision(precision)
