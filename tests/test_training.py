@@ -298,6 +298,8 @@ def test_jit_compile_on_trains_with_xla_on_the_cpu(few_digits_folder, tmp_path, 
     assert code == 0, err
     results = json.loads(out)
     assert compiled == [True]
+    assert results["summary"]["jit_compile"] is True
+    assert "\n  step        XLA (jit_compile=True)\n" in err  # the summary before training
     assert results["sam_rho"] == 0.05 and np.isfinite(results["val_loss"])
     before = keras.saving.load_model(model).get_weights()
     after = keras.saving.load_model(results["model"]).get_weights()

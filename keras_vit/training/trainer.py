@@ -271,6 +271,7 @@ def format_summary(summary):
                          else "")
                       + (f", weight EMA {d['ema']:g}" if d.get("ema") else "")),
         ("precision", d["precision"]),
+        *([("step", d["step"])] if d.get("step") else []),
         *([("memory", f"about {d['memory']['estimated'] / 1e9:,.1f} GB per step (estimated), "
                       f"{d['memory']['available'] / 1e9:,.1f} GB available")]
           if d.get("memory") else []),
@@ -644,6 +645,16 @@ def _jit_compile(jit_compile, strategy):
     return True if strategy is None else not uses_only_cpus(strategy)
 
 
+def _step_kind(jit_compile):
+    """How the training step runs, as the summary says it."""
+    backend = keras.backend.backend()
+    if backend == "torch":
+        return "torch.compile (jit_compile=True)" if jit_compile else "eager (PyTorch)"
+    if backend == "jax":
+        return "XLA (jax.jit)" if jit_compile else "eager (JAX, jit_compile=False)"
+    return "XLA (jit_compile=True)" if jit_compile else "TensorFlow graph (no XLA)"
+
+
 def _train_in_scope(plan, datasets):
     """The rest of `train`, under the JAX distribution's scope when there
     is one: the run folder (locked), then the model, `fit` and the files."""
@@ -754,7 +765,9 @@ def _summary(plan, net, datasets, strategy_row, distribution_row, folder, memory
         "learning_rate": (plan.learning_rate if plan.learning_rate is not None
                           else recipe.learning_rate),
         "warmup_steps": recipe.warmup_for(plan.updates), "decay": recipe.decay,
-        "sam_rho": plan.sam_rho, "precision": plan.precision, "strategy": strategy_row,
+        "sam_rho": plan.sam_rho, "precision": plan.precision,
+        "jit_compile": plan.jit_compile, "step": _step_kind(plan.jit_compile),
+        "strategy": strategy_row,
         "distribution": distribution_row, "out": plan.out, "run": folder.describe(),
         "resumed_epoch": folder.resumed_epoch, "run_started": folder.started,
         "memory": memory,
