@@ -916,8 +916,9 @@ def _train_parser(add):
     p.add_argument("--jit-compile", default="auto", choices=sorted(JIT_COMPILE),
                    help="compile the training step: auto (default: XLA on GPU/TPU and "
                         "under JAX, not for TensorFlow on a CPU; torch: eager), on (XLA; "
-                        "torch.compile on torch), off. A float32 run of a small model on a "
-                        "CPU: on measured 1.05-1.18x faster per step for ViT-S/16")
+                        "on torch, torch.compile, which recompiles for minutes), off. A "
+                        "float32 run of a small model on a CPU: on measured 1.05-1.18x "
+                        "faster per step for ViT-S/16")
     p.add_argument("--strategy", default="auto",
                    choices=["auto", "tpu", "multiworker", "mirrored", "default"],
                    help="TensorFlow backend: tf.distribute strategy")
