@@ -145,12 +145,12 @@ def safetensors_header_length(head):
     return length if 2 <= length < 2**32 else None
 
 
-def _json_header_not_an_object(head, size):
-    """True when `head` starts as safetensors (a u64 header length the file
-    can hold) but its header is a JSON value other than an object."""
-    if len(head) < 9 or head[8:9] not in b'["-0123456789tfn':
+def _json_header_not_an_object(head, length, size):
+    """True when `head`, whose first 8 bytes declare a header of `length`
+    bytes, starts as safetensors (a header the file can hold) but its
+    header is a JSON value other than an object."""
+    if head[8:9] not in b'["-0123456789tfn':
         return False
-    (length,) = struct.unpack("<Q", head[:8])
     if not 2 <= length <= min(size - 8, len(head) - 8):
         return False
     try:
@@ -162,14 +162,15 @@ def _json_header_not_an_object(head, size):
 def _sniff_safetensors(name, path, head, size):
     length = safetensors_header_length(head)
     if length is None:
-        if _json_header_not_an_object(head, size):
-            (length,) = struct.unpack("<Q", head[:8])
+        if len(head) < 9:
+            return None
+        (length,) = struct.unpack("<Q", head[:8])
+        if _json_header_not_an_object(head, length, size):
             return CorruptCheckpointError(
                 f"{name!r} is a damaged safetensors file: its header is not a JSON "
                 f"object (it starts with {head[8:8 + min(length, 20)]!r}). "
                 "Download it again.")
-        if len(head) >= 9 and head[8:9] == b"{":  # a length no header has, then `{`
-            (length,) = struct.unpack("<Q", head[:8])
+        if head[8:9] == b"{":  # a length no header has, then `{`
             return CorruptCheckpointError(
                 f"{name!r} is a damaged safetensors file: its first 8 bytes give a "
                 f"header length of {length:,} bytes, where the format allows 2 to "
