@@ -248,6 +248,7 @@ def _decode_image(path, skip_corrupt=False):
     """The uint8 image in `path`; None for a file that does not decode with
     `skip_corrupt`, else a ValueError naming it."""
     tf = _console.load_tensorflow()
+    from keras_vit.data.augment import decode_image  # heavy (see the top)
     from keras_vit.data.pipeline import oversized, too_large_error  # heavy (see the top)
 
     try:
@@ -258,7 +259,7 @@ def _decode_image(path, skip_corrupt=False):
             if skip_corrupt:
                 return None
             raise too_large_error(path, *large, "pass --skip-corrupt to skip such files")
-        return tf.io.decode_image(data, channels=3, expand_animations=False)
+        return decode_image(data)  # upright by its EXIF orientation
     except (tf.errors.OpError, OSError) as error:
         if skip_corrupt:
             return None

@@ -20,6 +20,7 @@ import math
 import tensorflow as tf
 
 from keras_vit import _checks
+from keras_vit.data import exif
 
 MAX_LEVEL = 10.0
 MAX_MAGNITUDE = 30
@@ -41,10 +42,11 @@ def split_seed(seed, num):
 # --- decoding and cropping ------------------------------------------------
 
 def decode_image(encoded):
-    """Decodes JPEG/PNG/GIF/BMP bytes to `(H, W, 3)` uint8."""
+    """Decodes JPEG/PNG/GIF/BMP bytes to `(H, W, 3)` uint8, turned upright
+    by a JPEG's EXIF orientation (`keras_vit.data.exif`)."""
     image = tf.io.decode_image(encoded, channels=3, expand_animations=False)
     image.set_shape([None, None, 3])
-    return image
+    return exif.apply_orientation(image, exif.orientation(encoded))
 
 
 def _crop_window(shape, seed, area_range, aspect_range):
@@ -60,12 +62,16 @@ def _crop_window(shape, seed, area_range, aspect_range):
 def decode_and_inception_crop(encoded, size, seed, area_range=(0.05, 1.0),
                               aspect_range=(3 / 4, 4 / 3)):
     """Inception crop, then bilinear resize to `size`; returns float32
-    pixels in [0, 255]. JPEGs are decoded inside the window only."""
+    pixels in [0, 255]. JPEGs are decoded inside the window only, which is
+    drawn in the stored image and then turned upright with it (the default
+    aspect range holds each ratio's inverse, so the crops drawn are the
+    same either way round)."""
     def jpeg():
         shape = tf.image.extract_jpeg_shape(encoded)
         begin, window = _crop_window(shape, seed, area_range, aspect_range)
         crop = tf.stack([begin[0], begin[1], window[0], window[1]])
-        return tf.image.decode_and_crop_jpeg(encoded, crop, channels=3)
+        image = tf.image.decode_and_crop_jpeg(encoded, crop, channels=3)
+        return exif.apply_orientation(image, exif.orientation(encoded))
 
     def other():
         image = decode_image(encoded)
