@@ -15,6 +15,11 @@ Frameworks, each in its own persistent worker process:
   --xla_cpu_experimental_onednn_fusion_type=LIBRARY_FUSION_TYPE_DOT"` for
   oneDNN's matmuls in place of XLA's own (as `TF_ENABLE_ONEDNN_OPTS` for
   the TensorFlow workers),
+- `keras_vit-tfinter`: the TensorFlow graph step with
+  `inter_op_parallelism_threads` = N instead of 1: TensorFlow's own default
+  on an N-CPU machine, and so what `keras-vit train` and a plain
+  `model.fit` run with. Independent ops (a matmul's input and weight
+  gradients) then run at once on the shared intra-op pool of N threads,
 - `keras_vit-jax`: keras_vit, JAX backend,
 - `timm-torch`: timm's `vit_{tiny,small,base}_patch16_224` and
   `mixer_b16_224` on PyTorch.
@@ -49,7 +54,8 @@ CPU this process may use): the worker is pinned to the same N CPUs
 (`os.sched_setaffinity`, before any import; it is the only limit XLA honours
 on CPU, `intra_op_parallelism_threads` in XLA_FLAGS has no effect), and
 OMP_NUM_THREADS = MKL_NUM_THREADS = N; TensorFlow:
-`set_intra_op_parallelism_threads(N)`, `set_inter_op_parallelism_threads(1)`;
+`set_intra_op_parallelism_threads(N)`, `set_inter_op_parallelism_threads(1)`
+(N for keras_vit-tfinter);
 PyTorch: `torch.set_num_threads(N)`, `torch.set_num_interop_threads(1)`. The
 values read back from each framework are reported.
 
@@ -82,7 +88,7 @@ KERAS_VIT_BENCH_STUB_TORCHVISION=1 forces it.
 
     python benchmarks/bench_models.py [--models vit_ti16,vit_s16,vit_b16,mixer_b16]
         [--frameworks keras_vit-tf,keras_hub-tf,keras_vit-jax,timm-torch]  (the
-        default; keras_vit-tfxla only where named)
+        default; keras_vit-tfxla and keras_vit-tfinter only where named)
         [--batch 8,32] [--dtypes float32,bfloat16] [--modes infer,train]
         [--image-size 224] [--rounds 3] [--warmup 2] [--iters N]
         [--round-seconds 2] [--peak-seconds 0.5] [--settle 1] [--threads N]
@@ -108,11 +114,14 @@ import subprocess
 import sys
 import time
 
-FRAMEWORKS = ("keras_vit-tf", "keras_vit-tfxla", "keras_hub-tf", "keras_vit-jax", "timm-torch")
+FRAMEWORKS = ("keras_vit-tf", "keras_vit-tfxla", "keras_vit-tfinter", "keras_hub-tf",
+              "keras_vit-jax", "timm-torch")
+OPT_IN = ("keras_vit-tfxla", "keras_vit-tfinter")  # run only where named
 REFERENCE = "keras_vit-tf"
 INSTALL = {
     "keras_vit-tf": "pip install tensorflow keras",
     "keras_vit-tfxla": "pip install tensorflow keras",
+    "keras_vit-tfinter": "pip install tensorflow keras",
     "keras_hub-tf": "pip install keras-hub tensorflow",
     "keras_vit-jax": "pip install jax",
     "timm-torch": "pip install timm torch",
@@ -259,14 +268,18 @@ class KerasWorker(Worker):
         super().__init__()
         library, variant = framework.split("-")
         self.jit_compile = variant == "tfxla"  # else Keras' "auto"
-        self.backend = "tf" if self.jit_compile else variant
+        self.backend = "tf" if variant.startswith("tf") else variant
         os.environ["KERAS_BACKEND"] = {"tf": "tensorflow", "jax": "jax"}[self.backend]
         versions, settings = {}, {}
         if self.backend == "tf":
             import tensorflow as tf
 
             tf.config.threading.set_intra_op_parallelism_threads(threads)
-            tf.config.threading.set_inter_op_parallelism_threads(1)
+            # tfinter: TensorFlow's own default on an N-CPU machine (what
+            # `keras-vit train` runs with), so that independent ops, such as
+            # a matmul's two gradients, run at once on the intra-op pool.
+            tf.config.threading.set_inter_op_parallelism_threads(
+                threads if variant == "tfinter" else 1)
             versions["tensorflow"] = tf.__version__
             settings["tf_intra_op"] = tf.config.threading.get_intra_op_parallelism_threads()
             settings["tf_inter_op"] = tf.config.threading.get_inter_op_parallelism_threads()
@@ -788,7 +801,7 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS))
     parser.add_argument("--frameworks",
-                        default=",".join(f for f in FRAMEWORKS if f != "keras_vit-tfxla"))
+                        default=",".join(f for f in FRAMEWORKS if f not in OPT_IN))
     parser.add_argument("--batch", default="8,32", help="batch sizes")
     parser.add_argument("--dtypes", default=",".join(DTYPES))
     parser.add_argument("--modes", default=",".join(MODES))

@@ -2,10 +2,13 @@
 ViT training step, in each orientation the step uses: forward `x @ W`, the
 input gradient `dy @ W^T` (`transpose_b`) and the weight gradient `x^T @ dy`
 (`transpose_a`, and with an explicit transpose). Medians of 5 rounds of 20
-calls, 2 threads each; TensorFlow's times include copying the result to
-NumPy (2-3 ms at ViT-B/16's shapes).
+calls, `--threads` threads each (TensorFlow: intra-op, one inter-op thread;
+PyTorch: `set_num_threads`); TensorFlow's times include copying the result
+to NumPy (2-3 ms at ViT-B/16's shapes). `--threads 1` against the default 2
+separates the kernels themselves from how each framework shares a matmul
+between threads.
 
-    python benchmarks/matmul_orientations.py [--model vit_b16] [--batch 8]
+    python benchmarks/matmul_orientations.py [--model vit_b16] [--batch 8] [--threads 2]
 """
 
 import argparse
@@ -27,16 +30,20 @@ def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="vit_b16", choices=sorted(MODELS))
     parser.add_argument("--batch", type=int, default=8, help="images (197 tokens each)")
+    parser.add_argument("--threads", type=int, default=2, help="threads per matmul")
     args = parser.parse_args(argv)
 
     import numpy as np
     import tensorflow as tf
     import torch
 
-    torch.set_num_threads(2)
+    tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    torch.set_num_threads(args.threads)
     spec = MODELS[args.model]
     rows = args.batch * 197
-    print(f"{cpu_model()}; TensorFlow {tf.__version__}, PyTorch {torch.__version__}")
+    print(f"{cpu_model()}; TensorFlow {tf.__version__}, PyTorch {torch.__version__}; "
+          f"{args.threads} thread(s)")
     for k, n in ((spec["hidden"], 3 * spec["hidden"]), (spec["hidden"], spec["mlp"]),
                  (spec["mlp"], spec["hidden"])):
         print(compare(rows, k, n, np, tf, torch), flush=True)
