@@ -71,7 +71,7 @@ def decode_and_inception_crop(encoded, size, seed, area_range=(0.05, 1.0),
         begin, window = _crop_window(shape, seed, area_range, aspect_range)
         crop = tf.stack([begin[0], begin[1], window[0], window[1]])
         image = tf.image.decode_and_crop_jpeg(encoded, crop, channels=3)
-        return exif.apply_orientation(image, exif.orientation(encoded))
+        return exif.apply_orientation(image, exif.jpeg_orientation(encoded))
 
     def other():
         image = decode_image(encoded)

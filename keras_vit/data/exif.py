@@ -24,27 +24,22 @@ whether it decodes.
 
 import tensorflow as tf
 
+from keras_vit.data._binary import read_bytes, unsigned
+
 TAG = 0x0112
 MAX_SEGMENTS = 32  # JPEG segments walked before giving up
 MAX_ENTRIES = 64  # entries of the first image directory searched
 _ENTRY = 12  # bytes per TIFF directory entry
 
 
-def _bytes(encoded, start, count):
-    """`count` uint8 values of `encoded` from `start`, zeros past its end."""
-    start = tf.clip_by_value(tf.cast(start, tf.int32), 0, tf.strings.length(encoded))
-    raw = tf.strings.substr(encoded, start, count) + b"\0" * count
-    return tf.cast(tf.io.decode_raw(raw, tf.uint8)[:count], tf.int32)
-
-
 def _exif_start(encoded):
     """Offset of the TIFF header inside the EXIF APP1 segment, or -1."""
     def walk(position, found, done):
-        head = _bytes(encoded, position, 10)
+        head = read_bytes(encoded, position, 10)
         marker, kind = head[0], head[1]
-        length = head[2] * 256 + head[3]
+        length = unsigned(head[2:4], False)
         exif = tf.logical_and(tf.equal(kind, 0xE1), tf.reduce_all(
-            tf.equal(head[4:10], tf.constant([0x45, 0x78, 0x69, 0x66, 0, 0]))))  # Exif\0\0
+            tf.equal(head[4:10], tf.constant(list(b"Exif\0\0"), tf.int64))))
         # image data (SOS), end of image or anything but a marker: stop
         stop = tf.logical_or(tf.not_equal(marker, 0xFF), tf.logical_or(
             tf.equal(kind, 0xDA), tf.logical_or(tf.equal(kind, 0xD9), length < 2)))
@@ -53,47 +48,42 @@ def _exif_start(encoded):
 
     _, found, _ = tf.while_loop(
         lambda position, found, done: tf.logical_not(done), walk,
-        (tf.constant(2), tf.constant(-1), tf.constant(False)),
+        (tf.constant(2, tf.int64), tf.constant(-1, tf.int64), tf.constant(False)),
         maximum_iterations=MAX_SEGMENTS)
     return found
 
 
 def _orientation_at(encoded, tiff):
     """The orientation in the TIFF block at `tiff`, or 1."""
-    order = _bytes(encoded, tiff, 8)
-    little = tf.reduce_all(tf.equal(order[:2], [0x49, 0x49]))  # II
-    big = tf.reduce_all(tf.equal(order[:2], [0x4D, 0x4D]))  # MM
-
-    def number(b):  # unsigned integer of the bytes in b's last axis
-        weights = tf.cast(256, b.dtype) ** tf.range(tf.shape(b)[-1], dtype=b.dtype)
-        return tf.reduce_sum(b * tf.where(little, weights, tf.reverse(weights, [0])), -1)
-
-    # an unsigned 32-bit offset; one past the file reads zeros (no entries)
-    size = tf.strings.length(encoded)
-    directory = tf.cast(tiff, tf.int64) + tf.cast(number(tf.cast(order[4:8], tf.int64)), tf.int64)
-    directory = tf.cast(tf.minimum(directory, tf.cast(size, tf.int64)), tf.int32)
-    count = number(_bytes(encoded, directory + 0, 2))
-    entries = tf.reshape(_bytes(encoded, directory + 2, MAX_ENTRIES * _ENTRY),
+    order = read_bytes(encoded, tiff, 8)
+    little = tf.reduce_all(tf.equal(order[:2], tf.constant(list(b"II"), tf.int64)))
+    big = tf.reduce_all(tf.equal(order[:2], tf.constant(list(b"MM"), tf.int64)))
+    # an unsigned 32-bit offset: one past the file reads zeros (no entries)
+    directory = tiff + unsigned(order[4:8], little)
+    count = unsigned(read_bytes(encoded, directory, 2), little)
+    entries = tf.reshape(read_bytes(encoded, directory + 2, MAX_ENTRIES * _ENTRY),
                          [MAX_ENTRIES, _ENTRY])
-    tags = number(entries[:, 0:2])
-    match = tf.logical_and(tf.equal(tags, TAG), tf.range(MAX_ENTRIES) < count)
-    values = number(entries[:, 8:10])  # a SHORT value sits first in its field
+    match = tf.logical_and(tf.equal(unsigned(entries[:, 0:2], little), TAG),
+                           tf.range(MAX_ENTRIES, dtype=tf.int64) < count)
+    values = unsigned(entries[:, 8:10], little)  # a SHORT value sits first in its field
     value = tf.reduce_sum(tf.where(match, values, 0) * tf.cast(
-        tf.equal(tf.cumsum(tf.cast(match, tf.int32)), 1), tf.int32))  # the first match
+        tf.equal(tf.cumsum(tf.cast(match, tf.int64)), 1), tf.int64))  # the first match
     valid = tf.logical_and(tf.logical_or(little, big), tf.logical_and(value >= 1, value <= 8))
-    return tf.where(valid, value, 1)
+    return tf.cast(tf.where(valid, value, 1), tf.int32)
 
 
 def orientation(encoded):
     """The EXIF orientation (int32, 1-8) of encoded image bytes; 1 for a
     JPEG without one and for any other format."""
     encoded = tf.convert_to_tensor(encoded, tf.string)
+    return tf.cond(tf.io.is_jpeg(encoded), lambda: jpeg_orientation(encoded),
+                   lambda: tf.constant(1))
 
-    def jpeg():
-        tiff = _exif_start(encoded)
-        return tf.cond(tiff >= 0, lambda: _orientation_at(encoded, tiff), lambda: tf.constant(1))
 
-    return tf.cond(tf.io.is_jpeg(encoded), jpeg, lambda: tf.constant(1))
+def jpeg_orientation(encoded):
+    """`orientation` of bytes already known to be a JPEG (no format check)."""
+    tiff = _exif_start(encoded)
+    return tf.cond(tiff >= 0, lambda: _orientation_at(encoded, tiff), lambda: tf.constant(1))
 
 
 def apply_orientation(image, value):

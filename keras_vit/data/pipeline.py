@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from keras_vit import _checks
 from keras_vit.data import augment
+from keras_vit.data._binary import read_bytes, unsigned
 from keras_vit.data.presets import Preset, get_preset
 from keras_vit.data.sources import open_source
 
@@ -134,14 +135,6 @@ def too_large_error(name, height, width, bound, hint):
         f"the bound of {bound:,} ({MAX_PIXELS_ENV}); {hint}, or raise the bound.")
 
 
-def _numbers(head, start, width, big_endian):
-    """The two unsigned integers of `width` bytes each at `head[start:]`
-    (int64)."""
-    weights = [256 ** i for i in range(width)]
-    weights = tf.constant(weights[::-1] if big_endian else weights, tf.int64)
-    return tf.reduce_sum(tf.reshape(head[start:start + 2 * width], [2, width]) * weights, 1)
-
-
 def header_shape(encoded):
     """`(height, width)` (int64) that an image's header declares, read
     without decoding: JPEG (its frame header, `tf.image.extract_jpeg_shape`),
@@ -152,12 +145,15 @@ def header_shape(encoded):
     >>> [int(x) for x in header_shape(png)]
     [2, 3]
     """
-    padded = tf.strings.join([tf.strings.substr(encoded, 0, 26), b"\0" * 26])
-    head = tf.cast(tf.io.decode_raw(tf.strings.substr(padded, 0, 26), tf.uint8), tf.int64)
+    head = read_bytes(encoded, 0, 26)
     kind = tf.strings.substr(encoded, 0, 16)
-    png = _numbers(head, 16, 4, True)[::-1]  # (width, height) -> (height, width)
-    gif = _numbers(head, 6, 2, False)[::-1]
-    bmp = _numbers(head, 18, 4, False)[::-1]  # int32: a negative height is top-down
+
+    def pair(start, width, little_endian):  # two numbers of `width` bytes at `start`
+        return unsigned(tf.reshape(head[start:start + 2 * width], [2, width]), little_endian)
+
+    png = pair(16, 4, False)[::-1]  # (width, height) -> (height, width)
+    gif = pair(6, 2, True)[::-1]
+    bmp = pair(18, 4, True)[::-1]  # int32: a negative height is top-down
     bmp = tf.abs(tf.where(bmp >= 2**31, bmp - 2**32, bmp))
     shape = tf.where(kind == b"\x89PNG\r\n\x1a\n\0\0\0\x0dIHDR", png,
                      tf.where(tf.strings.substr(kind, 0, 4) == b"GIF8", gif,
