@@ -156,3 +156,21 @@ def test_a_folder_dataset_and_the_cli_give_the_photo_upright(photo, tmp_path):
     assert_close(np.round(images[0].numpy()).astype("uint8"), upright(encoded), atol=1)
     assert_close(cli._decode_image(str(tmp_path / "a" / "portrait.jpg")).numpy(),
                  upright(encoded))
+
+
+def test_a_tfrecord_gives_the_photo_upright(photo, tmp_path):
+    """A record holds the file's bytes, tag included (as `tf_records build`
+    writes them: `test_tf_records.py`): the pipeline gives the photo
+    upright, as from a folder."""
+    from keras_vit.data import schema
+
+    encoded = jpeg(photo, 8)
+    with tf.io.TFRecordWriter(str(tmp_path / "train-00000-of-00001")) as writer:
+        for label in (0, 1):
+            writer.write(schema.encode_example(encoded, label, image_format="JPEG",
+                                               height=40, width=64))
+    dataset = data.make_dataset(f"tfrecord:{tmp_path}", "train", image_size=(64, 40),
+                                batch_size=2, num_classes=2)
+    images, _ = next(iter(dataset))
+    for image in images.numpy():
+        assert_close(np.round(image).astype("uint8"), upright(encoded), atol=1)
