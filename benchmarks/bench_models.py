@@ -20,6 +20,11 @@ Frameworks, each in its own persistent worker process:
   on an N-CPU machine, and so what `keras-vit train` and a plain
   `model.fit` run with. Independent ops (a matmul's input and weight
   gradients) then run at once on the shared intra-op pool of N threads,
+- `keras_vit-tfreplicas`: the TensorFlow graph step as N single-threaded
+  replicas: N logical CPU devices under a `MirroredStrategy`, each replica
+  a 1/N part of the batch, intra-op threads 1, inter-op N (on one thread
+  TensorFlow's matmuls are closer to PyTorch's than on two; this asks
+  whether N one-thread replicas beat one N-thread step),
 - `keras_vit-jax`: keras_vit, JAX backend,
 - `timm-torch`: timm's `vit_{tiny,small,base}_patch16_224` and
   `mixer_b16_224` on PyTorch.
@@ -104,6 +109,7 @@ goes to stderr.
 """
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -114,14 +120,15 @@ import subprocess
 import sys
 import time
 
-FRAMEWORKS = ("keras_vit-tf", "keras_vit-tfxla", "keras_vit-tfinter", "keras_hub-tf",
-              "keras_vit-jax", "timm-torch")
-OPT_IN = ("keras_vit-tfxla", "keras_vit-tfinter")  # run only where named
+FRAMEWORKS = ("keras_vit-tf", "keras_vit-tfxla", "keras_vit-tfinter", "keras_vit-tfreplicas",
+              "keras_hub-tf", "keras_vit-jax", "timm-torch")
+OPT_IN = ("keras_vit-tfxla", "keras_vit-tfinter", "keras_vit-tfreplicas")  # run only where named
 REFERENCE = "keras_vit-tf"
 INSTALL = {
     "keras_vit-tf": "pip install tensorflow keras",
     "keras_vit-tfxla": "pip install tensorflow keras",
     "keras_vit-tfinter": "pip install tensorflow keras",
+    "keras_vit-tfreplicas": "pip install tensorflow keras",
     "keras_hub-tf": "pip install keras-hub tensorflow",
     "keras_vit-jax": "pip install jax",
     "timm-torch": "pip install timm torch",
@@ -271,15 +278,25 @@ class KerasWorker(Worker):
         self.backend = "tf" if variant.startswith("tf") else variant
         os.environ["KERAS_BACKEND"] = {"tf": "tensorflow", "jax": "jax"}[self.backend]
         versions, settings = {}, {}
+        self.strategy = None  # keras_vit-tfreplicas: its MirroredStrategy
         if self.backend == "tf":
             import tensorflow as tf
 
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
+            tf.config.threading.set_intra_op_parallelism_threads(
+                1 if variant == "tfreplicas" else threads)
             # tfinter: TensorFlow's own default on an N-CPU machine (what
             # `keras-vit train` runs with), so that independent ops, such as
             # a matmul's two gradients, run at once on the intra-op pool.
             tf.config.threading.set_inter_op_parallelism_threads(
-                threads if variant == "tfinter" else 1)
+                threads if variant in ("tfinter", "tfreplicas") else 1)
+            if variant == "tfreplicas":  # N one-thread replicas, one per logical CPU
+                # (after the threads: listing the devices starts the runtime)
+                cpu = tf.config.list_physical_devices("CPU")[0]
+                tf.config.set_logical_device_configuration(
+                    cpu, [tf.config.LogicalDeviceConfiguration()] * threads)
+                self.strategy = tf.distribute.MirroredStrategy(
+                    [f"/cpu:{i}" for i in range(threads)])
+                settings["replicas"] = threads
             versions["tensorflow"] = tf.__version__
             settings["tf_intra_op"] = tf.config.threading.get_intra_op_parallelism_threads()
             settings["tf_inter_op"] = tf.config.threading.get_inter_op_parallelism_threads()
@@ -327,7 +344,11 @@ class KerasWorker(Worker):
         keras.mixed_precision.set_global_policy(
             "mixed_bfloat16" if dtype == "bfloat16" else "float32")
         keras.utils.set_random_seed(0)
-        model = self.build_model(spec, image_size)
+        def scope():
+            return self.strategy.scope() if self.strategy else contextlib.nullcontext()
+
+        with scope():
+            model = self.build_model(spec, image_size)
         images, labels = random_batch(batch, image_size)
         x = keras.ops.convert_to_tensor(images)
         y = keras.ops.convert_to_tensor(labels.astype("int32"))
@@ -338,9 +359,10 @@ class KerasWorker(Worker):
             def step():
                 model.predict_on_batch(x)
         else:
-            model.compile(optimizer=keras.optimizers.AdamW(1e-4),
-                          loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-                          jit_compile=self.jit_compile or "auto")
+            with scope():
+                model.compile(optimizer=keras.optimizers.AdamW(1e-4),
+                              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+                              jit_compile=self.jit_compile or "auto")
 
             def step():
                 model.train_on_batch(x, y)

@@ -145,6 +145,30 @@ def build_from_first_replica(model, strategy):
     return model
 
 
+def build_before_fit(model, element_spec):
+    """Builds `model` (compiled) for `fit`: its layers, compiled loss and
+    metrics and its optimizer's variables, from `element_spec` (a tf.data
+    dataset's `(x, y)` spec; only shapes and dtypes are read), as Keras'
+    TensorFlow trainer itself does at the start of `fit` when the model was
+    made under a `tf.distribute` strategy. Returns `model`.
+
+    Without a strategy, Keras builds them inside the first trace of the
+    train step instead; variables created there make `tf.function` trace
+    the whole step a second time (seconds for a small ViT, more for a large
+    one, at the start of every `fit`). Call it in the scope the model was
+    compiled in. Calls `Trainer._symbolic_build(data_batch=...)` (private).
+    Checked on Keras 3.15.1 (TensorFlow 2.21.0).
+
+    >>> build_before_fit(model, dataset.element_spec)  # doctest: +SKIP
+    """
+    method = getattr(model, "_symbolic_build", None)
+    if not callable(method):
+        raise _stale("Trainer._symbolic_build (how Keras builds a model, its compiled loss and "
+                     "metrics and its optimizer before fit)", _keras_release(), "Keras 3.15.1")
+    method(data_batch=element_spec)
+    return model
+
+
 def compute_loss(model, x, y, y_pred, sample_weight, training=True):
     """`model`'s loss as Keras' own `train_step` computes it: through
     `compute_loss`, passing `training` only to an override that takes it.

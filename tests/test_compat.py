@@ -89,6 +89,33 @@ def test_build_from_first_replica_is_the_build_fit_calls(monkeypatch):
         _compat.build_from_first_replica(object(), strategy)
 
 
+def test_build_before_fit_makes_fit_trace_its_step_once():
+    """`trainer._fit_and_save` (covered by test_training.py::
+    test_train_traces_its_step_once). Without it, the optimizer's and the
+    metrics' variables are created in the first trace and `tf.function`
+    traces the step again."""
+    import tensorflow as tf
+
+    def fit_traces(build):
+        model = keras.Sequential([keras.layers.Dense(2)])  # no Input: built from the spec
+        model.compile(optimizer="adam", loss="mse", metrics=["mae"])
+        dataset = tf.data.Dataset.from_tensor_slices(
+            (np.ones((4, 3), "float32"), np.zeros((4, 2), "float32"))).batch(2)
+        if build:
+            assert _compat.build_before_fit(model, dataset.element_spec) is model
+            assert model.built and model.optimizer.built and model.layers[0].kernel.shape == (3, 2)
+        traced, step = [], model.train_step
+        model.train_step = lambda data: (traced.append(1), step(data))[1]
+        model.fit(dataset, epochs=1, verbose=0)
+        return len(traced)
+
+    assert fit_traces(build=False) == 2  # Keras' own behaviour without a strategy
+    assert fit_traces(build=True) == 1
+    with pytest.raises(RuntimeError, match=_stale_message("Trainer._symbolic_build")
+                       + KERAS_3_15):
+        _compat.build_before_fit(object(), None)
+
+
 def test_compute_loss_is_the_compiled_loss():
     """`training.sam.SAMModel._loss` (covered by test_training.py::
     test_sam_step_equals_the_hand_computed_reference)."""

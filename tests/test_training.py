@@ -477,6 +477,19 @@ def test_mixed_bfloat16_training_runs(digits_folder, tmp_path, monkeypatch, capl
     keras.config.set_dtype_policy("float32")
 
 
+def test_train_traces_its_step_once(digits_folder, tmp_path):
+    """The optimizer's and the metrics' variables exist before `fit`
+    (`_compat.build_before_fit`), so that `tf.function` traces the train
+    step once, not a second time because the first trace created them."""
+    model = tiny_vit(classes=10, classifier_activation=None)
+    traced, step = [], model.train_step
+    model.train_step = lambda data: (traced.append(1), step(data))[1]
+    results = training.train(model, f"folder:{digits_folder}", recipe="scratch",
+                             image_size=32, batch_size=16, epochs=1, steps_per_epoch=2,
+                             strategy="default", out=str(tmp_path / "run"), verbose=0)
+    assert np.isfinite(results["val_loss"]) and len(traced) == 1
+
+
 # --- BestModelCheckpoint -------------------------------------------------------
 
 def _callback(tmp_path, resumed_at=None, state=None):

@@ -797,6 +797,10 @@ def _fit_and_save(plan, datasets, folder):
     best = next(c for c in callbacks if isinstance(c, BestModelCheckpoint))
     moved = WeightsMoved()
     callbacks.insert(1, moved)  # after BackupAndRestore: compares the restored weights
+    if keras.backend.backend() == "tensorflow":  # one trace of the train step, not two
+        with (plan.strategy.scope() if plan.strategy is not None
+              else contextlib.nullcontext()):
+            _compat.build_before_fit(trainable, datasets.train.element_spec)
     try:
         history = trainable.fit(datasets.train, epochs=plan.epochs,
                                 steps_per_epoch=plan.steps_per_epoch,

@@ -1,0 +1,97 @@
+"""Seconds from `fit` to the end of its first step on the TensorFlow
+backend, with Keras' deferred build (the optimizer's and the metrics'
+variables are created inside the first trace of the train step, so that
+`tf.function` traces the step twice) against `_compat.build_before_fit`
+(what `keras_vit.training.train` calls: built before `fit`, one trace).
+
+Each measurement is a fresh process (tracing caches nothing across
+processes), variants alternating (ABAB, then BABA); float32 AdamW, the
+model's first `fit` of one step, which includes building, tracing and the
+step itself.
+
+    python benchmarks/first_step.py [--model vit_b16] [--batch 2] [--rounds 3] [--json PATH]
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from accelerator import MODELS, cpu_model  # noqa: E402
+
+VARIANTS = ("keras default (two traces)", "build_before_fit (one trace)")
+
+_WORKER = """
+import json, sys, time
+import keras, numpy as np, tensorflow as tf
+import keras_vit
+from keras_vit import _compat
+
+variant, hidden, layers, heads, mlp, batch, size = sys.argv[1], *map(int, sys.argv[2:])
+model = keras_vit.VisionTransformer(patch_size=16, hidden_size=hidden, num_layers=layers,
+                                    num_heads=heads, mlp_dim=mlp, classes=1000,
+                                    classifier_activation=None, input_shape=(size, size, 3))
+x = np.random.default_rng(0).random((batch, size, size, 3), "float32")
+dataset = tf.data.Dataset.from_tensors((x, np.arange(batch) % 1000)).repeat()
+traces, step = [], model.train_step
+model.train_step = lambda data: (traces.append(1), step(data))[1]
+start = time.perf_counter()
+model.compile(optimizer=keras.optimizers.AdamW(1e-4), metrics=["accuracy"],
+              loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+if variant == "1":
+    _compat.build_before_fit(model, dataset.element_spec)
+model.fit(dataset, steps_per_epoch=1, epochs=1, verbose=0)
+first = time.perf_counter() - start
+start = time.perf_counter()
+model.fit(dataset, steps_per_epoch=1, epochs=1, verbose=0)
+print(json.dumps({"first_fit_s": first, "next_fit_s": time.perf_counter() - start,
+                  "traces": len(traces), "tensorflow": tf.__version__}))
+"""
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="vit_b16", choices=sorted(MODELS))
+    parser.add_argument("--batch", type=int, default=2, help="images per step")
+    parser.add_argument("--image-size", type=int, default=224, help="pixels, square")
+    parser.add_argument("--rounds", type=int, default=3, help="processes per variant")
+    parser.add_argument("--json", metavar="PATH", help="write the report here")
+    args = parser.parse_args(argv)
+    spec = MODELS[args.model]
+    env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
+    runs = {name: [] for name in VARIANTS}
+    for round_ in range(args.rounds):
+        order = (0, 1) if round_ % 2 == 0 else (1, 0)
+        for index in order:
+            command = [sys.executable, "-c", _WORKER, str(index), str(spec["hidden"]),
+                       str(spec["layers"]), str(spec["heads"]), str(spec["mlp"]),
+                       str(args.batch), str(args.image_size)]
+            result = subprocess.run(command, env=env, capture_output=True, text=True,
+                                    check=True)
+            runs[VARIANTS[index]].append(json.loads(result.stdout.strip().splitlines()[-1]))
+            print(f"round {round_ + 1}: {VARIANTS[index]}: "
+                  f"{runs[VARIANTS[index]][-1]['first_fit_s']:.1f} s", file=sys.stderr)
+
+    def median(name, key):
+        return round(statistics.median(run[key] for run in runs[name]), 2)
+
+    report = {"cpu": cpu_model(), "tensorflow": runs[VARIANTS[0]][0]["tensorflow"],
+              "model": args.model, "batch": args.batch, "image_size": args.image_size,
+              "first_fit_s": {name: median(name, "first_fit_s") for name in VARIANTS},
+              "next_fit_s": {name: median(name, "next_fit_s") for name in VARIANTS},
+              "traces": {name: [run["traces"] for run in runs[name]] for name in VARIANTS},
+              "rounds": runs}
+    report["saved_s"] = round(report["first_fit_s"][VARIANTS[0]]
+                              - report["first_fit_s"][VARIANTS[1]], 2)
+    print(json.dumps({k: v for k, v in report.items() if k != "rounds"}, indent=1))
+    if args.json:
+        with open(args.json, "w") as file:
+            json.dump(report, file, indent=1)
+    return report
+
+
+if __name__ == "__main__":
+    main()
