@@ -226,7 +226,7 @@ def _quantize_block(q):
             "| --- | ---: | ---: | ---: |"]
     for r in digits:
         rows.append(f"| {r['mode']} | {100 * r['top1_agreement']:.2f}% | "
-                    f"{r['max_abs_diff']:.2g} ({100 * r['relative_diff']:.1f}% of the largest) "
+                    f"{r['max_abs_diff']:#.2g} ({100 * r['relative_diff']:.1f}% of the largest) "
                     f"| {r['weight_bytes'] / 1e3:,.0f} KB |")
     modes = [r["mode"] for r in digits if r["mode"] != "float32"]
     fixtures = ["| official fixture | " + " | ".join(modes) + " |",
