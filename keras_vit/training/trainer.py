@@ -696,10 +696,12 @@ def _run_record(plan, datasets):
     }
 
 
-def _compiled_model(plan, info):
+def _compiled_model(plan, info, element_spec):
     """`(model, what fit trains, optimizer)`: the model built (or loaded)
     for the data's classes and compiled by the recipe; TensorFlow: under
-    the strategy, with its optimizer."""
+    the strategy, with its optimizer, and built for batches of
+    `element_spec` (the training dataset's), so that `fit` traces its step
+    once, not twice."""
     with (plan.strategy.scope() if plan.strategy is not None
           else contextlib.nullcontext()):
         net = _build_model(plan.model, plan.weights, info.num_classes, plan.image_size,
@@ -725,6 +727,8 @@ def _compiled_model(plan, info):
             **({"weighted_metrics": ["accuracy"]} if plan.distribution is not None
                else {"metrics": ["accuracy"]}),
             jit_compile=plan.jit_compile)
+        if keras.backend.backend() == "tensorflow":
+            _compat.build_before_fit(trainable, element_spec)
     return net, trainable, optimizer
 
 
@@ -777,7 +781,7 @@ def _summary(plan, net, datasets, strategy_row, distribution_row, folder, memory
 def _fit_and_save(plan, datasets, folder):
     """Builds, fits and saves, in the locked run folder `folder`."""
     info, val_info, out = datasets.info, datasets.val_info, plan.out
-    net, trainable, optimizer = _compiled_model(plan, info)
+    net, trainable, optimizer = _compiled_model(plan, info, datasets.train.element_spec)
     names_inside = labels_lib.set_class_names(net, info.class_names)
     if plan.strategy is not None:
         prepare_model(trainable, plan.strategy)
@@ -797,10 +801,6 @@ def _fit_and_save(plan, datasets, folder):
     best = next(c for c in callbacks if isinstance(c, BestModelCheckpoint))
     moved = WeightsMoved()
     callbacks.insert(1, moved)  # after BackupAndRestore: compares the restored weights
-    if keras.backend.backend() == "tensorflow":  # one trace of the train step, not two
-        with (plan.strategy.scope() if plan.strategy is not None
-              else contextlib.nullcontext()):
-            _compat.build_before_fit(trainable, datasets.train.element_spec)
     try:
         history = trainable.fit(datasets.train, epochs=plan.epochs,
                                 steps_per_epoch=plan.steps_per_epoch,
