@@ -488,6 +488,17 @@ def environment():
     return info
 
 
+def step_arguments(parser, model, batch, rounds, rounds_help):
+    """The options of the single-step CPU benchmarks (`gelu_train.py`,
+    `first_step.py`): --model, --batch, --image-size, --rounds, --json."""
+    parser.add_argument("--model", default=model, choices=sorted(MODELS))
+    parser.add_argument("--batch", type=int, default=batch, help="images per step")
+    parser.add_argument("--image-size", type=int, default=224, help="pixels, square")
+    parser.add_argument("--rounds", type=int, default=rounds, help=rounds_help)
+    parser.add_argument("--json", metavar="PATH", help="write the report here")
+    return parser
+
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as cpuinfo:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from accelerator import MODELS, cpu_model  # noqa: E402
+from accelerator import MODELS, cpu_model, step_arguments  # noqa: E402
 
 VARIANTS = ("keras default (two traces)", "build_before_fit (one trace)")
 
@@ -54,11 +54,7 @@ print(json.dumps({"first_fit_s": first, "next_fit_s": time.perf_counter() - star
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="vit_b16", choices=sorted(MODELS))
-    parser.add_argument("--batch", type=int, default=2, help="images per step")
-    parser.add_argument("--image-size", type=int, default=224, help="pixels, square")
-    parser.add_argument("--rounds", type=int, default=3, help="processes per variant")
-    parser.add_argument("--json", metavar="PATH", help="write the report here")
+    step_arguments(parser, model="vit_b16", batch=2, rounds=3, rounds_help="processes per variant")
     args = parser.parse_args(argv)
     spec = MODELS[args.model]
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")

@@ -16,16 +16,13 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from accelerator import MODELS, cpu_model  # noqa: E402
+from accelerator import MODELS, cpu_model, step_arguments  # noqa: E402
 
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="vit_s16", choices=sorted(MODELS))
-    parser.add_argument("--batch", type=int, default=8, help="images per step")
-    parser.add_argument("--image-size", type=int, default=224, help="pixels, square")
-    parser.add_argument("--rounds", type=int, default=8, help="rounds of 2 steps per variant")
-    parser.add_argument("--json", metavar="PATH", help="write the report here")
+    step_arguments(parser, model="vit_s16", batch=8, rounds=8,
+                   rounds_help="rounds of 2 steps per variant")
     args = parser.parse_args(argv)
 
     import keras
