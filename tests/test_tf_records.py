@@ -69,6 +69,30 @@ def test_build_writes_named_shards_and_info(built):
     assert info["splits"]["train"]["num_examples"] == 15
 
 
+def test_one_worker_writes_in_this_process_the_records_of_two(built, tmp_path, monkeypatch):
+    """`--workers 1` starts no process (no second TensorFlow import) and
+    writes the same records, in the same shards, as two worker processes."""
+    from tf_records import build as build_module
+
+    def no_pool(*args, **kwargs):
+        raise AssertionError("--workers 1 started a process pool")
+
+    root, _, out, _ = built
+    monkeypatch.setattr(build_module, "ProcessPoolExecutor", no_pool)
+    here = tmp_path / "here"
+    summary = last_json(tool("build", "--source", f"folder:{root}", "--out", str(here),
+                             "--num-shards", "3", "--workers", "1", "--json"))
+    assert (summary["num_examples"], summary["shards_written"]) == (15, 3)
+    for name in (f"train-0000{i}-of-00003" for i in range(3)):
+        # (compared as messages: a proto map's bytes are in no fixed order)
+        records = [[tf.train.Example.FromString(r.numpy())
+                    for r in tf.data.TFRecordDataset(str(folder / name))]
+                   for folder in (out, here)]
+        assert records[0] == records[1] and len(records[0]) == 5, name
+    assert json.loads((here / "train.manifest.json").read_text()) == json.loads(
+        (out / "train.manifest.json").read_text())
+
+
 def test_verify_reports_counts(built):
     _, _, out, _ = built
     report = last_json(tool("verify", str(out), "--json"))
@@ -402,42 +426,14 @@ def test_a_killed_build_leaves_no_process_behind(tmp_path):
     assert verify(str(out))["ok"]
 
 
-class InProcessPool:
-    """`ProcessPoolExecutor` for `tf_records.build._write_shards` in this
-    process: each task runs when submitted, its result or exception (a
-    KeyboardInterrupt included, as a worker process sends it back) in its
-    future."""
-
-    def __init__(self, max_workers, mp_context, initializer, initargs):
-        from tf_records import build as build_module
-
-        progress, stop, _ = initargs
-        build_module._worker.update(progress=progress, stop=stop, parent=os.getppid())
-
-    def submit(self, fn, *args):
-        from concurrent.futures import Future
-
-        future = Future()
-        try:
-            future.set_result(fn(*args))
-        except BaseException as error:  # noqa: BLE001 - as a worker process does
-            future.set_exception(error)
-        return future
-
-    def shutdown(self, cancel_futures=False):
-        pass
-
-
 @pytest.mark.parametrize("failure, overwrite", [("disk_full", False), ("ctrl_c", False),
                                                ("ctrl_c", True)])
 def test_a_full_disk_or_ctrl_c_is_one_line_and_the_same_command_resumes(
         pristine, tmp_path, monkeypatch, failure, overwrite):
     """The writer of shard 1 fails after its first record: the disk is full
     (TensorFlow's error, as a real full disk gives it) or Ctrl-C. One line,
-    no partial shard at a final name or as a temporary, the other shards
-    kept, and the same command (less --overwrite) resumes."""
-    from tf_records import build as build_module
-
+    no partial shard at a final name or as a temporary, the shard finished
+    before it kept, and the same command (less --overwrite) resumes."""
     src, out = pristine[0], tmp_path / "out"
     failing = str(shard(out, 1))
     real_writer = tf.io.TFRecordWriter
@@ -469,9 +465,7 @@ def test_a_full_disk_or_ctrl_c_is_one_line_and_the_same_command_resumes(
         return Failing(path) if name.startswith(f".{shard(out, 1).name}.tmp-") \
             else real_writer(path)
 
-    monkeypatch.setattr(build_module, "ProcessPoolExecutor", InProcessPool)
-    monkeypatch.setattr(build_module, "_worker", {})
-    monkeypatch.setattr(tf.io, "TFRecordWriter", writer)
+    monkeypatch.setattr(tf.io, "TFRecordWriter", writer)  # --workers 1 writes in this process
     command = ("build", "--source", f"folder:{src}", "--out", out,
                "--num-shards", SHARDS, "--workers", 1, "--json")
     result = tool(*command, *(["--overwrite"] if overwrite else []), check=False)
@@ -486,9 +480,10 @@ def test_a_full_disk_or_ctrl_c_is_one_line_and_the_same_command_resumes(
             f"tf_records build: error: No space left on device writing {failing!r}: the "
             f"finished train shards in {out} are kept and no partial shard has a final name; "
             "free some space and re-run the same command to resume.\n"))
-    assert sorted(p.name for p in out.iterdir()) == sorted(
-        [shard(out, i).name for i in (0, 2, 3)] + ["train.manifest.json"])
+    # one worker writes the shards in order in this process: it stopped at shard 1
+    assert sorted(p.name for p in out.iterdir()) == [shard(out, 0).name, "train.manifest.json"]
     monkeypatch.setattr(tf.io, "TFRecordWriter", real_writer)
     summary = last_json(tool(*command))
-    assert (summary["shards_written"], summary["shards_reused"]) == (1, 3)
-    assert names_in(shard(out, 1)) == names_in(shard(pristine[1], 1))
+    assert (summary["shards_written"], summary["shards_reused"]) == (3, 1)
+    for index in range(SHARDS):
+        assert names_in(shard(out, index)) == names_in(shard(pristine[1], index))

@@ -20,7 +20,9 @@ def main(argv=None):
     b.add_argument("--split", default="train")
     b.add_argument("--out", required=True, help="output directory (local or gs://)")
     b.add_argument("--num-shards", type=int, default=16)
-    b.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    b.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="worker processes writing shards (default: the CPU count); "
+                        "1 writes them in this process")
     b.add_argument("--data-dir", help="TFDS data directory")
     b.add_argument("--skip-corrupt", action="store_true",
                    help="skip and count corrupt or non-image files instead of failing")

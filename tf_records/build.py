@@ -1,6 +1,8 @@
 """`python -m tf_records build`: write shards in parallel processes.
 
-Each shard is written by one worker process under a temporary name
+Each shard is written by one worker process (with `--workers 1`, or one
+shard left to write, by the build process itself: no process to start and
+no second TensorFlow import) under a temporary name
 (`.<shard>.tmp-<pid>`) and renamed to `<split>-<i>-of-<n>` only when it is
 complete, so an interrupted build never leaves a complete-looking partial
 shard.
@@ -127,7 +129,10 @@ def _init_worker(progress, stop, parent):
 
 
 def _orphaned():
-    return os.getppid() != _worker["parent"] or _worker["stop"].is_set()
+    """Whether this worker's build died or failed (`parent` None: the shard
+    is written in the build process itself, which never orphans itself)."""
+    parent = _worker["parent"]
+    return (parent is not None and os.getppid() != parent) or _worker["stop"].is_set()
 
 
 def _watch():
@@ -246,6 +251,8 @@ def _resumable(tf, tasks, existing, old, out, split):
 def _write_shards(todo, workers, bar, record):
     """Runs `write_shard` over `todo` in worker processes, calls `record`
     with each result as it comes, returns the errors (corrupt files)."""
+    if min(workers, len(todo)) == 1:
+        return _write_here(todo, bar, record)
     context = multiprocessing.get_context("spawn")
     progress, stop = context.Queue(), context.Event()
     pool = ProcessPoolExecutor(min(workers, len(todo)), mp_context=context,
@@ -280,6 +287,36 @@ def _write_shards(todo, workers, bar, record):
         raise
     finally:
         pool.shutdown(cancel_futures=True)
+    return errors
+
+
+class _Progress:
+    """The progress queue of `_write_here`: what a worker puts moves the bar."""
+
+    def __init__(self, bar):
+        self.bar, self.done = bar, 0
+
+    def put(self, count):
+        self.done += count
+        if self.bar:
+            self.bar.update(self.done)
+
+
+def _write_here(todo, bar, record):
+    """`_write_shards` with one worker: the shards one after the other in
+    this process (a KeyboardInterrupt or a full disk reaches `_build`
+    directly, which removes the partial shard)."""
+    _worker.update(progress=_Progress(bar), stop=threading.Event(), parent=None)
+    errors = []
+    try:
+        for task in todo:
+            result = write_shard(task)
+            if "error" in result:
+                errors.append(result["error"])
+            else:
+                record(result)
+    finally:
+        _worker.clear()
     return errors
 
 
