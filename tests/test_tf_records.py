@@ -153,6 +153,11 @@ def test_interrupted_build_leaves_no_partial_final_shard(tmp_path):
             victim = int(ready[0].name.rsplit("-", 1)[1])
         time.sleep(0.05)
     assert victim is not None, "no shard was being written"
+    if sys.platform.startswith("linux"):  # the writer is a worker of the build, not the build
+        with open(f"/proc/{victim}/stat") as f:
+            parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        assert parent == process.pid, (victim, parent, process.pid, sorted(
+            p.name for p in out.iterdir()))
     os.kill(victim, signal.SIGKILL)  # a worker dies mid-shard
     _, stderr = process.communicate(timeout=300)
     assert process.returncode == 2
