@@ -67,6 +67,32 @@ def test_presets_shapes_dtypes_ranges(folder, preset):
     np.testing.assert_allclose(tf.reduce_sum(y, 1), 1.0, rtol=1e-6)
 
 
+def test_the_pipeline_traces_its_functions_as_written(folder, monkeypatch):
+    """No function of a pipeline goes through AutoGraph (`_graph.as_written`:
+    its rewrite cost every training start 1.5-2.6 s, benchmarks/pipeline_start.py):
+    RandAugment, MixUp, the skip-corrupt path and the validation pipeline."""
+    import doctest
+
+    from tensorflow.python.autograph.impl import api  # where AutoGraph converts a function
+
+    from keras_vit.data import _graph
+
+    converted, convert = [], api._convert_actual
+    monkeypatch.setattr(api, "_convert_actual", lambda entity, program_ctx: (
+        converted.append(entity), convert(entity, program_ctx))[1])
+    root, _ = folder
+    for preset, split, skip in (("medium2", "train", True), ("medium2", "train", False),
+                                (None, "train", False)):
+        dataset = data.make_dataset(f"folder:{root}", split, image_size=32, batch_size=4,
+                                    training=preset is not None, preset=preset, seed=0,
+                                    skip_corrupt=skip)
+        next(iter(dataset))
+    assert converted == []
+    tf.data.Dataset.range(2).map(lambda x: x + 1)  # the probe sees what Dataset.map converts
+    assert len(converted) == 1
+    assert doctest.testmod(_graph).failed == 0
+
+
 def test_same_seed_same_batches_other_seed_other_batches(folder):
     root, _ = folder
 

@@ -10,6 +10,7 @@ import tensorflow as tf
 from keras_vit import _checks
 from keras_vit.data import augment
 from keras_vit.data._binary import read_bytes, unsigned
+from keras_vit.data._graph import as_written
 from keras_vit.data.presets import Preset, get_preset
 from keras_vit.data.sources import open_source
 
@@ -375,9 +376,9 @@ class _Records:
 
         fallback = tf.data.Dataset.from_tensors(
             (tf.zeros(self.size + (3,)), tf.zeros([2], tf.int64), False))
-        one = tf.data.Dataset.from_tensors(encoded).map(decoded).ignore_errors()
+        one = tf.data.Dataset.from_tensors(encoded).map(as_written(decoded)).ignore_errors()
         return one.concatenate(fallback).take(1).map(
-            lambda image, ra, ok: (image, label, ra, ok, index))
+            as_written(lambda image, ra, ok: (image, label, ra, ok, index)))
 
     def mix(self, batch, batch_seed):
         """Label smoothing, then mixup or cutmix (one of them per batch,
@@ -434,14 +435,14 @@ def _read(src, batch_size, input_context):
     def read(index, record):
         return (*src.read(*(record if isinstance(record, tuple) else (record,))), index)
 
-    return dataset.map(read, num_parallel_calls=AUTOTUNE), local_batch
+    return dataset.map(as_written(read), num_parallel_calls=AUTOTUNE), local_batch
 
 
 def _skip_non_images(dataset, skipped):
     """Records that fail the structural check (truncated, empty, not an
     image) left out and counted in `skipped`."""
-    return dataset.filter(lambda encoded, label, name, index: skipped.count_if_not(
-        looks_like_image(encoded), index))
+    return dataset.filter(as_written(lambda encoded, label, name, index: skipped.count_if_not(
+        looks_like_image(encoded), index)))
 
 
 def _order(dataset, *, cache, shuffle, shuffle_buffer, seed, repeat):
@@ -464,8 +465,8 @@ def _checked(dataset, records, seed):
         seeds = tf.data.Dataset.random(seed=seed).batch(2)
         dataset = tf.data.Dataset.zip((dataset, seeds))
     else:  # the eval path draws no random numbers
-        dataset = dataset.map(lambda *record: (record, tf.zeros([2], tf.int64)))
-    return dataset.map(lambda record, s: ((records.check(*record), *record[1:]), s),
+        dataset = dataset.map(as_written(lambda *record: (record, tf.zeros([2], tf.int64))))
+    return dataset.map(as_written(lambda record, s: ((records.check(*record), *record[1:]), s)),
                        num_parallel_calls=AUTOTUNE)
 
 
@@ -474,13 +475,13 @@ def _decoded(dataset, records, skipped):
     (`skip_corrupt`), each record is decoded on its own and those that fail
     are left out and counted."""
     if skipped is None:
-        return dataset.map(records.preprocess, num_parallel_calls=AUTOTUNE)
-    dataset = dataset.interleave(records.decode_alone, cycle_length=16, block_length=1,
-                                 num_parallel_calls=AUTOTUNE, deterministic=True)
-    dataset = dataset.filter(lambda image, label, ra_seed, ok, index:
-                             skipped.count_if_not(ok, index))
-    return dataset.map(lambda image, label, ra_seed, ok, index: records.finish(
-        image, label, ra_seed if records.seeded else None), num_parallel_calls=AUTOTUNE)
+        return dataset.map(as_written(records.preprocess), num_parallel_calls=AUTOTUNE)
+    dataset = dataset.interleave(as_written(records.decode_alone), cycle_length=16,
+                                 block_length=1, num_parallel_calls=AUTOTUNE, deterministic=True)
+    dataset = dataset.filter(as_written(lambda image, label, ra_seed, ok, index:
+                                        skipped.count_if_not(ok, index)))
+    return dataset.map(as_written(lambda image, label, ra_seed, ok, index: records.finish(
+        image, label, ra_seed if records.seeded else None)), num_parallel_calls=AUTOTUNE)
 
 
 def _mixed(dataset, records, seed):
@@ -490,7 +491,7 @@ def _mixed(dataset, records, seed):
     if not (preset.mixup or preset.cutmix or preset.label_smoothing):
         return dataset
     batch_seeds = tf.data.Dataset.random(seed=None if seed is None else seed + 1).batch(2)
-    return tf.data.Dataset.zip((dataset, batch_seeds)).map(records.mix,
+    return tf.data.Dataset.zip((dataset, batch_seeds)).map(as_written(records.mix),
                                                            num_parallel_calls=AUTOTUNE)
 
 

@@ -17,6 +17,7 @@ import tensorflow as tf
 from keras_vit import _checks
 from keras_vit._console import _op_error_message
 from keras_vit.data import augment
+from keras_vit.data._graph import as_written
 from keras_vit.data.pipeline import oversized, too_large_error
 from keras_vit.data.sources import open_source
 
@@ -87,7 +88,7 @@ def stratified_order(labels, count=None, seed=0, exclude=None):
 def _record_labels(src, limit):
     """int labels of the first `limit` records (read, not decoded)."""
     labels = src.records.take(limit).map(
-        lambda *record: src.read(*record)[1], num_parallel_calls=tf.data.AUTOTUNE,
+        as_written(lambda *record: src.read(*record)[1]), num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True)
     return np.fromiter((int(x) for x in labels.as_numpy_iterator()), dtype="int64")
 
@@ -176,13 +177,13 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
         encoded, label, name = src.read(*record)
         return position, encoded, label, name
 
-    @tf.function(input_signature=[tf.TensorSpec([], tf.string)])
-    def decode(encoded):
+    @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
+    def decode(encoded):  # (as written: `_graph.as_written`)
         return tf.ensure_shape(augment.resize(augment.decode_image(encoded), size),
                                size + (3,))
 
-    dataset = (src.records.take(scanned).enumerate().filter(pick)
-               .map(read, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
+    dataset = (src.records.take(scanned).enumerate().filter(as_written(pick))
+               .map(as_written(read), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True))
     found, skipped = {}, list(getattr(src, "skipped", []))  # unreadable, left out at listing
     for position, encoded, label, name in dataset.as_numpy_iterator():
         name = name.decode("utf-8", "replace") if isinstance(name, bytes) else str(name)

@@ -29,6 +29,7 @@ import tensorflow as tf
 from keras_vit import _checks
 from keras_vit._image_files import IMAGE_EXTENSIONS, is_image_name
 from keras_vit.data import schema
+from keras_vit.data._graph import as_written
 from keras_vit.labels import label_line_problem
 
 SCHEMES = ("tfds", "tfrecord", "folder")
@@ -77,7 +78,7 @@ class Source:
     @property
     def dataset(self):
         """`(encoded, label, name)` records."""
-        return self.records.map(self.read, num_parallel_calls=tf.data.AUTOTUNE)
+        return self.records.map(as_written(self.read), num_parallel_calls=tf.data.AUTOTUNE)
 
 
 def parse_source(source):

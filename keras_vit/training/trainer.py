@@ -27,6 +27,7 @@ from keras_vit._saving import (
     save_atomically,
 )
 from keras_vit.data import data_error, make_dataset
+from keras_vit.data._graph import as_written
 from keras_vit.data.presets import Preset, auto_preset
 from keras_vit.data.sources import check_holdout
 from keras_vit.export._model import output_kind
@@ -1040,7 +1041,7 @@ def _shardable_validation(dataset, info, batch_size, distribution):
             f"replicas of the distribution; give a multiple of {replicas}.")
     count = info.num_examples
     if count is None:
-        count = int(dataset.reduce(0, lambda n, batch: n + tf.shape(batch[0])[0]))
+        count = int(dataset.reduce(0, as_written(lambda n, batch: n + tf.shape(batch[0])[0])))
     if not count:
         raise ValueError(f"The validation split {info.split!r} holds no images.")
     padded = -(-count // batch_size) * batch_size
@@ -1055,7 +1056,7 @@ def _shardable_validation(dataset, info, batch_size, distribution):
         return (tf.ensure_shape(x, [batch_size, *x.shape[1:]]),
                 tf.ensure_shape(y, [batch_size, *y.shape[1:]]),
                 tf.ensure_shape(w, [batch_size]))
-    return dataset.map(pad)
+    return dataset.map(as_written(pad))
 
 
 def _process_task():
