@@ -499,6 +499,37 @@ def step_arguments(parser, model, batch, rounds, rounds_help):
     return parser
 
 
+def alternating_processes(variants, command, env, rounds, shown):
+    """Two variants' worker, each run in a fresh process per round,
+    alternating (AB, then BA, ...); `command(index)` is the command line of
+    variant `index`, which prints a JSON line last. Returns {variant: [its
+    JSON line of each round]}; prints each run's `shown` (seconds)."""
+    runs = {name: [] for name in variants}
+    for round_ in range(rounds):
+        for index in ((0, 1) if round_ % 2 == 0 else (1, 0)):
+            result = subprocess.run(command(index), env=env, capture_output=True, text=True,
+                                    check=True)
+            runs[variants[index]].append(json.loads(result.stdout.strip().splitlines()[-1]))
+            print(f"round {round_ + 1}: {variants[index]}: "
+                  f"{runs[variants[index]][-1][shown]:.2f} s", file=sys.stderr)
+    return runs
+
+
+def medians(runs, key):
+    """{variant: the median of `key` over its runs}, to 0.01."""
+    return {name: round(statistics.median(run[key] for run in rows), 2)
+            for name, rows in runs.items()}
+
+
+def write_report(report, path):
+    """Prints `report` (less its raw `rounds`) and writes it whole to
+    `path` (--json) when one is given."""
+    print(json.dumps({k: v for k, v in report.items() if k != "rounds"}, indent=1))
+    if path:
+        with open(path, "w") as file:
+            json.dump(report, file, indent=1)
+
+
 def cpu_model():
     try:
         with open("/proc/cpuinfo") as cpuinfo:

@@ -13,14 +13,18 @@ step itself.
 """
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from accelerator import MODELS, cpu_model, step_arguments  # noqa: E402
+from accelerator import (  # noqa: E402
+    MODELS,
+    alternating_processes,
+    cpu_model,
+    medians,
+    step_arguments,
+    write_report,
+)
 
 VARIANTS = ("keras default (two traces)", "build_before_fit (one trace)")
 
@@ -58,34 +62,19 @@ def main(argv=None):
     args = parser.parse_args(argv)
     spec = MODELS[args.model]
     env = dict(os.environ, KERAS_BACKEND="tensorflow", TF_CPP_MIN_LOG_LEVEL="3")
-    runs = {name: [] for name in VARIANTS}
-    for round_ in range(args.rounds):
-        order = (0, 1) if round_ % 2 == 0 else (1, 0)
-        for index in order:
-            command = [sys.executable, "-c", _WORKER, str(index), str(spec["hidden"]),
-                       str(spec["layers"]), str(spec["heads"]), str(spec["mlp"]),
-                       str(args.batch), str(args.image_size)]
-            result = subprocess.run(command, env=env, capture_output=True, text=True,
-                                    check=True)
-            runs[VARIANTS[index]].append(json.loads(result.stdout.strip().splitlines()[-1]))
-            print(f"round {round_ + 1}: {VARIANTS[index]}: "
-                  f"{runs[VARIANTS[index]][-1]['first_fit_s']:.1f} s", file=sys.stderr)
-
-    def median(name, key):
-        return round(statistics.median(run[key] for run in runs[name]), 2)
-
+    runs = alternating_processes(VARIANTS, lambda index: [
+        sys.executable, "-c", _WORKER, str(index), str(spec["hidden"]), str(spec["layers"]),
+        str(spec["heads"]), str(spec["mlp"]), str(args.batch), str(args.image_size)],
+        env, args.rounds, shown="first_fit_s")
     report = {"cpu": cpu_model(), "tensorflow": runs[VARIANTS[0]][0]["tensorflow"],
               "model": args.model, "batch": args.batch, "image_size": args.image_size,
-              "first_fit_s": {name: median(name, "first_fit_s") for name in VARIANTS},
-              "next_fit_s": {name: median(name, "next_fit_s") for name in VARIANTS},
+              "first_fit_s": medians(runs, "first_fit_s"),
+              "next_fit_s": medians(runs, "next_fit_s"),
               "traces": {name: [run["traces"] for run in runs[name]] for name in VARIANTS},
               "rounds": runs}
     report["saved_s"] = round(report["first_fit_s"][VARIANTS[0]]
                               - report["first_fit_s"][VARIANTS[1]], 2)
-    print(json.dumps({k: v for k, v in report.items() if k != "rounds"}, indent=1))
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump(report, file, indent=1)
+    write_report(report, args.json)
     return report
 
 

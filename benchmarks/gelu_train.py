@@ -8,7 +8,6 @@ that a noisy machine hits both alike; float32 AdamW `train_on_batch`.
 """
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -16,7 +15,7 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from accelerator import MODELS, cpu_model, step_arguments  # noqa: E402
+from accelerator import MODELS, cpu_model, step_arguments, write_report  # noqa: E402
 
 
 def main(argv=None):
@@ -66,10 +65,7 @@ def main(argv=None):
               "batch": args.batch, "seconds_per_step": {k: round(v, 4) for k, v in medians.items()},
               "rounds_s": {k: [round(t, 4) for t in v] for k, v in times.items()},
               "speedup": round(medians["tf.nn.gelu"] / medians["written-out gradient"], 3)}
-    print(json.dumps(report, indent=1))
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump(report, file, indent=1)
+    write_report(report, args.json)
     return report
 
 

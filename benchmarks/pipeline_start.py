@@ -14,14 +14,12 @@ wall time.
 """
 
 import argparse
-import json
 import os
-import statistics
-import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from accelerator import alternating_processes, medians, write_report  # noqa: E402
 from bench_models import machine_info  # noqa: E402
 
 VARIANTS = ("AutoGraph", "as written (the library)")
@@ -59,28 +57,14 @@ def main(argv=None):
 
     write_digits(args.data)
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    runs = {name: [] for name in VARIANTS}
-    for round_ in range(args.rounds):
-        for index in ((0, 1) if round_ % 2 == 0 else (1, 0)):
-            result = subprocess.run(
-                [sys.executable, "-c", _WORKER, str(index), f"folder:{args.data}", args.preset],
-                env=env, capture_output=True, text=True, check=True)
-            runs[VARIANTS[index]].append(json.loads(result.stdout.strip().splitlines()[-1]))
-            print(f"round {round_ + 1}: {VARIANTS[index]}: "
-                  f"{runs[VARIANTS[index]][-1]['first_batch_s']:.2f} s", file=sys.stderr)
-
-    def median(key):
-        return {name: round(statistics.median(run[key] for run in runs[name]), 2)
-                for name in VARIANTS}
-
+    runs = alternating_processes(VARIANTS, lambda index: [
+        sys.executable, "-c", _WORKER, str(index), f"folder:{args.data}", args.preset],
+        env, args.rounds, shown="first_batch_s")
     report = {**machine_info(), "tensorflow": runs[VARIANTS[0]][0]["tensorflow"],
-              "preset": args.preset, "open_s": median("open_s"),
-              "first_batch_s": median("first_batch_s"), "cpu_s": median("cpu_s"),
+              "preset": args.preset, "open_s": medians(runs, "open_s"),
+              "first_batch_s": medians(runs, "first_batch_s"), "cpu_s": medians(runs, "cpu_s"),
               "rounds": runs}
-    print(json.dumps({k: v for k, v in report.items() if k != "rounds"}, indent=1))
-    if args.json:
-        with open(args.json, "w") as file:
-            json.dump(report, file, indent=1)
+    write_report(report, args.json)
     return report
 
 
