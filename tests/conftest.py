@@ -83,20 +83,30 @@ def _remove_caches_of_dead_runs():
 
 
 def _threads_for_tests():
-    """Under xdist, each worker's TensorFlow runs an op on its share of the
-    cores (`TF_NUM_INTRAOP_THREADS`, read when TensorFlow starts; the
-    processes a test starts inherit it): by default each of the two
-    workers on 2 cores runs every op on 2 threads, and they contend.
-    `python -m pytest tests/test_trainer_edges.py tests/test_data_edges.py
-    tests/test_run_folder.py tests/test_tf_records.py tests/test_lora.py`
-    on 2 cores (Intel Xeon, 2026-11-27), twice each: 185 and 187 s with
-    TensorFlow's default, 176 and 173 s with one thread per worker. (JAX's
-    CPU threads made no difference: `-m backends` on JAX 191 s against 190.)"""
+    """Under xdist, each worker runs an op on its share of the cores, read
+    when each library starts (the processes a test starts inherit them):
+    by default each of the two workers on 2 cores runs every op on 2
+    threads, and they contend.
+
+    - `TF_NUM_INTRAOP_THREADS`, TensorFlow's. `python -m pytest
+      tests/test_trainer_edges.py tests/test_data_edges.py
+      tests/test_run_folder.py tests/test_tf_records.py tests/test_lora.py`
+      on 2 cores (Intel Xeon, 2026-11-27), twice each: 185 and 187 s with
+      TensorFlow's default, 176 and 173 s with one thread per worker.
+    - `OMP_NUM_THREADS`, PyTorch's (OpenMP's threads wait for work by
+      spinning, so two workers' threads on two cores mostly wait for each
+      other). `KERAS_BACKEND=torch python -m pytest -m backends` on 2 cores
+      (AMD EPYC, 2026-11-27): 156 s with PyTorch's default, its quickstart
+      test 102 s; 96 s with one thread per worker, the quickstart 52 s.
+
+    (JAX's CPU threads made no difference: `-m backends` on JAX 191 s
+    against 190.)"""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 0)
-    if workers > 1 and "TF_NUM_INTRAOP_THREADS" not in os.environ:
+    if workers > 1:
         cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") \
             else os.cpu_count() or 1
-        os.environ["TF_NUM_INTRAOP_THREADS"] = str(max(1, cores // workers))
+        for variable in ("TF_NUM_INTRAOP_THREADS", "OMP_NUM_THREADS"):
+            os.environ.setdefault(variable, str(max(1, cores // workers)))
 
 
 _xla_for_tests()
