@@ -68,6 +68,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from bench_models import gflop_of  # noqa: E402  (the benchmarks' shared FLOP count)
+from machine import describe  # noqa: E402
 
 FRAMEWORKS = ("keras_vit-jax", "keras_vit-tf", "keras_vit-torch", "timm-eager",
               "timm-compile", "official-flax")
@@ -476,7 +477,7 @@ def run_worker(framework, args, model=None, attention="auto"):
 
 def environment():
     info = {"date": time.strftime("%Y-%m-%d"), "python": platform.python_version(),
-            "machine": platform.machine(), "cpu": cpu_model()}
+            "machine": platform.machine(), "cpu": describe()}
     try:
         smi = subprocess.run(
             ["nvidia-smi", "--query-gpu=name,driver_version,memory.total",
@@ -528,17 +529,6 @@ def write_report(report, path):
     if path:
         with open(path, "w") as file:
             json.dump(report, file, indent=1)
-
-
-def cpu_model():
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def add_mfu(row, spec, image_size, peak_tflops):

@@ -706,19 +706,13 @@ def summarize(rows, peaks, tf_peak):
 
 
 def machine_info():
-    model, flags = platform.processor(), set()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name":
-                    model = value.strip()
-                elif key.strip() == "flags":
-                    flags = set(value.split())
-                    break
-    except OSError:
-        pass
-    return {"cpu": model, "avx512f": "avx512f" in flags, "amx_bf16": "amx_bf16" in flags,
+    """The machine record of every report (`machine.cpu`: the CPU's model,
+    family/model numbers and flags), with the keys the tables print."""
+    from machine import cpu
+
+    info = cpu()
+    return {"cpu": info["model"], "cpuid": info["cpuid"], "flags": info["flags"],
+            "avx512f": "avx512f" in info["flags"], "amx_bf16": "amx_bf16" in info["flags"],
             "cpu_count": os.cpu_count(), "usable_cpus": len(usable_cpus()),
             "platform": platform.platform(), "python": platform.python_version()}
 
@@ -730,11 +724,16 @@ def fmt(value, spec, suffix=""):
     return "" if value is None else f"{value:{spec}}{suffix}"
 
 
+def _cpuid(machine):
+    """" (family 25 model 17 stepping 1)" where the report has the numbers."""
+    return f" ({machine['cpuid']})" if machine.get("cpuid") else ""
+
+
 def markdown(result):
     m, s = result["machine"], result["settings"]
     lines = [
         "# Model throughput: keras_vit, keras-hub, timm", "",
-        f"{m['cpu']}, {m['cpu_count']} CPUs (avx512f: {m['avx512f']}, "
+        f"{m['cpu']}{_cpuid(m)}, {m['cpu_count']} CPUs (avx512f: {m['avx512f']}, "
         f"amx_bf16: {m['amx_bf16']}); {s['image_size']}x{s['image_size']}, "
         f"median of {s['rounds']} rounds; per round "
         + (f"{s['iters']} calls" if s["iters"] else f"about {s['round_seconds']:g} s of calls")

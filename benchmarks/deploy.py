@@ -104,20 +104,13 @@ SEED = 0
 TFLITE_MODES = {"tflite-fp32": "none", "tflite-fp16": "float16", "tflite-dynamic": "dynamic"}
 
 
-def cpu_flags():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return set(line.partition(":")[2].split())
-    except OSError:
-        pass
-    return set()
-
-
 def has_bf16(flags=None):
-    flags = cpu_flags() if flags is None else flags
-    return bool({"avx512_bf16", "amx_bf16"} & flags)
+    """Whether the CPU runs bfloat16 natively (AVX512-BF16 or AMX-BF16)."""
+    if flags is None:
+        from machine import cpu
+
+        flags = cpu()["flags"]
+    return bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
 def files(work, model):

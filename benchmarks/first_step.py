@@ -20,11 +20,11 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from accelerator import (  # noqa: E402
     MODELS,
     alternating_processes,
-    cpu_model,
     medians,
     step_arguments,
     write_report,
 )
+from machine import describe  # noqa: E402
 
 VARIANTS = ("keras default (two traces)", "build_before_fit (one trace)")
 
@@ -66,7 +66,7 @@ def main(argv=None):
         sys.executable, "-c", _WORKER, str(index), str(spec["hidden"]), str(spec["layers"]),
         str(spec["heads"]), str(spec["mlp"]), str(args.batch), str(args.image_size)],
         env, args.rounds, shown="first_fit_s")
-    report = {"cpu": cpu_model(), "tensorflow": runs[VARIANTS[0]][0]["tensorflow"],
+    report = {"cpu": describe(), "tensorflow": runs[VARIANTS[0]][0]["tensorflow"],
               "model": args.model, "batch": args.batch, "image_size": args.image_size,
               "first_fit_s": medians(runs, "first_fit_s"),
               "next_fit_s": medians(runs, "next_fit_s"),

@@ -15,7 +15,8 @@ import time
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from accelerator import MODELS, cpu_model, step_arguments, write_report  # noqa: E402
+from accelerator import MODELS, step_arguments, write_report  # noqa: E402
+from machine import describe  # noqa: E402
 
 
 def main(argv=None):
@@ -61,7 +62,7 @@ def main(argv=None):
                 models[name].train_on_batch(x, y)
             times[name].append((time.perf_counter() - start) / 2)
     medians = {name: statistics.median(t) for name, t in times.items()}
-    report = {"cpu": cpu_model(), "tensorflow": tf.__version__, "model": args.model,
+    report = {"cpu": describe(), "tensorflow": tf.__version__, "model": args.model,
               "batch": args.batch, "seconds_per_step": {k: round(v, 4) for k, v in medians.items()},
               "rounds_s": {k: [round(t, 4) for t in v] for k, v in times.items()},
               "speedup": round(medians["tf.nn.gelu"] / medians["written-out gradient"], 3)}

@@ -27,7 +27,7 @@ import numpy as np
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
 sys.path.insert(0, str(ROOT / "tests"))
-from readme_numbers import cpu  # noqa: E402
+from machine import cpu  # noqa: E402  (the same CPU record as the README's)
 from torch_libraries import import_timm, library_logits  # noqa: E402
 
 

@@ -18,7 +18,8 @@ import sys
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from accelerator import MODELS, cpu_model, timed_rounds  # noqa: E402
+from accelerator import MODELS, timed_rounds  # noqa: E402
+from machine import describe  # noqa: E402
 
 
 def median_ms(call, calls=20, rounds=5):
@@ -42,7 +43,7 @@ def main(argv=None):
     torch.set_num_threads(args.threads)
     spec = MODELS[args.model]
     rows = args.batch * 197
-    print(f"{cpu_model()}; TensorFlow {tf.__version__}, PyTorch {torch.__version__}; "
+    print(f"{describe()}; TensorFlow {tf.__version__}, PyTorch {torch.__version__}; "
           f"{args.threads} thread(s)")
     for k, n in ((spec["hidden"], 3 * spec["hidden"]), (spec["hidden"], spec["mlp"]),
                  (spec["mlp"], spec["hidden"])):

@@ -29,7 +29,7 @@ import numpy as np
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from readme_numbers import cpu  # noqa: E402
+from machine import cpu  # noqa: E402  (the same CPU record as the README's)
 
 MODES = ("int8", "int4", "float8")
 FIXTURES = ("vit_tiny_token", "vit_tiny_gap", "r26_vit_tiny", "mixer_tiny")

@@ -17,7 +17,6 @@ quickstart, nine exports, the parity demo).
 import argparse
 import datetime
 import json
-import os
 import pathlib
 import platform
 import re
@@ -48,20 +47,11 @@ SERVER_MODES = (("onnx", "none", "onnx"), ("onnx", "dynamic", "onnx"), ("onnx", 
 
 
 def cpu():
-    """CPU model and the flags that matter for these numbers."""
-    model, flags = platform.processor() or "unknown", set()
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name") and model in ("unknown", "x86_64", ""):
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags"):
-                flags = set(line.split(":", 1)[1].split())
-                break
-    except OSError:
-        pass
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8")
-    return {"model": model, "cores": os.cpu_count(),
-            "flags": [f for f in wanted if f in flags]}
+    """The CPU record of the README's numbers (`machine.cpu`)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from machine import cpu as record
+
+    return record()
 
 
 def command(line):

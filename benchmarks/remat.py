@@ -30,7 +30,7 @@ import sys
 import textwrap
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from readme_numbers import cpu  # noqa: E402  (the same CPU record as the README's)
+from machine import cpu  # noqa: E402  (the same CPU record as the README's)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 

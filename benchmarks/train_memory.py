@@ -27,7 +27,7 @@ import tempfile
 import textwrap
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from readme_numbers import cpu  # noqa: E402  (the same CPU record as the README's)
+from machine import cpu  # noqa: E402  (the same CPU record as the README's)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_CONFIGS = ["ViTTi16@384", "ViTTi16@384+remat", "ViTS16@224", "MixerS16@224",

@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import pathlib
-import platform
 import sys
 import tempfile
 
@@ -34,6 +33,9 @@ import h5py  # noqa: E402
 import keras  # noqa: E402
 
 import keras_vit  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import describe  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -145,13 +147,7 @@ def main():
     sys.addaudithook(_audit)  # once: an audit hook cannot be removed
     with tempfile.TemporaryDirectory() as tmp:
         rows = {name: walk(call, path) for name, (call, path) in cases(tmp).items()}
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f
-                       if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = describe()
     if args.json:
         print(json.dumps({"cpu": cpu, "paths": rows}))
         return

@@ -12,6 +12,7 @@ import pytest
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 import accelerator  # noqa: E402
 import jax_profile  # noqa: E402
+import machine  # noqa: E402
 
 
 def test_accelerator_benchmark_runs_on_tiny_shapes(tmp_path, capsys):
@@ -32,6 +33,28 @@ def test_accelerator_benchmark_runs_on_tiny_shapes(tmp_path, capsys):
     assert rows["keras_vit-tf"]["attention_ran"] == "fused"  # auto, on the CPU
     table = capsys.readouterr().out
     assert "| tiny | timm-eager |  |" in table and "| tiny | keras_vit-tf | fused |" in table
+    assert report["environment"]["cpu"] == machine.describe()
+
+
+def test_the_cpu_record_names_the_cpu_its_numbers_and_the_flags_that_pick_kernels():
+    """Every benchmark records the CPU through `machine.cpu` (`describe` for
+    one line): a virtual machine's model name can be all it says ("AMD
+    EPYC"), so the family/model numbers are kept too; aarch64 says
+    "Features" where x86 says "flags"."""
+    import doctest
+
+    assert doctest.testmod(machine).failed == 0
+    xeon = machine.cpu({"model name": "Intel(R) Xeon(R) Platinum 8581C CPU @ 2.10GHz",
+                        "cpu family": "6", "model": "207", "stepping": "2",
+                        "flags": "avx2 avx512f amx_bf16 amx_tile amx_int8 avx512_bf16"})
+    assert xeon["cpuid"] == "family 6 model 207 stepping 2"
+    assert xeon["flags"] == ["avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16",
+                             "amx_int8"]
+    arm = machine.cpu({"Features": "fp asimd bf16", "CPU part": "0xd4f"})
+    assert arm["cpuid"] == "" and arm["flags"] == [] and arm["model"]
+    assert machine.describe({**arm, "model": "aarch64"}) == "aarch64"
+    here = machine.cpu()
+    assert here["model"] and here["cores"] >= 1
 
 
 def test_accelerator_benchmark_names_an_unknown_framework():
