@@ -1,6 +1,8 @@
 """`benchmarks/accelerator.py` runs end to end on tiny shapes on the CPU,
 so that the script a GPU session runs cannot rot (its numbers are measured
-on a device, never asserted here)."""
+on a device, never asserted here); so do the CPU benchmarks whose reports
+docs/performance/ quotes (`first_step.py`, `gelu_train.py`,
+`pipeline_start.py`), with what each report must say that is not a time."""
 
 import argparse
 import json
@@ -11,8 +13,11 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 import accelerator  # noqa: E402
+import first_step  # noqa: E402
+import gelu_train  # noqa: E402
 import jax_profile  # noqa: E402
 import machine  # noqa: E402
+import pipeline_start  # noqa: E402
 
 
 def test_accelerator_benchmark_runs_on_tiny_shapes(tmp_path, capsys):
@@ -34,6 +39,39 @@ def test_accelerator_benchmark_runs_on_tiny_shapes(tmp_path, capsys):
     table = capsys.readouterr().out
     assert "| tiny | timm-eager |  |" in table and "| tiny | keras_vit-tf | fused |" in table
     assert report["environment"]["cpu"] == machine.describe()
+
+
+def test_first_step_benchmark_counts_the_traces_it_compares(tmp_path):
+    """Fresh processes, one per variant: Keras' deferred build traces the
+    step twice, `_compat.build_before_fit` once (what `train` relies on)."""
+    report = first_step.main(["--model", "tiny", "--image-size", "32", "--batch", "2",
+                              "--rounds", "1", "--json", str(tmp_path / "first.json")])
+    assert json.loads((tmp_path / "first.json").read_text()) == report
+    assert report["traces"] == {first_step.VARIANTS[0]: [2], first_step.VARIANTS[1]: [1]}
+    assert set(report["first_fit_s"]) == set(first_step.VARIANTS)
+    assert report["cpu"] == machine.describe()
+
+
+def test_gelu_benchmark_times_both_gradients_and_restores_the_library(tmp_path):
+    from keras_vit.layers import _fused
+
+    library_gelu = _fused._gelu_with_gradient
+    report = gelu_train.main(["--model", "tiny", "--image-size", "32", "--batch", "2",
+                              "--rounds", "2"])
+    assert _fused._gelu_with_gradient is library_gelu
+    assert set(report["seconds_per_step"]) == {"written-out gradient", "tf.nn.gelu"}
+    assert all(len(times) == 2 for times in report["rounds_s"].values())
+    assert report["speedup"] > 0
+
+
+def test_pipeline_start_benchmark_opens_both_variants_on_the_digits(digits_folder):
+    report = pipeline_start.main(["--preset", "digits", "--rounds", "1",
+                                  "--data", str(digits_folder)])
+    assert set(report["first_batch_s"]) == set(pipeline_start.VARIANTS)
+    for variant in pipeline_start.VARIANTS:
+        (run,) = report["rounds"][variant]
+        assert 0 < run["open_s"] <= run["first_batch_s"], (variant, run)
+    assert report["cpu"] == machine.cpu()["model"] and report["flags"] == machine.cpu()["flags"]
 
 
 def test_the_cpu_record_names_the_cpu_its_numbers_and_the_flags_that_pick_kernels():
