@@ -120,6 +120,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import machine  # noqa: E402
+
 FRAMEWORKS = ("keras_vit-tf", "keras_vit-tfxla", "keras_vit-tfinter", "keras_vit-tfreplicas",
               "keras_hub-tf", "keras_vit-jax", "timm-torch")
 OPT_IN = ("keras_vit-tfxla", "keras_vit-tfinter", "keras_vit-tfreplicas")  # run only where named
@@ -708,9 +711,7 @@ def summarize(rows, peaks, tf_peak):
 def machine_info():
     """The machine record of every report (`machine.cpu`: the CPU's model,
     family/model numbers and flags), with the keys the tables print."""
-    from machine import cpu
-
-    info = cpu()
+    info = machine.cpu()
     return {"cpu": info["model"], "cpuid": info["cpuid"], "flags": info["flags"],
             "avx512f": "avx512f" in info["flags"], "amx_bf16": "amx_bf16" in info["flags"],
             "cpu_count": os.cpu_count(), "usable_cpus": len(usable_cpus()),
@@ -724,9 +725,9 @@ def fmt(value, spec, suffix=""):
     return "" if value is None else f"{value:{spec}}{suffix}"
 
 
-def _cpuid(machine):
+def _cpuid(info):
     """" (family 25 model 17 stepping 1)" where the report has the numbers."""
-    return f" ({machine['cpuid']})" if machine.get("cpuid") else ""
+    return f" ({info['cpuid']})" if info.get("cpuid") else ""
 
 
 def markdown(result):

@@ -75,6 +75,7 @@ from bench_models import (  # noqa: E402
     serve,
     usable_cpus,
 )
+from machine import cpu  # noqa: E402
 
 MODELS = {
     "vit_s16": dict(keras_vit="ViTS16", timm="vit_small_patch16_224"),
@@ -106,10 +107,7 @@ TFLITE_MODES = {"tflite-fp32": "none", "tflite-fp16": "float16", "tflite-dynamic
 
 def has_bf16(flags=None):
     """Whether the CPU runs bfloat16 natively (AVX512-BF16 or AMX-BF16)."""
-    if flags is None:
-        from machine import cpu
-
-        flags = cpu()["flags"]
+    flags = cpu()["flags"] if flags is None else flags
     return bool({"avx512_bf16", "amx_bf16"} & set(flags))
 
 
