@@ -103,9 +103,9 @@ KERAS_VIT_BENCH_STUB_TORCHVISION=1 forces it.
 estimated from the last warmup call. `--json` alone prints the JSON instead
 of the table; `--json PATH` writes it there. `--out DIR` saves the table as
 DIR/bench_models.md and the plot as DIR/bench_models.png. The JSON keeps the
-machine (CPU model, avx512f, amx_bf16), versions, thread settings, peaks and,
-per row, every round's seconds per call (`round_s`) and the medians. Progress
-goes to stderr.
+machine (CPU model, family/model numbers and flags: `machine.cpu`), versions,
+thread settings, peaks and, per row, every round's seconds per call
+(`round_s`) and the medians. Progress goes to stderr.
 """
 
 import argparse
