@@ -28,6 +28,9 @@ def test_accelerator_benchmark_runs_on_tiny_shapes(tmp_path, capsys):
         "--json", str(tmp_path / "report.json")])
     assert json.loads((tmp_path / "report.json").read_text()) == report
     assert report["peak"]["peak_tflops"] > 0
+    # on a CPU, the fastest framework's float32 matmul (`_cpu_peak`)
+    assert "(cpu), the best of torch" in report["peak"]["peak_source"]
+    assert "tensorflow" in report["peak"]["peak_source"]
     rows = report["results"]["tiny"]
     assert list(rows) == ["keras_vit-tf", "timm-eager"]
     for name, row in rows.items():
