@@ -68,7 +68,13 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from bench_models import gflop_of  # noqa: E402  (the benchmarks' shared FLOP count)
+from bench_models import (  # noqa: E402  (the benchmarks' shared FLOP count and matmuls)
+    PEAK_CHAIN,
+    gflop_of,
+    jax_matmul_call,
+    tf_matmul_call,
+    torch_matmul_call,
+)
 from machine import describe  # noqa: E402
 
 FRAMEWORKS = ("keras_vit-jax", "keras_vit-tf", "keras_vit-torch", "timm-eager",
@@ -398,42 +404,26 @@ def device_report(backend):
 
 def _cpu_peak(n=2048):
     """The CPU's float32 n^3 matmul rate (FLOP/s), the best of the
-    frameworks installed here: on some CPUs TensorFlow's (oneDNN) matmul
-    outruns PyTorch's (an AMD EPYC: about 210 against 178 GFLOP/s), and a
-    peak below what a step reaches would put its MFU above 100%."""
-    rates = {}
-    try:
-        import torch
+    frameworks installed here (bench_models' matmul calls: PyTorch's and
+    TensorFlow's, JAX's where neither is): on some CPUs TensorFlow's (oneDNN)
+    matmul outruns PyTorch's (an AMD EPYC: about 210 against 178 GFLOP/s),
+    and a peak below what a step reaches would put its MFU above 100%."""
+    import importlib
 
-        a = torch.randn(n, n)
-
-        def call():
-            (a @ a).sum().item()
-
-        rates[f"torch {torch.__version__}"] = call
-    except ImportError:
-        pass
-    try:
-        import tensorflow as tf
-
-        x = tf.random.normal((n, n))
-        product = tf.function(lambda x: tf.reduce_sum(tf.matmul(x, x)))
-
-        def call_tf():
-            product(x).numpy()
-
-        rates[f"tensorflow {tf.__version__}"] = call_tf
-    except ImportError:
-        pass
-    if not rates:
+    calls = {}
+    for module, make in (("torch", torch_matmul_call), ("tensorflow", tf_matmul_call)):
+        try:
+            version = importlib.import_module(module).__version__
+        except ImportError:
+            continue
+        calls[f"{module} {version}"] = make((n, n, n), "float32")
+    if not calls:
         import jax
-        import jax.numpy as jnp
 
-        ones = jnp.ones((n, n), jnp.float32)
-        product = jax.jit(lambda a: (a @ a).sum())
-        rates[f"jax {jax.__version__}"] = lambda: product(ones).block_until_ready()
-    rates = {name: 2 * n ** 3 / statistics.median(timed_rounds(call, 2, 5, 1))
-             for name, call in rates.items()}
+        calls[f"jax {jax.__version__}"] = jax_matmul_call((n, n, n), "float32")
+    flop = 2 * n ** 3 * PEAK_CHAIN
+    rates = {name: flop / statistics.median(timed_rounds(call, 2, 5, 1))
+             for name, call in calls.items()}
     best = max(rates, key=rates.get)
     return {"peak_tflops": rates[best] / 1e12, "peak_shape": f"{n}^3 float32",
             "peak_source": f"{best} (cpu), the best of "

@@ -387,6 +387,19 @@ def tf_matmul_call(shape, dtype):
     return lambda: products(a, bs).numpy()
 
 
+def torch_matmul_call(shape, dtype):
+    import torch
+
+    a, bs = random_operands(shape)
+    a = torch.from_numpy(a).to(getattr(torch, dtype))
+    bs = [torch.from_numpy(b).to(getattr(torch, dtype)) for b in bs]
+
+    def products():
+        with torch.inference_mode():
+            return sum((a @ b).sum() for b in bs).item()
+    return products
+
+
 def jax_matmul_call(shape, dtype):
     import jax
     import jax.numpy as jnp
@@ -417,15 +430,7 @@ class TimmWorker(Worker):
         }
 
     def matmul_call(self, shape, dtype):
-        torch = self.torch
-        a, bs = random_operands(shape)
-        a = torch.from_numpy(a).to(getattr(torch, dtype))
-        bs = [torch.from_numpy(b).to(getattr(torch, dtype)) for b in bs]
-
-        def products():
-            with torch.inference_mode():
-                return sum((a @ b).sum() for b in bs).item()
-        return products
+        return torch_matmul_call(shape, dtype)
 
     def make_step(self, spec, image_size, batch, dtype, mode):
         torch = self.torch
