@@ -61,6 +61,7 @@ import logging
 import os
 import re
 import shutil
+import stat
 import sys
 import time
 import urllib.error
@@ -69,7 +70,7 @@ import urllib.request
 
 import filelock
 
-from keras_vit import _checks
+from keras_vit import _atomic, _checks
 from keras_vit.errors import CorruptCheckpointError, NotAnNpzError, UnsupportedCheckpointError
 from keras_vit.weights import registry
 from keras_vit.weights.npz import as_not_npz, read_checkpoint
@@ -200,6 +201,34 @@ def _seconds(name, default):
     return _checks.positive_env(name, default, "seconds", whole=False)
 
 
+def check_mirror():
+    """Refuses a `$KERAS_VIT_MIRROR` that is not an `http://` or
+    `https://` base URL (no spaces), before anything is requested: a URL
+    made from it could not be downloaded.
+
+    >>> os.environ["KERAS_VIT_MIRROR"] = "not a url"
+    >>> try:
+    ...     check_mirror()
+    ... except ValueError as error:
+    ...     print(str(error)[:63])
+    KERAS_VIT_MIRROR='not a url' is not a base URL; set it to an ht
+    >>> del os.environ["KERAS_VIT_MIRROR"]
+
+    Raises:
+        ValueError: the variable is set to something else.
+    """
+    value = os.environ.get(registry.MIRROR_ENV)
+    if value is None:
+        return
+    parts = urllib.parse.urlsplit(value)
+    if (parts.scheme not in ("http", "https") or not parts.hostname
+            or any(c.isspace() for c in value) or parts.query or parts.fragment):
+        raise ValueError(
+            f"{registry.MIRROR_ENV}={value!r} is not a base URL; set it to an http:// or "
+            "https:// URL of a copy of the official bucket (e.g. https://my.mirror/models, "
+            "serving vit_models/...), or unset it.")
+
+
 # --- provenance records -------------------------------------------------------
 
 def provenance(path):
@@ -254,15 +283,12 @@ def _write_provenance(final, partial, url, sha256):
     record = {"url": url, "bytes": stat.st_size, "sha256": sha256,
               "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
               "mtime_ns": stat.st_mtime_ns}
-    temporary = final + SOURCE_SUFFIX + INCOMPLETE_SUFFIX
-    try:
-        with open(temporary, "w", encoding="utf-8") as f:
+    try:  # a temporary beside it, renamed: a link planted there is never followed
+        with _atomic.replacing(final + SOURCE_SUFFIX) as f:
             json.dump(record, f, indent=1)
             f.flush()
             os.fsync(f.fileno())
-        os.replace(temporary, final + SOURCE_SUFFIX)
     except OSError as error:  # a full disk, ...
-        _remove(temporary)
         raise WeightsDownloadError(
             f"Could not write {final + SOURCE_SUFFIX} ({error}); the file downloaded "
             f"from {url} is kept in {partial} and the next attempt takes it from "
@@ -457,6 +483,7 @@ def _fetch(url, filename, hint, verify=None):
         if os.path.isfile(final):  # another process finished it meanwhile
             return final, None
         partial = final + INCOMPLETE_SUFFIX
+        _discard_foreign_partial(url, partial)
         received, seconds, sha256 = _download(url, partial, limits, hint)
         value = None
         if verify is not None:
@@ -470,6 +497,47 @@ def _fetch(url, filename, hint, verify=None):
         logger.info("Saved %s (%s bytes downloaded in %.1f s, checked).", final,
                     f"{received:,}", seconds)
         return final, value
+
+
+def _discard_foreign_partial(url, partial):
+    """Deletes a `<name>.incomplete` that is not a partial download of this
+    cache's own: a link (resuming would append the download to the file it
+    points to), a FIFO, a device, a socket, or a file with another name
+    elsewhere (a hard link); the download then starts over. A directory
+    there is refused in one sentence (it is never deleted)."""
+    try:
+        found = os.lstat(partial)
+    except FileNotFoundError:
+        return
+    mode = found.st_mode
+    if stat.S_ISREG(mode) and found.st_nlink == 1:
+        return
+    if stat.S_ISDIR(mode):
+        raise WeightsDownloadError(
+            f"Could not download {url}: {partial}, where its partial download goes, is a "
+            "directory; remove it and try again.")
+    what = ("a link" if stat.S_ISLNK(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "a regular file" if stat.S_ISREG(mode)
+            else "not a regular file")
+    if stat.S_ISREG(mode):
+        what += f" with {found.st_nlink} names (a hard link)"
+    os.remove(partial)  # the name only: what it points to is untouched
+    logger.warning("Discarded %s, %s and not a partial download of this cache's own; "
+                   "downloading %s from the start.", partial, what, url)
+
+
+def _open_partial(t, flags):
+    """The partial file opened for writing (`flags`: O_APPEND or O_TRUNC),
+    never through a link planted since (`O_NOFOLLOW`)."""
+    try:
+        fd = os.open(t.partial, os.O_WRONLY | os.O_CREAT | flags
+                     | getattr(os, "O_NOFOLLOW", 0), 0o644)
+    except OSError as error:
+        raise WeightsDownloadError(
+            f"Could not write {t.partial} while downloading {t.url} ({error}); check "
+            "that the cache folder is writable and holds no link of that name.") from error
+    return open(fd, "wb")
 
 
 def _discard(path, seen, filename):
@@ -541,6 +609,7 @@ class _Limits:
     (a `registry.StatedSize`, or None) and the byte cap `cap`."""
 
     def __init__(self, url):
+        check_mirror()
         self.timeout = download_timeout()
         self.deadline = download_deadline()
         self.cap = max_download_bytes()
@@ -609,7 +678,7 @@ class _Transfer:
     def restart(self, why):
         if self.size:
             logger.info("Downloading %s from the start: %s.", self.url, why)
-        with open(self.partial, "wb"):
+        with _open_partial(self, os.O_TRUNC):
             pass
         self.size = 0
         self.hasher = hashlib.md5()
@@ -648,6 +717,11 @@ def _download(url, partial, limits, hint):
             t.progress.close()
         if os.path.exists(partial) and not os.path.getsize(partial):
             _remove(partial)
+    if not t.size:  # nothing to check, and nothing a checkpoint reader could name
+        raise WeightsDownloadError(
+            f"Could not download {url}: the server sent an empty body (0 bytes); nothing "
+            f"was kept in the cache. Check the URL or your mirror ({registry.MIRROR_ENV}), "
+            f"or {hint}.")
     if t.total is not None and t.size != t.total:
         _remove(partial)
         raise _Integrity(f"{t.size:,} bytes received but the server announced {t.total:,}")
@@ -794,7 +868,7 @@ def _receive(t, response):
         t.progress = _Progress(registry.bucket_file_name(t.url), t.total, t.size)
     else:
         t.progress.total = t.total
-    with open(t.partial, "ab") as f:
+    with _open_partial(t, os.O_APPEND) as f:
         try:
             while True:
                 try:
