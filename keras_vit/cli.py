@@ -661,7 +661,8 @@ def _run_export(export, model, args, common):
     """The `keras_vit.export` call of `--format`; returns its report."""
     if args.format == "saved_model":
         report = export.to_saved_model(model, args.out, resize=args.resize,
-                                       top_k=args.top_k, **common)
+                                       top_k=args.top_k, representative_data=args.calibration,
+                                       **common)
     elif args.format == "onnx":
         report = export.to_onnx(model, args.out, quantization=args.quantize, opset=args.opset,
                                 representative_data=args.calibration, **common,

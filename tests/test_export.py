@@ -437,17 +437,17 @@ def test_saved_model_has_labels_and_replaces_only_after_verification(digits, tmp
     path = tmp_path / "sm"
     path.mkdir()
     (path / "saved_model.pb").write_text("the previous export")
-    (path / "old").write_text("the previous export")
+    (path / "fingerprint.pb").write_text("the previous export")  # a file the export writes
     bars = saved_model.CHECKS["none"]
     monkeypatch.setitem(saved_model.CHECKS, "none", {"min_top1_agreement": 1.01})
     with pytest.raises(export.ExportVerificationError):
         export.to_saved_model(model, path, validation_data=digits, verbose=False)
-    assert (path / "old").read_text() == "the previous export"  # untouched
+    assert (path / "fingerprint.pb").read_text() == "the previous export"  # untouched
     assert (tmp_path / "sm.rejected" / "saved_model.pb").exists()
     assert (tmp_path / "sm.rejected.json").exists() and leftovers(tmp_path) == []
     monkeypatch.setitem(saved_model.CHECKS, "none", bars)
     report = export.to_saved_model(model, path, validation_data=digits, verbose=False)
-    assert report.passed and not (path / "old").exists()
+    assert report.passed and (path / "fingerprint.pb").read_bytes() != b"the previous export"
     assert report.validation == {"split": "test", "images": 30, "classes": 10,
                                  "source": digits}
     assert report.labels == str(path / "assets" / "labels.txt")

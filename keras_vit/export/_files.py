@@ -159,20 +159,36 @@ def disk_full_error(error, temporary, path, what):
     return full
 
 
-def check_replaceable_directory(path, what, marker, lacks, hint=""):
+def check_replaceable_directory(path, what, marker, lacks, hint="", written=None):
     """An existing `path` is replaced only when it is an earlier export of
-    its kind, a directory holding `marker` (or an empty directory): never a
-    file or a directory of other things. `what`: "a SavedModel", "a Hub
-    folder"; `lacks`: how the message says `marker` is missing; `hint` ends
-    the message."""
+    its kind, a directory holding `marker` (or an empty directory) and
+    nothing but `written` (the names the export writes there, when given):
+    never a file, a directory of other things, or an earlier export beside
+    which the user keeps files of their own (replacing the folder would
+    delete them). `what`: "a SavedModel", "a Hub folder"; `lacks`: how the
+    message says `marker` is missing; `hint` ends the message.
+
+    >>> check_replaceable_directory("served/1", "a SavedModel", "saved_model.pb",
+    ...     "that holds no saved_model.pb", written=("saved_model.pb", "variables"))
+    ... # doctest: +SKIP
+    ValueError: path='served/1' holds NOTES.md, which replacing the folder would delete; ...
+    """
     if not os.path.lexists(path):
         return
     if not os.path.isdir(path):
         raise ValueError(f"path={path!r} is a file; {what} is a directory. Give a new path "
                          "or remove the file.")
-    if os.listdir(path) and not os.path.exists(os.path.join(path, marker)):
+    entries = os.listdir(path)
+    if entries and not os.path.exists(os.path.join(path, marker)):
         raise ValueError(f"path={path!r} is a directory {lacks}; an export replaces only an "
                          f"earlier {what.split(' ', 1)[1]}. Give a new path{hint}.")
+    others = sorted(set(entries) - set(written)) if written is not None else []
+    if others:  # a model card, the user's notes: never deleted unasked
+        raise ValueError(
+            f"path={path!r} holds {', '.join(others[:5])}"
+            f"{f' and {len(others) - 5} more' if len(others) > 5 else ''}, which replacing "
+            f"the folder would delete; an export replaces only {what} of the files it "
+            f"writes ({', '.join(written)}). Give a new path, or move those files out.")
 
 
 def publish(temporary, path):

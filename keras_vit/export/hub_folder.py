@@ -198,14 +198,9 @@ _WRITTEN = (CONFIG, WEIGHTS, PREPROCESSOR)
 
 
 def _check_replaceable(path):
-    check_replaceable_directory(path, "a Hub folder", CONFIG, f"without {CONFIG}")
-    others = sorted(set(os.listdir(path)) - set(_WRITTEN)) if os.path.isdir(path) else []
-    if others:  # a model card, another library's weights: never deleted unasked
-        raise ValueError(
-            f"path={path!r} holds {', '.join(others[:5])}"
-            f"{f' and {len(others) - 5} more' if len(others) > 5 else ''}, which replacing "
-            f"the folder would delete; an export replaces only a Hub folder of the files it "
-            f"writes ({', '.join(_WRITTEN)}). Give a new path, or move those files out.")
+    # a model card, another library's weights: never deleted unasked
+    check_replaceable_directory(path, "a Hub folder", CONFIG, f"without {CONFIG}",
+                                written=_WRITTEN)
 
 
 @dataclasses.dataclass

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from keras_vit import _compat
 from keras_vit.export._batches import batched
-from keras_vit.export._files import check_replaceable_directory
+from keras_vit.export._files import check_replaceable_directory, publish
 from keras_vit.export._images import Sampling
 from keras_vit.export._labels import write_labels
 from keras_vit.export._model import (
@@ -126,10 +126,16 @@ def serving_function(model, *, resize=False, top_k=5, image_size=None, outputs="
     return serve, spec
 
 
+# What a SavedModel export writes in its directory: all that replacing an
+# earlier one may delete (a NOTES.md beside them is the user's).
+WRITTEN = ("saved_model.pb", "fingerprint.pb", "variables", "assets")
+
+
 def _check_replaceable(path):
     check_replaceable_directory(path, "a SavedModel", "saved_model.pb",
                                 "that holds no saved_model.pb",
-                                " (e.g. a version subdirectory such as served/1)")
+                                " (e.g. a version subdirectory such as served/1)",
+                                written=WRITTEN)
 
 
 class _Served:
@@ -195,6 +201,10 @@ class _SavedModel(ExportFormat):
                     signature={"inputs": {"images": f"uint8 {self.spec.shape.as_list()}"},
                                "outputs": run.outputs})
 
+    def put_in_place(self, temporary):
+        _check_replaceable(self.path)  # again: files may have been added meanwhile
+        publish(temporary, self.path)
+
     def label_file(self, names):
         return os.path.join(self.path, "assets", LABELS_ASSET) if names else None
 
@@ -209,7 +219,9 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
                    validation_split: str | None = None, num_validation: int = 2000,
                    check: bool = True, verbose: bool = True, seed: int = 0,
                    data_dir: str | None = None, holdout: float = 0.1,
-                   skip_corrupt: bool = False) -> ExportReport:
+                   skip_corrupt: bool = False,
+                   representative_data: str | np.ndarray | tf.data.Dataset | None = None,
+                   ) -> ExportReport:
     """Writes a SavedModel with a `serving_default` signature, verifies it,
     then puts it at `path`.
 
@@ -242,7 +254,8 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
         validation_data: images to verify on: a `keras_vit.data` source
             string (a seeded class-stratified sample of its
             `validation_split`), an array or a `tf.data.Dataset`; default:
-            8 seeded random pixel images.
+            the `representative_data` source's validation split, as in
+            `to_tflite`, else 8 seeded random pixel images.
         validation_split: split of a source string; None: `"validation"`
             when the source has one, else `"test"` (a folder of class
             subfolders alone: its holdout).
@@ -261,6 +274,11 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
         skip_corrupt: leave image files that do not decode out of the
             calibration / validation samples (counted in the report) instead
             of a ValueError naming the first.
+        representative_data: what `--calibration` names on the command
+            line: a SavedModel is not quantized, so nothing is calibrated,
+            but without `validation_data` the export is verified on this
+            source's validation split (an array or dataset: on those
+            images), as `to_tflite` and `to_onnx` verify a float export.
 
     Returns:
         `ExportReport` (`labels`: `<path>/assets/labels.txt` or None).
@@ -285,7 +303,8 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
     serve, spec = serving_function(model, resize=resize, top_k=top_k, image_size=size,
                                    outputs=outputs)
     fmt = _SavedModel(model, path, "none", size, outputs, serve=serve, spec=spec)
-    sampling = Sampling(validation_data=validation_data, num_validation=num_validation,
+    sampling = Sampling(representative_data=representative_data,
+                        validation_data=validation_data, num_validation=num_validation,
                         validation_split=validation_split, seed=seed, data_dir=data_dir,
                         holdout=holdout, skip_corrupt=skip_corrupt)
     return export_verified(fmt, sampling, check=check, verbose=verbose)
