@@ -501,6 +501,7 @@ def _callback(tmp_path, resumed_at=None, state=None):
         backup.mkdir()
         (backup / "training_metadata.json").write_text(json.dumps({"epoch": resumed_at,
                                                                    "batch": 0}))
+        (backup / "latest.weights.h5").write_bytes(b"")  # (what the reader asks for)
     best = tmp_path / "best.keras"
     if state is not None:
         tiny_keras_file(best)

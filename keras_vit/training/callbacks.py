@@ -10,9 +10,13 @@ import zipfile
 import keras
 import numpy as np
 
-from keras_vit import _compat
+from keras_vit import _atomic, _compat
 from keras_vit._saving import host_values, save_atomically
+from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
 from keras_vit.layers import lora
+from keras_vit.training.run_folder import BACKUP_WEIGHTS, damaged, read_backup
+from keras_vit.weights.keras_h5 import check_keras_weights
+from keras_vit.weights.npz import read_npz_arrays
 
 logger = logging.getLogger("keras_vit")
 
@@ -99,20 +103,12 @@ class BestModelCheckpoint(keras.callbacks.Callback):
 
     def on_train_begin(self, logs=None):
         self.best = None
-        metadata = os.path.join(self.backup_dir or "", "training_metadata.json")
-        if not (self.backup_dir and os.path.exists(metadata) and os.path.exists(self.path)
-                and os.path.exists(self.state_path)):
-            return  # a new run: its own first epoch sets the best value
-        with open(metadata) as f:
-            resumed_at = json.load(f).get("epoch", 0)
-        try:
-            with open(self.state_path) as f:
-                state = json.load(f)
-        except (OSError, ValueError):
+        if not self.backup_dir:
             return
-        if (state.get("monitor") == self.monitor and _finite(state.get("value"))
-                and state.get("epoch", math.inf) <= resumed_at):
-            self.best = state
+        backup = read_backup(self.backup_dir, (self.params or {}).get("epochs"),
+                             best=self.state_path)
+        if backup.epoch and backup.best and backup.best["monitor"] == self.monitor:
+            self.best = backup.best  # else a new run: its own first epoch sets the best
 
     def on_epoch_end(self, epoch, logs=None):
         logs = logs or {}
@@ -130,9 +126,7 @@ class BestModelCheckpoint(keras.callbacks.Callback):
         # (it holds slots of the adapters, which the merged model has not).
         save_atomically(lora.merge_lora(self._to_save or self.model), self.path)
         self.best = {"monitor": self.monitor, "value": float(value), "epoch": epoch + 1}
-        with open(self.state_path + ".tmp", "w") as f:
-            json.dump(self.best, f)
-        os.replace(self.state_path + ".tmp", self.state_path)
+        _atomic.write_text(self.state_path, json.dumps(self.best))
 
 
 class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestore):
@@ -149,13 +143,6 @@ class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestor
 
     ADAPTERS = "lora_adapters.npz"
 
-    def _metadata_epoch(self):
-        path = os.path.join(self.backup_dir, "training_metadata.json")
-        if not os.path.exists(path):
-            return None
-        with open(path) as f:
-            return json.load(f).get("epoch")
-
     @contextlib.contextmanager
     def saving_context(self):
         with host_values(self.model), lora.base_kernels_saved(self.model):
@@ -164,26 +151,52 @@ class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestor
         if adapters:  # after Keras' files: the epoch they record
             path = os.path.join(self.backup_dir, self.ADAPTERS)
             with open(path + ".tmp", "wb") as f:
-                np.savez(f, **{"__epoch__": np.int64(self._metadata_epoch()), **adapters})
+                np.savez(f, **{"__epoch__": np.int64(self._current_epoch), **adapters})
             os.replace(path + ".tmp", path)
 
     def on_train_begin(self, logs=None):
+        """Checks the backup (`run_folder.read_backup`) and that its weights
+        fit the model before Keras restores them: a damaged backup is one
+        ValueError naming its file, never a run resumed from the wrong
+        weights or epoch."""
+        epoch = read_backup(self.backup_dir, (self.params or {}).get("epochs")).epoch
+        if epoch:
+            _check_backup_weights(self.model, os.path.join(self.backup_dir, BACKUP_WEIGHTS))
         super().on_train_begin(logs)
-        epoch = self._metadata_epoch()
-        if epoch is None or not lora.lora_layers(self.model):
+        if not epoch or not lora.lora_layers(self.model):
             return
         path = os.path.join(self.backup_dir, self.ADAPTERS)
         saved = {}
         if os.path.exists(path):
             _check_member_sizes(path, lora.adapter_values(self.model))
-            with np.load(path, allow_pickle=False) as arrays:
-                saved = {name: arrays[name] for name in arrays.files}
+            try:  # each .npy header checked against the zip's sizes first
+                saved = read_npz_arrays(path, path)
+            except CorruptCheckpointError as error:
+                raise ValueError(
+                    f"{str(error).rstrip('.')}: not a LoRA backup keras_vit wrote; start the "
+                    "run afresh (--overwrite).") from error
         if int(saved.pop("__epoch__", -1)) != epoch:
             raise ValueError(
                 f"The backup in {self.backup_dir} holds epoch {epoch} but no LoRA adapters "
                 "of that epoch (the run was stopped while writing it); start the run "
                 "afresh (--overwrite).")
         lora.set_adapter_values(self.model, saved)
+
+
+def _check_backup_weights(model, path):
+    """A `run_folder.DamagedRunError` naming `path` unless it is a Keras weights file
+    holding exactly the arrays `model` saves (`check_keras_weights`)."""
+    try:
+        check_keras_weights(model, path)
+    except CheckpointMismatchError as error:
+        parts = [f"{len(x)} {what}" for x, what in (
+            (error.unexpected, "arrays the model does not have"),
+            (error.missing, "arrays of the model missing"),
+            (error.misshaped, "arrays of another shape")) if x]
+        damaged(path, f"does not fit the model of this run ({', '.join(parts)}: another "
+                      "model wrote it)")
+    except OSError as error:  # h5py: truncated, not HDF5
+        damaged(path, f"cannot be read as Keras weights ({error})")
 
 
 def _check_member_sizes(path, adapters, header=4096):
@@ -216,12 +229,14 @@ def default_callbacks(out, monitor="val_accuracy", model=None, ema=False):
     leaves it there after the last epoch (then `model.keras`)."""
     os.makedirs(out, exist_ok=True)
     backup = os.path.join(out, "backup")
+    # The order of the files each epoch: log.csv's row, then the backup, then
+    # best.keras (`run_folder.read_backup` checks a resumed folder by it).
     callbacks = [
+        EpochLogger(os.path.join(out, "log.csv"), append=True),
         BackupAndRestore(backup),
         *([keras.callbacks.SwapEMAWeights(swap_on_epoch=True)] if ema else []),
         BestModelCheckpoint(os.path.join(out, "best.keras"), monitor=monitor,
                             backup_dir=backup, model=model),
-        EpochLogger(os.path.join(out, "log.csv"), append=True),
         TerminateOnNaNWithAdvice(),
     ]
     try:

@@ -801,7 +801,8 @@ def _fit_and_save(plan, datasets, folder):
     nan_guard = next(c for c in callbacks if isinstance(c, TerminateOnNaNWithAdvice))
     best = next(c for c in callbacks if isinstance(c, BestModelCheckpoint))
     moved = WeightsMoved()
-    callbacks.insert(1, moved)  # after BackupAndRestore: compares the restored weights
+    backup = next(c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore))
+    callbacks.insert(callbacks.index(backup) + 1, moved)  # compares the restored weights
     try:
         history = trainable.fit(datasets.train, epochs=plan.epochs,
                                 steps_per_epoch=plan.steps_per_epoch,
