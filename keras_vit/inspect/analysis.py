@@ -27,6 +27,55 @@ def find_vit(model):
         "have no attention or position embedding to inspect.")
 
 
+def check_finite_outputs(outputs, what, result):
+    """`outputs` (an array) when every value is finite, else the one
+    ValueError of `keras-vit predict`, `evaluate` and `explain` (and their
+    functions): the model's outputs for `what` (e.g. `'cat.png'`) are NaN or
+    inf, so no `result` (`'probabilities'`, `'accuracy'`, ...) is given.
+
+    >>> check_finite_outputs(np.array([[1.0, np.nan]]), "'x.png'", "probabilities")
+    ... # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    ValueError: The model's outputs for 'x.png' are not finite (NaN or inf): ... probabilities; ...
+    """
+    values = np.asarray(outputs)
+    if values.dtype.kind in "fc" and not np.isfinite(values).all():
+        raise ValueError(
+            f"The model's outputs for {what} are not finite (NaN or inf): its weights hold a "
+            f"non-finite value or its arithmetic overflows, so it gives no {result}; check "
+            "the weights it was built from.")
+    return outputs
+
+
+def input_size(model, image_size, flag=None):
+    """`(height, width)` to resize images to for `model`: its input size
+    (`image_size`, when given, must be it); for a model that takes any size,
+    `image_size`, else the size its position embedding is stored at. The one
+    check of `keras-vit predict`, `explain` and `evaluate` (`flag`: the
+    command's flag, `"--image-size"`; None: the argument `image_size`).
+
+    >>> import keras_vit
+    >>> input_size(keras_vit.ViTTi16(input_shape=(32, 32, 3), weights=None), 64, "--image-size")
+    Traceback (most recent call last):
+    ValueError: --image-size 64: the model takes 32x32 images; leave --image-size out.
+    """
+    shape = tuple(model.input_shape[1:3])
+    named = (f"{flag} {image_size}" if flag
+             else f"image_size={image_size} (keras-vit: --image-size)")
+    if None not in shape:
+        if image_size and shape != (image_size, image_size):
+            raise ValueError(f"{named}: the model takes {shape[0]}x{shape[1]} images; leave "
+                             f"{flag or 'it'} out.")
+        return shape
+    if image_size:
+        return (image_size, image_size)
+    try:
+        return stored_image_size(model)
+    except (ValueError, StopIteration):
+        raise ValueError(f"The model takes any image size ({shape}); pass "
+                         f"{flag or 'image_size (keras-vit: --image-size)'}.") from None
+
+
 def stored_image_size(model):
     """`(height, width)` in pixels of the grid `model`'s position embedding
     is stored at: the input size of a fixed-size ViT, and the size a model
@@ -155,7 +204,7 @@ def attention_rollout(model, images, token=None, upsample=True):
 def upsample_maps(grid_maps, image_size):
     """`(N, grid_h, grid_w)` maps to `(N, H, W)`, bilinear."""
     resized = keras.ops.image.resize(grid_maps[..., None], image_size,
-                                     interpolation="bilinear")
+                                     interpolation="bilinear", data_format="channels_last")
     return keras.ops.convert_to_numpy(resized)[..., 0]
 
 

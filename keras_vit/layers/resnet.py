@@ -16,6 +16,10 @@ STANDARDIZATIONS = ("std", "variance")
 # epsilon). Official `StdConv`: (w - mean) / (std + 1e-5), flax GroupNorm
 # 1e-6. timm's hybrids (`StdConv2dSame(eps=1e-8)`, a batch_norm over the
 # kernel): (w - mean) / sqrt(var + 1e-8), `nn.GroupNorm` 1e-5.
+# The stem is channels-last whatever `keras.config.image_data_format()`
+# says (the models take (batch, height, width, 3) images): each conv and
+# pool is given this explicitly, as the GroupNorms' axis is -1.
+DATA_FORMAT = "channels_last"
 RESNET_ARITHMETIC = {
     "official": ("std", WEIGHT_STANDARDIZATION_EPSILON, GROUP_NORM_EPSILON),
     "timm": ("variance", 1e-8, 1e-5),
@@ -87,6 +91,7 @@ class StdConv2D(keras.layers.Conv2D):
 def _group_norm(name, policy, gamma_initializer="ones", epsilon=GROUP_NORM_EPSILON):
     return keras.layers.GroupNormalization(
         groups=GROUPS,
+        axis=-1,
         epsilon=epsilon,
         gamma_initializer=gamma_initializer,
         dtype=policy,
@@ -138,11 +143,12 @@ class ResNetRoot(keras.layers.Layer):
         policy = self.dtype_policy
         self.conv_root = StdConv2D(
             self.width, 7, strides=2, padding="same", use_bias=False,
-            dtype=policy, name="conv_root", **_std(self),
+            data_format=DATA_FORMAT, dtype=policy, name="conv_root", **_std(self),
         )
         self.gn_root = _group_norm("gn_root", policy, epsilon=self.group_norm_epsilon)
         self.pool = keras.layers.MaxPooling2D(
-            3, strides=2, padding="same", dtype=policy, name="pool"
+            3, strides=2, padding="same", data_format=DATA_FORMAT, dtype=policy,
+            name="pool",
         )
 
     def build(self, input_shape):
@@ -199,14 +205,16 @@ class BottleneckUnit(keras.layers.Layer):
         std, gn_eps = _std(self), self.group_norm_epsilon
         policy = self.dtype_policy
         f = self.features
-        self.conv1 = StdConv2D(f, 1, use_bias=False, dtype=policy, name="conv1", **std)
+        self.conv1 = StdConv2D(f, 1, use_bias=False, data_format=DATA_FORMAT, dtype=policy,
+                               name="conv1", **std)
         self.gn1 = _group_norm("gn1", policy, epsilon=gn_eps)
         self.conv2 = StdConv2D(
             f, 3, strides=self.strides, padding="same", use_bias=False,
-            dtype=policy, name="conv2", **std,
+            data_format=DATA_FORMAT, dtype=policy, name="conv2", **std,
         )
         self.gn2 = _group_norm("gn2", policy, epsilon=gn_eps)
-        self.conv3 = StdConv2D(4 * f, 1, use_bias=False, dtype=policy, name="conv3", **std)
+        self.conv3 = StdConv2D(4 * f, 1, use_bias=False, data_format=DATA_FORMAT,
+                               dtype=policy, name="conv3", **std)
         self.gn3 = _group_norm("gn3", policy, gamma_initializer="zeros", epsilon=gn_eps)
         self.conv_proj = None
         self.gn_proj = None
@@ -220,8 +228,8 @@ class BottleneckUnit(keras.layers.Layer):
         policy = self.dtype_policy
         if input_shape[-1] != 4 * f or self.strides != (1, 1):
             self.conv_proj = StdConv2D(
-                4 * f, 1, strides=self.strides, use_bias=False, dtype=policy,
-                name="conv_proj", **_std(self),
+                4 * f, 1, strides=self.strides, use_bias=False, data_format=DATA_FORMAT,
+                dtype=policy, name="conv_proj", **_std(self),
             )
             self.gn_proj = _group_norm("gn_proj", policy, epsilon=self.group_norm_epsilon)
             self.conv_proj.build(input_shape)

@@ -175,6 +175,31 @@ def mixed_precision_head_dtype():
     return None
 
 
+def looks_channels_first(input_shape):
+    """Whether an image shape `(a, b, c)` reads as channels-first: a side of
+    1 or 3 pixels before a channel count that is None or above 4 (an RGB
+    or grayscale image of (3, 224, 224) or (1, 28, 28)), which channels-last
+    would take as a 3-pixel-high image of 224 channels."""
+    if len(input_shape) != 3:
+        return False
+    first, _, last = input_shape
+    return first in (1, 3) and (last is None or (isinstance(last, int) and last > 4))
+
+
+def channels_last_notice(description):
+    """Says, once per model built, that the model is channels-last when
+    `keras.config.image_data_format()` is "channels_first" (keras_vit builds
+    every layer channels-last whatever that setting; a default model builds
+    and is correct, it just takes (batch, height, width, channels))."""
+    if keras.config.image_data_format() == "channels_first":
+        logger.warning(
+            "keras.config.image_data_format() is 'channels_first', but %s is "
+            "built channels-last, as every keras_vit model: it takes images "
+            "of shape (batch, height, width, channels), so transpose "
+            "channels-first batches with keras.ops.transpose(x, (0, 2, 3, 1)).",
+            description)
+
+
 def image_input(input_tensor, input_shape, default_size, effective_patch,
                 description, pretrained, mixer_grid=None, allow_dynamic=True):
     """Validates the input shape and returns `(inputs, x, (height, width))`.
@@ -189,12 +214,22 @@ def image_input(input_tensor, input_shape, default_size, effective_patch,
     `(height, width)` is then `default_size` for each None side: the size
     the position embedding is stored at (the checkpoint's, else 224).
     """
+    given = "input_shape"
     if input_shape is None and input_tensor is not None:
         shape = tuple(input_tensor.shape)
         input_shape = shape[1:] if len(shape) == 4 else shape
+        given = "the input_tensor's shape"
     if input_shape is None:
         input_shape = (default_size, default_size, 3)
     input_shape = tuple(input_shape)
+    if looks_channels_first(input_shape):
+        raise ValueError(
+            f"{given}={input_shape} looks channels-first (channels, height, "
+            "width); keras_vit models take channels-last images, (height, "
+            "width, channels), whatever keras.config.image_data_format() "
+            f"says: use input_shape={(*input_shape[1:], input_shape[0])} and "
+            "transpose the images with keras.ops.transpose(x, (0, 2, 3, 1))."
+        )
 
     def valid(d, may_be_none):
         if d is None:
@@ -505,6 +540,7 @@ def build_application(
     effective = encoder.effective_patch
     grid = info.grid if info is not None else None
     default_size = grid[0] * effective[0] if grid is not None else 224
+    channels_last_notice(description)
     inputs, x, size = image_input(
         input_tensor, input_shape, default_size, effective, description,
         pretrained=checkpoint is not None,

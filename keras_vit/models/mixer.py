@@ -78,6 +78,7 @@ def MLPMixer(
             pretrained weights `input_shape` must be the checkpoint's
             resolution, and a None side (`(None, None, 3)`, any size at
             call time, which `VisionTransformer` takes) is a `ValueError`.
+            Channels last, as in `keras_vit.VisionTransformer`.
         pooling: with `include_top=False`: None returns the patch sequence
             after the final LayerNorm `(batch, patches, hidden_size)`;
             `"gap"` or `"avg"` its mean over the patches (the official
