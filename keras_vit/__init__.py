@@ -38,6 +38,7 @@ _EXPORTS = {
     **dict.fromkeys([*_VARIANTS, "MLPMixer", "VisionTransformer", "model_from_checkpoint"],
                     "models"),
     "decode_predictions": "preprocessing",
+    "normalize_pixels": "preprocessing",
     "preprocess_input": "preprocessing",
     **dict.fromkeys(
         ["load_official_weights", "official_manifest", "resize_position_embedding",

@@ -1,4 +1,6 @@
-"""`preprocess_input` and `decode_predictions` for the official heads.
+"""`preprocess_input` (a pass-through, as keras.applications' for models
+that include their preprocessing), `normalize_pixels` (for models built with
+`include_preprocessing=False`) and `decode_predictions` for the official heads.
 
 Label files (the ones the official colabs and BiT use), downloaded into the
 Keras cache on first use like the weights (`KERAS_VIT_MIRROR` applies):
@@ -30,44 +32,141 @@ LABEL_FILES = {
 _cache = {}
 
 
-def preprocess_input(x: ArrayLike, mean: float | Sequence[float] | None = None,
-                     std: float | Sequence[float] | None = None) -> Any:
-    """Maps raw RGB pixels in [0, 255] to [-1, 1]: `(x - 127.5) / 127.5`.
+DATA_FORMATS = ("channels_last", "channels_first")
 
-    The official eval preprocessing. Models built with
-    `include_preprocessing=True` (the default) do this themselves; use this
-    function for models built with `include_preprocessing=False`.
+
+def _checked_data_format(data_format):
+    """`data_format` as given ("channels_last" for None: keras_vit models
+    are channels-last whatever `keras.config.image_data_format()` says)."""
+    if data_format is None:
+        return "channels_last"
+    if data_format not in DATA_FORMATS:
+        raise ValueError(
+            f"Unknown data_format={data_format!r}; allowed: None, "
+            f"{', '.join(repr(f) for f in DATA_FORMATS)}."
+        )
+    return data_format
+
+
+def preprocess_input(x: ArrayLike, data_format: str | None = None, *,
+                     mean: Any = None, std: Any = None) -> Any:
+    """A pass-through: returns `x` unchanged, as
+    `keras.applications.convnext.preprocess_input` does.
+
+    keras_vit models include their preprocessing (`include_preprocessing=
+    True`, the default): they take raw RGB pixels in [0, 255] and normalise
+    them themselves, with the checkpoint's own mean and std. So the
+    keras.applications idiom `model.predict(preprocess_input(x))` gives
+    the same predictions as `model.predict(x)`, and normalising here too
+    would normalise twice. For a model built with
+    `include_preprocessing=False`, use `normalize_pixels`.
 
     Args:
-        x: array or tensor of pixels, any shape, any numeric dtype
-            (channels last).
-        mean, std: per-channel values on the [0, 1] scale for weights from
-            timm or transformers whose normalisation is not the official
-            one, e.g. `keras_vit.weights.hub.read_hub_checkpoint(path).
+        x: array or tensor of pixels.
+        data_format: None, "channels_last" or "channels_first", as in
+            keras.applications (the value is checked, nothing else done).
+        mean, std: not accepted: the normalising function is
+            `normalize_pixels(x, mean=..., std=...)`; either one given is a
+            TypeError that says so.
+
+    Returns:
+        `x`, unchanged.
+
+    Example:
+
+    >>> x = np.array([0, 127.5, 255])
+    >>> preprocess_input(x) is x
+    True
+    """
+    if mean is not None or std is not None:
+        raise TypeError(
+            "preprocess_input(x) is a pass-through (keras_vit models normalise "
+            "their pixels themselves) and takes no mean or std; to normalise "
+            "pixels for a model built with include_preprocessing=False, call "
+            "keras_vit.normalize_pixels(x, mean=..., std=...)."
+        )
+    _checked_data_format(data_format)
+    return x
+
+
+def _channel_values(values, name):
+    """`values` (a number or a sequence of per-channel numbers on the [0, 1]
+    scale) as a float32 array of shape () or (channels,), checked."""
+    array = np.asarray(0.5 if values is None else values, dtype="float64")
+    if array.ndim > 1 or array.size == 0 or not np.all(np.isfinite(array)) or (
+            name == "std" and not np.all(array > 0)):
+        allowed = "positive " if name == "std" else ""
+        raise ValueError(
+            f"`{name}` must be a finite {allowed}number or a sequence of one "
+            f"per channel on the [0, 1] scale (e.g. 0.5, or ImageNet's "
+            f"(0.485, 0.456, 0.406)), got {values!r}."
+        )
+    return array.astype("float32")
+
+
+def normalize_pixels(x: ArrayLike, data_format: str | None = None, *,
+                     mean: float | Sequence[float] | None = None,
+                     std: float | Sequence[float] | None = None) -> Any:
+    """Normalises raw RGB pixels in [0, 255] as a model built with
+    `include_preprocessing=False` expects: `(x / 255 - mean) / std`; by
+    default `(x - 127.5) / 127.5`, to [-1, 1] (the official eval
+    preprocessing).
+
+    Models built with `include_preprocessing=True` (the default) do this
+    themselves: feed them raw pixels (`preprocess_input` is a
+    pass-through), never the output of this function.
+
+    Args:
+        x: array or tensor of pixels, any numeric dtype.
+        data_format: where the channels are: None or "channels_last"
+            (`(..., channels)`, the layout keras_vit models take, whatever
+            `keras.config.image_data_format()` says), or "channels_first"
+            (`(..., channels, height, width)`). Only per-channel `mean` /
+            `std` use it.
+        mean, std: a number, or one value per channel, on the [0, 1] scale:
+            those of weights from timm or transformers, whose
+            normalisation is not the official one, e.g.
+            `keras_vit.weights.hub.read_hub_checkpoint(path).
             preprocessing["mean"]` (ImageNet: `(0.485, 0.456, 0.406)`,
-            `(0.229, 0.224, 0.225)`); then `(x / 255 - mean) / std`.
-            None: 0.5, the official form.
+            `(0.229, 0.224, 0.225)`). None: 0.5, the official form.
 
     Returns:
         float32 NumPy array for NumPy input, else a float32 backend tensor.
 
     Example:
 
-    >>> preprocess_input(np.array([0, 127.5, 255]))
+    >>> normalize_pixels(np.array([0, 127.5, 255]))
     array([-1.,  0.,  1.], dtype=float32)
     """
-    if mean is not None or std is not None:
-        mean = np.broadcast_to(np.asarray(0.5 if mean is None else mean, "float32"), (3,))
-        std = np.broadcast_to(np.asarray(0.5 if std is None else std, "float32"), (3,))
-        shift, scale = np.float32(255) * mean, np.float32(255) * std
-        if isinstance(x, (np.ndarray, list, tuple, int, float)):
-            return (np.asarray(x, dtype="float32") - shift) / scale
-        return (ops.cast(x, "float32") - shift) / scale
-    if isinstance(x, (np.ndarray, list, tuple, int, float)):
-        x = np.asarray(x, dtype="float32")
-        return (x - np.float32(127.5)) / np.float32(127.5)
-    x = ops.cast(x, "float32")
-    return (x - 127.5) / 127.5
+    data_format = _checked_data_format(data_format)
+    is_numpy = isinstance(x, (np.ndarray, list, tuple, int, float, np.number))
+    if mean is None and std is None:
+        if is_numpy:
+            x = np.asarray(x, dtype="float32")
+            return (x - np.float32(127.5)) / np.float32(127.5)
+        x = ops.cast(x, "float32")
+        return (x - 127.5) / 127.5
+    mean, std = _channel_values(mean, "mean"), _channel_values(std, "std")
+    channels = max(mean.size, std.size)
+    if mean.ndim and std.ndim and mean.size != std.size:
+        raise ValueError(
+            f"`mean` has {mean.size} values and `std` {std.size}; give one "
+            "per channel for both, or a single number."
+        )
+    shift, scale = np.float32(255) * mean, np.float32(255) * std
+    x = np.asarray(x, dtype="float32") if is_numpy else ops.cast(x, "float32")
+    if mean.ndim or std.ndim:
+        axis = -1 if data_format == "channels_last" else -3
+        shape = tuple(x.shape)
+        if len(shape) < -axis or shape[axis] not in (None, channels):
+            raise ValueError(
+                f"Pixels of shape {shape} have no {data_format} channel axis of "
+                f"{channels} for the {channels} per-channel `mean`/`std` values; "
+                "pass images of that many channels, or the right data_format."
+            )
+        if axis == -3:
+            shift, scale = shift.reshape(-1, 1, 1), scale.reshape(-1, 1, 1)
+    return (x - shift) / scale
 
 
 def class_names(num_classes: int) -> list[str]:

@@ -310,9 +310,9 @@ def test_decode_predictions_errors():
         keras_vit.decode_predictions(np.zeros(3), labels=["a", "b", "c"])
 
 
-def test_preprocess_input_is_the_official_formula():
+def test_normalize_pixels_is_the_official_formula():
     x = np.arange(256, dtype="uint8")
-    np.testing.assert_array_equal(keras_vit.preprocess_input(x),
+    np.testing.assert_array_equal(keras_vit.normalize_pixels(x),
                                   (x.astype("float32") - 127.5) / 127.5)
 
 

@@ -570,9 +570,9 @@ def test_hf_uri_through_a_loopback_hub(tmp_path):
     assert done.returncode == 0 and "OK" in done.stdout, done.stderr[-3000:]
 
 
-def test_preprocess_input_with_the_sources_mean_std():
+def test_normalize_pixels_with_the_sources_mean_std():
     ckpt = hub.read_hub_checkpoint(HUB / "transformers_vit_model")
-    got = keras_vit.preprocess_input(REFS["photos/32"], **{
+    got = keras_vit.normalize_pixels(REFS["photos/32"], **{
         k: ckpt.preprocessing[k] for k in ("mean", "std")})
     np.testing.assert_allclose(got, REFS["transformers_vit_model/32/inputs"].transpose(0, 2, 3, 1),
                                atol=2e-6, rtol=0)

@@ -189,7 +189,7 @@ def test_a_model_without_preprocessing_needs_its_normalization_stated(tmp_path):
     assert meta["inputs"][0]["stats"] == {"min": [-1.0] * 3, "max": [1.0] * 3}
     assert report.passed and report.metadata["normalization_source"] == "given"
     raw = pixels(4, seed=8)
-    expected = keras_logits(model, keras_vit.preprocess_input(raw))
+    expected = keras_logits(model, keras_vit.normalize_pixels(raw))
     np.testing.assert_allclose(export.run_tflite(path, raw), expected, atol=1e-4)
     np.testing.assert_allclose(
         export.run_tflite(path, mediapipe_style(raw, meta), normalize_input=False), expected,

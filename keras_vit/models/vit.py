@@ -122,7 +122,11 @@ def VisionTransformer(
             in eager calls and on JAX; in a TensorFlow graph it fails in a
             reshape. Hybrids accept any size (their stem pads, as the
             official one). E.g. `ViTB16(weights="imagenet",
-            input_shape=(None, None, 3))(images_384)`.
+            input_shape=(None, None, 3))(images_384)`. Channels last
+            always, whatever `keras.config.image_data_format()` says (every
+            layer, the ResNet stem too, is built channels-last; under
+            "channels_first" a warning line says so): a shape that reads
+            as channels-first, e.g. `(3, 224, 224)`, is a `ValueError`.
         pooling: with `include_top=False`: None returns the token sequence
             after the final LayerNorm `(batch, tokens, hidden_size)`;
             `"token"` or `"gap"` the official pooled vector (then
@@ -137,7 +141,10 @@ def VisionTransformer(
             zero-initialised one and drops `pre_logits`.
         classifier_activation: activation of the head; None for logits.
         include_preprocessing: if True the model takes raw pixels in
-            [0, 255] and applies `(x - 127.5) / 127.5`.
+            [0, 255] and applies `(x - 127.5) / 127.5` (or the checkpoint's
+            mean and std), so `keras_vit.preprocess_input` is a
+            pass-through, as keras.applications'; if False it takes
+            normalised pixels: `keras_vit.normalize_pixels(x)`.
         name: model name.
         gelu, layer_norm_epsilon, fc_norm, resnet_arithmetic, image_mean,
             image_std: the arithmetic. None (the default) takes it from
