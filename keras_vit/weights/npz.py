@@ -120,6 +120,18 @@ def keras_weights_error(name):
 def read_npz(path, name):
     """`read_checkpoint` of a file `sniff_checkpoint` has already called an
     `"npz"`: the arrays, read once, without sniffing the file again."""
+    return canonical_keys(read_npz_arrays(path, name))
+
+
+def read_npz_arrays(path, name):
+    """`{member name without .npy: array}` of any `.npz` of numeric arrays
+    (a LoRA backup's too), read with the checks of `read_checkpoint`: each
+    `.npy` header against the zip directory before anything is allocated,
+    `max_checkpoint_bytes()` in all; no key renamed.
+
+    Raises:
+        CorruptCheckpointError: as `read_checkpoint` (`name` names the file).
+    """
     path = os.path.expanduser(os.fspath(path))
     max_checkpoint_bytes()  # a bad setting is its own error, not the file's
     try:
@@ -135,7 +147,7 @@ def read_npz(path, name):
         ) from error
     if not params:
         raise CorruptCheckpointError(f"{name} is an empty .npz archive.")
-    return canonical_keys(params)
+    return params
 
 
 # What numpy.savez (stored) and numpy.savez_compressed (deflate) write; other
