@@ -15,6 +15,7 @@ and what is allowed ("`epochs` must be a positive integer, got 0.").
 import math
 import numbers
 import os
+import unicodedata
 
 
 def _fail(error, value, name, allowed, hint):
@@ -148,3 +149,53 @@ def positive_env(name, default, unit, whole=True, example=None):
         raise ValueError(f"{name} must be a positive {'whole ' if whole else ''}number of "
                          f"{unit} (e.g. {example}), got {raw!r}.")
     return value
+
+
+MAX_IMAGE_PIXELS_ENV = "KERAS_VIT_MAX_IMAGE_PIXELS"
+DEFAULT_MAX_IMAGE_PIXELS = 178_956_970  # Pillow's decompression-bomb error bound
+
+
+def max_image_pixels():
+    """The most pixels (height x width) an image may have: one to be
+    decoded by `keras_vit.data.make_dataset` (the size is read from the
+    image's header before decoding), and the input a `.keras` file's model
+    declares (every image is resized to it): `$KERAS_VIT_MAX_IMAGE_PIXELS`,
+    default 178,956,970 (as Pillow's decompression-bomb bound; about
+    13,000 x 13,000, 0.5 GB decoded).
+
+    >>> os.environ["KERAS_VIT_MAX_IMAGE_PIXELS"] = "1_000_000"
+    >>> max_image_pixels()
+    1000000
+    >>> del os.environ["KERAS_VIT_MAX_IMAGE_PIXELS"]
+
+    Raises:
+        ValueError: the variable is set to something other than a positive
+            integer.
+    """
+    return positive_env(MAX_IMAGE_PIXELS_ENV, DEFAULT_MAX_IMAGE_PIXELS, "pixels")
+
+
+def label_line_problem(name):
+    """Why `name` cannot be a class name, one line of a label file (one
+    class name per line, UTF-8, as `labels.txt` and the export label files)
+    and of a terminal, or None when it can: "a line break ('\\\\n')" (any
+    character `str.splitlines` breaks at), "a control character ('\\\\t')"
+    (an ANSI escape too) or "an undecodable byte" (a file name that is not
+    UTF-8). Spaces and every printable character are fine. The one rule for
+    class names wherever they enter: a class folder, a head's `class_names`
+    (the API, a `.keras` file), a `--labels` file, a Hub config.
+
+    >>> label_line_problem("a\\nb")
+    "a line break ('\\\\n')"
+    >>> label_line_problem("tabby cat") is None
+    True
+    """
+    for char in str(name):
+        kind = unicodedata.category(char)
+        if len(f"a{char}b".splitlines()) > 1:
+            return f"a line break ({char!r})"
+        if kind == "Cc":
+            return f"a control character ({char!r})"
+        if kind == "Cs":
+            return "an undecodable byte (the name is not UTF-8)"
+    return None

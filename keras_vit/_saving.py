@@ -3,7 +3,12 @@
 a directory, present but unreadable (not a zip archive: truncated, or
 another file renamed), a class that is not registered (keras_vit's, or
 the user's own), or code the file asks to run (a Lambda layer, a function
-outside Keras), which safe_mode refuses; and writing them so that a kill
+outside Keras), which safe_mode refuses, or a layer's own refusal (its
+cause and the layer named, not Keras' generic advice); a file that would
+make Keras allocate what its bytes do not hold (a compressed member, a
+config.json or an input image larger than the bounds, a config asking
+for more weights than its weights file holds) is refused before Keras
+reads it (`check_keras_archive`); and writing them so that a kill
 never leaves a partial file, from every process of a multi-process JAX
 job."""
 
@@ -14,8 +19,13 @@ import re
 import zipfile
 
 import keras_vit
-from keras_vit import _compat
+from keras_vit import _checks, _compat
+from keras_vit.weights.sniff import MAX_CHECKPOINT_BYTES_ENV, max_checkpoint_bytes
 
+MAX_CONFIG_BYTES = 16 << 20  # a .keras file's config.json (ViT-H/14's: under 100 KB)
+MAX_EXPANSION = 10  # Keras stores members uncompressed: a member over 64 MiB may be
+_EXPANSION_FLOOR = 64 << 20  # compressed at most 10:1 (a zip tool's deflate: about 1.1:1)
+_WEIGHTS_MEMBERS = ("model.weights.h5", "model.weights.npz")
 _UNREGISTERED = re.compile(r"Could not locate (?:class|function) '([^']+)'")
 _REGISTERED_AS = re.compile(r"'registered_name': '([^']+)'")
 
@@ -56,7 +66,7 @@ def keras_input_shape(path):
     path = check_keras_path(path, "MODEL")
     try:
         with zipfile.ZipFile(path) as archive:
-            if archive.getinfo("config.json").file_size > 64 << 20:
+            if archive.getinfo("config.json").file_size > MAX_CONFIG_BYTES:
                 return None  # no model's config is that large: let load_model judge
             config = json.loads(archive.read("config.json"))
         inputs = [layer["config"] for layer in config["config"]["layers"]
@@ -77,6 +87,7 @@ def load_keras_model(path, what="MODEL"):
     import keras  # Keras (TensorFlow): `keras-vit --help` imports this module
 
     path = check_keras_path(path, what)
+    check_keras_archive(path)
     keras_vit._load_all()  # registers every keras_vit class
     try:
         return keras.saving.load_model(path)
@@ -104,8 +115,209 @@ def load_keras_model(path, what="MODEL"):
                 "registered in this process; import the module that defines it (with "
                 "@keras.saving.register_keras_serializable) before loading, e.g. in "
                 "Python: import mymodule, then keras.saving.load_model(path).") from None
-        first = text.splitlines()[0] if text else type(error).__name__
+        layer, cause, failed = _layer_cause(text)
+        if cause:
+            where = f"its layer {layer[1]!r} ({layer[0]})" if layer else "Keras"
+            raise ValueError(f"Cannot load {path!r}: {where} {failed}: {cause}") from None
+        first = _printable(text.splitlines()[0]) if text else type(error).__name__
         raise ValueError(f"Cannot load {path!r} as a Keras model: {first}") from error
+
+
+_ENCOUNTERED = "Exception encountered: "
+_GENERIC = "could not be deserialized properly"
+# A layer's own config at the start of one of Keras' nested messages: its
+# class and name ("'class_name': 'ClassifierHead', 'config': {'name': 'head'"),
+# or "Error when deserializing class 'Patches' using config={'name': 'patches'".
+_LAYER = re.compile(r"'module': '([^']*)', 'class_name': '(\w+)', 'config': \{'name': '([^']*)'"
+                    r"|Error when deserializing class '(\w+)' using config=\{'name': '([^']*)'")
+_NOT_LAYERS = ("keras.initializers", "keras.regularizers", "keras.constraints")
+_NOT_LOADED = re.compile(r"A total of (\d+) objects could not be loaded\. Example error "
+                         r"message for object <(\w+) name=([^,>]+)[^>]*>:\s*\n\s*(\S[^\n]*)")
+
+
+def _layer_cause(text):
+    """`((class, layer name) or None, cause, what failed)` from Keras'
+    load error `text`, or `(None, None, None)` when Keras said nothing more
+    than its generic advice:
+
+    - building from the config (nested "Exception encountered:" messages):
+      the cause is what the innermost object said (e.g. keras_vit's "1
+      class names for a head with 3 classes; ..."), the layer the innermost
+      one being deserialized around it;
+    - reading the weights ("A total of 1 objects could not be loaded.
+      Example error message for object <ClassifierHead name=head, ...>:"):
+      that object and its message.
+    """
+    loaded = _NOT_LOADED.search(text)
+    if loaded:
+        count, cls, name, cause = loaded.groups()
+        others = int(count) - 1
+        return (cls, name), _sentence(cause), "does not fit its weights" + (
+            f" (and {others} other layer{'s' * (others > 1)})" if others else "")
+    if _ENCOUNTERED not in text:
+        return None, None, None
+    before, cause = text.rsplit(_ENCOUNTERED, 1)
+    cause = cause.strip().splitlines()[0].strip() if cause.strip() else ""
+    if not cause or _GENERIC in cause:
+        return None, None, None
+    layer = None
+    for match in _LAYER.finditer(before):
+        module, cls, name, cls2, name2 = match.groups()
+        if cls2:
+            layer = (cls2, name2)
+        elif not (cls.endswith("DTypePolicy") or module.startswith(_NOT_LAYERS)):
+            layer = (cls, name)
+    return layer, _sentence(cause), "refused its config"
+
+
+def _sentence(cause):
+    """`cause` (one line of Keras' or a layer's message) printable, ending
+    in a full stop."""
+    cause = cause.strip()
+    return _printable(cause if cause.endswith((".", "?", "!")) else cause + ".")
+
+
+def _printable(text):
+    """`text` with every character a terminal would act on (a line break,
+    an ANSI escape: `label_line_problem`) written as its escape: what a
+    file says reaches the terminal as text."""
+    return "".join(repr(char)[1:-1] if _checks.label_line_problem(char) else char
+                   for char in text)
+
+
+def check_keras_archive(path):
+    """Refuses the `.keras` file at `path` (a zip archive) before Keras
+    reads it when it would make Keras allocate what its bytes do not hold,
+    in one ValueError naming the file:
+
+    - a `config.json` or `metadata.json` declaring more than
+      `MAX_CONFIG_BYTES` (16 MiB; a keras_vit model's is under 1 MB);
+    - a member declaring more than 64 MiB and more than `MAX_EXPANSION`
+      (10) times the bytes it stores (Keras stores members uncompressed;
+      a decompression bomb);
+    - members declaring more than `$KERAS_VIT_MAX_CHECKPOINT_BYTES` (16
+      GiB) in all;
+    - a model input image of more than `$KERAS_VIT_MAX_IMAGE_PIXELS`
+      pixels (every image is resized to it);
+    - a config asking for more weights than its weights member holds (a
+      position embedding, a Dense kernel: counted from the config, at
+      half a byte each, the smallest Keras stores).
+    """
+    with zipfile.ZipFile(path) as archive:
+        members = archive.infolist()
+        for info in members:
+            if info.filename in ("config.json", "metadata.json") and \
+                    info.file_size > MAX_CONFIG_BYTES:
+                raise ValueError(
+                    f"Cannot load {path!r}: its {info.filename} declares "
+                    f"{info.file_size:,} bytes, more than the {MAX_CONFIG_BYTES:,} a model's "
+                    "may (a keras_vit model's is under 1 MB); the file is damaged or not "
+                    "a model's.")
+            if info.file_size > max(_EXPANSION_FLOOR, MAX_EXPANSION * info.compress_size):
+                raise ValueError(
+                    f"Cannot load {path!r}: its member {_printable(info.filename)!r} "
+                    f"declares {info.file_size:,} bytes but stores {info.compress_size:,} "
+                    f"(more than {MAX_EXPANSION}:1; Keras stores members uncompressed): a "
+                    "decompression bomb or a damaged file.")
+        total, limit = sum(info.file_size for info in members), max_checkpoint_bytes()
+        if total > limit:
+            raise ValueError(
+                f"Cannot load {path!r}: its members declare {total:,} bytes, more than the "
+                f"limit of {limit:,} ({MAX_CHECKPOINT_BYTES_ENV}); set "
+                f"{MAX_CHECKPOINT_BYTES_ENV} higher to read it.")
+        try:
+            config = json.loads(archive.read("config.json"))
+        except (KeyError, ValueError, RecursionError):
+            return  # no config, or not JSON: Keras says so
+        weights = next((archive.getinfo(name).file_size for name in _WEIGHTS_MEMBERS
+                        if name in archive.namelist()), None)
+    layers = []
+    try:
+        _collect_layers(config, layers)
+    except RecursionError:  # a config nested deeper than any model's: Keras says so
+        return
+    pixels_limit = _checks.max_image_pixels()
+    needed, largest = 0, (0, None, None)
+    for cls, layer in layers:
+        name = _printable(str(layer.get("name")))
+        if cls == "InputLayer":
+            shape = _dims(layer.get("batch_shape") or layer.get("batch_input_shape"))
+            if shape and len(shape) == 4 and None not in shape[1:]:
+                height, width = sorted(shape[1:])[1:]  # channels first or last
+                if height * width > pixels_limit:
+                    raise ValueError(
+                        f"Cannot load {path!r}: its model takes {height:,} x {width:,}-pixel "
+                        f"images (input {name!r}), more than the limit of {pixels_limit:,} "
+                        f"pixels ({_checks.MAX_IMAGE_PIXELS_ENV}); set "
+                        f"{_checks.MAX_IMAGE_PIXELS_ENV} higher to use it.")
+        count, what = _weights_asked(layer)
+        needed += count
+        if count > largest[0]:
+            largest = (count, name, what)
+    if weights is not None and needed > 2 * weights:
+        count, name, what = largest
+        raise ValueError(
+            f"Cannot load {path!r}: its config.json asks for at least {needed:,} weights "
+            f"(layer {name!r}: {what}), more than its {weights:,}-byte weights file "
+            "holds; the file is damaged or was edited.")
+
+
+def _collect_layers(node, found):
+    """Appends `(class name, config)` of every object in a `.keras` config
+    that has a dict `config` and a `build_config` or is an input layer
+    (nested models' layers too)."""
+    if isinstance(node, dict):
+        config = node.get("config")
+        if isinstance(node.get("class_name"), str) and isinstance(config, dict) and (
+                node["class_name"] == "InputLayer" or "build_config" in node):
+            build = node.get("build_config")
+            shape = build.get("input_shape") if isinstance(build, dict) else None
+            found.append((node["class_name"], {**config, "_input_shape": shape}))
+        for child in node.values():
+            _collect_layers(child, found)
+    elif isinstance(node, list):
+        for child in node:
+            _collect_layers(child, found)
+
+
+def _dims(shape):
+    """`shape` (a JSON list) as a tuple of positive ints and None, or None
+    when it is something else."""
+    if not isinstance(shape, list) or not all(
+            d is None or (isinstance(d, int) and not isinstance(d, bool) and d > 0)
+            for d in shape):
+        return None
+    return tuple(shape)
+
+
+def _weights_asked(layer):
+    """`(count, what)`: a lower bound on the weights a layer of config
+    `layer` creates, from the sizes it names (a position embedding's grid,
+    a Dense kernel's units and input width, a block's MLP), and in words."""
+    def size(key):
+        value = layer.get(key)
+        return value if isinstance(value, int) and not isinstance(value, bool) and \
+            value > 0 else 0
+
+    shape = layer.get("_input_shape")
+    shape = _dims(shape[0] if isinstance(shape, list) and shape and
+                  isinstance(shape[0], list) else shape)
+    width = shape[-1] if shape and shape[-1] is not None else 0
+    grid = _dims(layer.get("grid_size"))
+    if size("hidden_size") and grid and None not in grid:
+        tokens = 1
+        for d in grid:
+            tokens *= d
+        return tokens * size("hidden_size"), (
+            f"a position embedding of {' x '.join(map(str, grid))} x {size('hidden_size')}")
+    if size("units") and width:
+        return width * size("units"), f"a {width} x {size('units')} kernel"
+    if size("mlp_dim") and width:
+        return 2 * width * size("mlp_dim"), f"an MLP of {width} x {size('mlp_dim')}, twice"
+    if size("tokens_mlp_dim") and shape and len(shape) == 3 and shape[1]:
+        return 2 * shape[1] * size("tokens_mlp_dim"), (
+            f"a token MLP of {shape[1]} x {size('tokens_mlp_dim')}, twice")
+    return 0, None
 
 
 def _code_asked_for(path, text, missing):
@@ -142,7 +354,7 @@ def _function_references(path, wanted):
     order; [] when the config cannot be read."""
     try:
         with zipfile.ZipFile(path) as archive:
-            if archive.getinfo("config.json").file_size > 64 << 20:
+            if archive.getinfo("config.json").file_size > MAX_CONFIG_BYTES:
                 return []
             config = json.loads(archive.read("config.json"))
     except (KeyError, ValueError, OSError, zipfile.BadZipFile):

@@ -6,35 +6,11 @@ whether it outputs logits or probabilities.
 ['cat', 'dog']
 """
 
-import unicodedata
-
 import keras
 
 from keras_vit import preprocessing
+from keras_vit._checks import label_line_problem
 from keras_vit.layers.head import ClassifierHead
-
-
-def label_line_problem(name):
-    """Why `name` cannot be one line of a label file (one class name per
-    line, UTF-8, as `labels.txt` and the export label files), or None when
-    it can: "a line break ('\\\\n')" (any character `str.splitlines` breaks
-    at), "a control character ('\\\\t')" or "an undecodable byte" (a file
-    name that is not UTF-8). Spaces and every printable character are fine.
-
-    >>> label_line_problem("a\\nb")
-    "a line break ('\\\\n')"
-    >>> label_line_problem("tabby cat") is None
-    True
-    """
-    for char in str(name):
-        kind = unicodedata.category(char)
-        if len(f"a{char}b".splitlines()) > 1:
-            return f"a line break ({char!r})"
-        if kind == "Cc":
-            return f"a control character ({char!r})"
-        if kind == "Cs":
-            return "an undecodable byte (the name is not UTF-8)"
-    return None
 
 
 def _output_layer(model):
@@ -63,8 +39,11 @@ def set_class_names(model, names):
     Returns True when stored; False when the model's last layer is not a
     keras_vit `ClassifierHead` (a head you built yourself): keep the names
     beside the model then. Raises ValueError when the number of names is
-    not the number of outputs."""
+    not the number of outputs, or a name is not one line of printable text
+    (`label_line_problem`: a line break, a tab, an ANSI escape)."""
     names = None if names is None else [str(n) for n in names]
+    for name in names or ():
+        _check_name(name, "class_names")
     outputs = model.output_shape[-1] if hasattr(model, "output_shape") else None
     if names is not None and outputs is not None and len(names) != outputs:
         raise ValueError(f"{len(names)} class names for a model with {outputs} outputs.")
@@ -88,8 +67,10 @@ def class_labels(model, num_classes, labels=None, *, what="labels", label_file=F
     Args:
         labels: a list of str, or None.
         what: how the messages name `labels` (`"metadata labels"`).
-        label_file: the names are written one per line: a name holding a
-            line break or a control character is a ValueError.
+        label_file: the names are written one per line (how the message
+            says why a name holding a line break or a control character is
+            a ValueError; such a name is one whatever `label_file` says:
+            names are printed one per line, on a terminal too).
         unavailable: None: an ImageNet label file that cannot be loaded
             (offline, a mirror without it) raises its own error; else
             `(purpose, advice)`: it is the ValueError "The ImageNet-1k label
@@ -98,8 +79,8 @@ def class_labels(model, num_classes, labels=None, *, what="labels", label_file=F
 
     Raises:
         TypeError: `labels` is not a list of strings.
-        ValueError: as many names as classes are not found, or (with
-            `label_file`) a name does not fit on one line.
+        ValueError: as many names as classes are not found, or a name does
+            not fit on one line (`label_line_problem`).
 
     >>> class_labels(None, 2, ["cat", "dog"])
     (['cat', 'dog'], 'given')
@@ -120,12 +101,23 @@ def class_labels(model, num_classes, labels=None, *, what="labels", label_file=F
     if len(names) != num_classes:
         raise ValueError(f"{what} has {len(names)} names; the model has {num_classes} "
                          "classes (one name per class, in label order).")
-    for name in names if label_file else ():
-        problem = label_line_problem(name)
-        if problem:
-            raise ValueError(f"Class name {name!r} holds {problem}; the label file "
-                             "has one name per line.")
+    for name in names:
+        if label_file:
+            problem = label_line_problem(name)
+            if problem:
+                raise ValueError(f"Class name {name!r} holds {problem}; the label file "
+                                 "has one name per line.")
+        _check_name(name, what)
     return names, source
+
+
+def _check_name(name, what):
+    """A ValueError naming `name` and `what` holds it when `name` is not one
+    line of printable text (`label_line_problem`)."""
+    problem = label_line_problem(name)
+    if problem:
+        raise ValueError(f"Class name {name!r} in {what} holds {problem}; a class name "
+                         "is one line of printable text.")
 
 
 def _imagenet_names(num_classes, source, unavailable):

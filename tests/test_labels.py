@@ -51,12 +51,15 @@ def test_class_labels_errors(monkeypatch):
             "labels has 2 names; the model has 3 classes (one name per class, in label "
             "order).")):
         labels.class_labels(None, 3, ["a", "b"])
-    # written one per line: a tab is refused there, and fine for printing
+    # written one per line: a tab is refused there, and for printing too (issue #46)
     with pytest.raises(ValueError, match=re.escape(
             "Class name 'b\\tc' holds a control character ('\\t'); the label file has one "
             "name per line.")):
         labels.class_labels(None, 2, ["a", "b\tc"], label_file=True)
-    assert labels.class_labels(None, 2, ["a", "b\tc"])[0] == ["a", "b\tc"]
+    with pytest.raises(ValueError, match=re.escape(
+            "Class name 'b\\tc' in labels holds a control character ('\\t'); a class name "
+            "is one line of printable text.")):
+        labels.class_labels(None, 2, ["a", "b\tc"])
 
     def offline(n):
         raise OSError("no network")

@@ -91,27 +91,9 @@ def looks_like_image(encoded):
     return tf.reduce_any(tf.stack([jpeg, png, gif, bmp]))
 
 
-MAX_PIXELS_ENV = "KERAS_VIT_MAX_IMAGE_PIXELS"
-DEFAULT_MAX_IMAGE_PIXELS = 178_956_970  # Pillow's decompression-bomb error bound
-
-
-def max_image_pixels():
-    """The most pixels (height x width) an image may have to be decoded by
-    `make_dataset`: `$KERAS_VIT_MAX_IMAGE_PIXELS`, default 178,956,970 (as
-    Pillow's decompression-bomb bound; about 13,000 x 13,000, 0.5 GB
-    decoded). The size is read from the image's header before decoding.
-
-    >>> import os
-    >>> os.environ["KERAS_VIT_MAX_IMAGE_PIXELS"] = "1_000_000"
-    >>> max_image_pixels()
-    1000000
-    >>> del os.environ["KERAS_VIT_MAX_IMAGE_PIXELS"]
-
-    Raises:
-        ValueError: the variable is set to something other than a positive
-            integer.
-    """
-    return _checks.positive_env(MAX_PIXELS_ENV, DEFAULT_MAX_IMAGE_PIXELS, "pixels")
+MAX_PIXELS_ENV = _checks.MAX_IMAGE_PIXELS_ENV
+DEFAULT_MAX_IMAGE_PIXELS = _checks.DEFAULT_MAX_IMAGE_PIXELS
+max_image_pixels = _checks.max_image_pixels  # one bound: images decoded, a model's input
 
 
 def oversized(encoded):

@@ -7,6 +7,8 @@ file (a fresh process that loads the model has them) and into every export.
 
 import keras
 
+from keras_vit._checks import label_line_problem
+
 
 def _check_names(names, units):
     if names is None:
@@ -14,6 +16,11 @@ def _check_names(names, units):
     if isinstance(names, str) or not all(isinstance(n, str) for n in names):
         raise TypeError(f"`class_names` must be a list of strings, got {names!r}.")
     names = list(names)
+    for name in names:  # printed one per line, on a terminal too (a `.keras` file's)
+        problem = label_line_problem(name)
+        if problem:
+            raise ValueError(f"Class name {name!r} holds {problem}; a class name is one "
+                             "line of printable text.")
     if len(names) != units:
         raise ValueError(f"{len(names)} class names for a head with {units} classes; "
                          "give one name per class, in label order.")

@@ -52,6 +52,7 @@ import struct
 
 import numpy as np
 
+from keras_vit._checks import label_line_problem
 from keras_vit.errors import (
     CheckpointMismatchError,
     CheckpointNotFoundError,
@@ -832,6 +833,13 @@ def read_hub_checkpoint(path, source=None, ema=False, kind=None, library=None):
         names = transformers_format.class_names(config)
     if config is not None:
         module.check_config(config, state, arch, config_file)
+    for label in names or ():  # printed one per line, on a terminal too
+        problem = label_line_problem(label)
+        if problem:
+            raise CorruptCheckpointError(
+                f"{config_file!r} holds the class name {label!r} "
+                f"({'label_names' if fmt == 'timm' else 'id2label'}), which holds "
+                f"{problem}; a class name is one line of printable text.")
     if config is None and library != dino_format.LIBRARY:
         dino_like = told and fmt == "timm" and dino_format.layout_problem(state) is None
         logger.info(
