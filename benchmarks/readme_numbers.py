@@ -20,6 +20,7 @@ import json
 import pathlib
 import platform
 import re
+import shutil
 import subprocess
 import sys
 
@@ -66,6 +67,9 @@ def command(line):
 def measure():
     numbers = {"date": datetime.date.today().isoformat(), "cpu": cpu(),
                "python": platform.python_version()}
+    # The README's command as shown: a finished quickstart in the folder
+    # (the last measurement) would be refused without --overwrite.
+    shutil.rmtree(ROOT / RUN / "quickstart", ignore_errors=True)
     quick = command(QUICKSTART)
     numbers["quickstart"] = {
         "command": QUICKSTART, "test_accuracy": quick["test_accuracy"],

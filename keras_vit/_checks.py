@@ -73,6 +73,27 @@ def non_negative_int(value, name=None, hint=None):
     return int(value)
 
 
+# The seeds NumPy (and so `keras.utils.set_random_seed`) takes.
+MAX_SEED = 2**32 - 1
+
+
+def seed(value, name=None, hint=None):
+    """`value` (an int in [0, 2**32 - 1], not a bool) as an int: a random
+    seed, checked before any work (NumPy refuses a larger one only when
+    `keras.utils.set_random_seed` runs, seconds into a command).
+
+    >>> seed(-1, "seed")
+    Traceback (most recent call last):
+    ValueError: `seed` must be an integer from 0 to 4294967295 (2**32 - 1), got -1.
+    """
+    allowed = f"an integer from 0 to {MAX_SEED} (2**32 - 1)"
+    if not _is_int(value):
+        _fail(TypeError, value, name, allowed, hint)
+    if not 0 <= value <= MAX_SEED:
+        _fail(ValueError, value, name, allowed, hint)
+    return int(value)
+
+
 def positive_float(value, name=None, hint=None):
     """`value` (a finite number > 0, not a bool) as a float."""
     if not _is_real(value):

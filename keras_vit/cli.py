@@ -690,7 +690,7 @@ def cmd_quickstart(args, out):
     progress = contextlib.redirect_stdout(sys.stderr) if args.json else contextlib.nullcontext()
     with progress:
         results = quickstart(args.out, epochs=args.epochs, verbose=2,
-                             export_tflite=not args.no_export)
+                             export_tflite=not args.no_export, overwrite=args.overwrite)
     print(f"test accuracy {results['test_accuracy']:.2%} in {results['seconds']:.0f} s; "
           f"model saved to {results['model']}", file=log)
     if "tflite_report" in results:
@@ -740,6 +740,7 @@ def PATH(text):  # noqa: N802  (an argparse type, named as the others)
 _BARE_EMA = object()
 POSITIVE_INT = _checked(_checks.positive_int, int)
 NON_NEGATIVE_INT = _checked(_checks.non_negative_int, int)
+SEED = _checked(_checks.seed, int)
 POSITIVE_FLOAT = _checked(_checks.positive_float, float)
 FRACTION = _checked(_checks.fraction, float)
 
@@ -946,7 +947,7 @@ def _train_parser(add):
     p.add_argument("--skip-corrupt", action="store_true",
                    help="skip corrupt image files instead of failing")
     p.add_argument("--data-dir", help="TFDS data directory")
-    p.add_argument("--seed", type=NON_NEGATIVE_INT, default=0,
+    p.add_argument("--seed", type=SEED, default=0,
                    help="seed of the initialisation, shuffling and augmentation (default 0)")
     p.add_argument("--out", default="runs/keras_vit", type=PATH,
                    help="run directory; a killed run resumes when the same command runs "
@@ -1054,7 +1055,11 @@ def _quickstart_parser(add):
     p = add("quickstart", help="train a small ViT on the digits (offline)")
     p.add_argument("--out", default="runs/quickstart", type=PATH,
                    help="run folder: the digits, model.keras, the logs and the TFLite file "
-                        "(default runs/quickstart)")
+                        "(default runs/quickstart); a folder holding a finished quickstart "
+                        "is refused (give --overwrite or another --out), a killed one resumes")
+    p.add_argument("--overwrite", action="store_true",
+                   help="remove the last run's files in --out (model.keras, best.keras, logs; "
+                        "not the digits) and train afresh")
     p.add_argument("--epochs", type=POSITIVE_INT, default=40,
                    help="training epochs (default 40: the README's number)")
     p.add_argument("--no-export", action="store_true", help="skip the TFLite export")

@@ -50,15 +50,28 @@ def write_digits(root, size=32):
     return {"train": len(x_train), "test": len(x_test)}
 
 
-def quickstart(out="runs/quickstart", epochs=40, verbose=1, export_tflite=True, seed=0):
+def quickstart(out="runs/quickstart", epochs=40, verbose=1, export_tflite=True, seed=0,
+               overwrite=False):
     """Trains the quickstart model; returns the `train` results dict plus
     `test_accuracy`, and with `export_tflite` the path of
     `OUT/model_dynamic_int8.tflite` (`tflite`) and its verification report
     (`tflite_report`, a dict).
 
+    `out` is a `train` run folder: a finished quickstart there is refused
+    (its `model.keras` is never deleted unasked) unless `overwrite=True`
+    (`keras-vit quickstart --overwrite`), which removes that run's files
+    and trains afresh; a killed one resumes. The digits in `OUT/digits`
+    are kept.
+
     `seed` seeds the initial weights too (`keras.utils.set_random_seed`),
     so a run repeats the README's number (unseeded, the test accuracy of
     the 40 epochs ranges over about two points)."""
+    from keras_vit import _checks
+
+    _checks.positive_int(epochs, "epochs")
+    _checks.optional(_checks.seed, seed=seed)
+    _checks.boolean(overwrite, "overwrite", "--overwrite")
+    _checks.boolean(export_tflite, "export_tflite")
     import keras  # heavy (see the top)
 
     from keras_vit.training.trainer import train  # heavy (see the top)
@@ -73,7 +86,7 @@ def quickstart(out="runs/quickstart", epochs=40, verbose=1, export_tflite=True, 
     results = train(model, f"folder:{data_dir}", recipe="scratch", out=out,
                     image_size=32, batch_size=64, epochs=epochs, preset="digits",
                     strategy="default", cache=True, verbose=verbose, seed=seed,
-                    overwrite=True)  # a demo: each run starts afresh
+                    overwrite=overwrite)
     results["test_accuracy"] = results.pop("val_accuracy")
     results["test_loss"] = results.pop("val_loss")
     results["test_loss_is"] = results.pop("val_loss_is").replace("validation", "test")

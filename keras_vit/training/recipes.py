@@ -38,15 +38,45 @@ class Recipe:
     source: str = ""
 
     def warmup_for(self, total_steps):
-        """Warmup updates for a run of `total_steps` updates: never the
-        whole run (at most `total_steps - 1`, and none for one update,
-        whose learning rate would otherwise be 0: Keras' first update is
-        step 0)."""
+        """Warmup updates for a run of `total_steps` updates: never more
+        than a tenth of the run (at least 1 from 2 updates on; a short run
+        of `finetune`'s 500 warmup updates would spend all of them rising
+        to the peak), and none for one update, whose learning rate would
+        otherwise be 0 (Keras' first update is step 0)."""
         if self.warmup_steps < 1:
             warmup = max(1, int(self.warmup_steps * total_steps))
         else:
             warmup = int(self.warmup_steps)
-        return min(warmup, max(total_steps - 1, 0))
+        return min(warmup, max(1, total_steps // 10), max(total_steps - 1, 0))
+
+    def batch_for(self, images, replicas=1):
+        """`(global batch, why)` when `train` is given no batch size: the
+        recipe's, halved while an epoch of `images` training images has
+        fewer than `MIN_STEPS_PER_EPOCH` steps, down to `MIN_RECIPE_BATCH`
+        (a multiple of `replicas`); `images` None (unknown): the recipe's.
+        (With `finetune`'s 512 a folder of 796 images trained one step per
+        epoch: 5 updates in 5 epochs.)
+
+        >>> get_recipe("finetune").batch_for(796)
+        (64, "the finetune recipe's 512 halved to 64 so that an epoch of the 796 training \
+images has at least 10 steps (--batch-size sets it)")
+        """
+        batch = self.batch_size
+        while (images and images // batch < MIN_STEPS_PER_EPOCH
+               and batch // 2 >= max(MIN_RECIPE_BATCH, replicas)):
+            batch //= 2
+        batch = max(replicas, batch - batch % replicas)
+        if batch == self.batch_size:
+            return batch, f"the {self.name} recipe's"
+        return batch, (f"the {self.name} recipe's {self.batch_size} halved to {batch} so that "
+                       f"an epoch of the {images} training images has at least "
+                       f"{MIN_STEPS_PER_EPOCH} steps (--batch-size sets it)")
+
+
+# `train` without a batch size: the recipe's batch is halved until an epoch
+# has this many steps, but not below `MIN_RECIPE_BATCH` (scratch's batch).
+MIN_STEPS_PER_EPOCH = 10
+MIN_RECIPE_BATCH = 64
 
 
 RECIPES = {

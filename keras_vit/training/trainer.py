@@ -3,6 +3,7 @@ recipe to a trained, saved model; what `keras-vit train` runs."""
 
 import contextlib
 import dataclasses
+import errno
 import hashlib
 import logging
 import math
@@ -17,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 
 import keras_vit
-from keras_vit import _checks, _compat
+from keras_vit import _atomic, _checks, _compat
 from keras_vit import labels as labels_lib
 from keras_vit._console import plural
 from keras_vit._saving import (
@@ -43,7 +44,7 @@ from keras_vit.training.callbacks import (
 from keras_vit.training.layer_decay import layer_decay_scales
 from keras_vit.training.precision import warn_if_emulated
 from keras_vit.training.recipes import Recipe, get_recipe, make_optimizer
-from keras_vit.training.run_folder import open_run_folder
+from keras_vit.training.run_folder import RUN_FILES, open_run_folder
 from keras_vit.training.sam import SAMModel
 from keras_vit.training.sam import check_backend as check_sam_backend
 from keras_vit.training.strategy import (
@@ -95,15 +96,60 @@ def _build_model(model, weights, classes, image_size, recipe, dropout_rate, drop
         classifier_activation=None, **kwargs)
 
 
-def _check_model_kwargs(model, model_kwargs):
-    """`model_kwargs` go to a named model's builder: for a `.keras` file or
-    a keras.Model (not built here) they are a ValueError, not ignored."""
-    if model_kwargs and not (isinstance(model, str) and not model.endswith(".keras")):
-        given = "a keras.Model" if isinstance(model, keras.Model) else repr(str(model))
+def _check_model_kwargs(model, model_kwargs, **builder_options):
+    """`model_kwargs`, `weights`, `dropout_rate` and `drop_path_rate`
+    (`builder_options`, None when not given) go to a named model's
+    builder: for a `.keras` file or a keras.Model (not built here) they
+    are a ValueError, not ignored (and recorded in `run.json` as used)."""
+    if isinstance(model, str) and not model.endswith(".keras"):
+        if model_kwargs is not None and not isinstance(model_kwargs, dict):
+            raise TypeError(f"`model_kwargs` must be a dict of the builder's arguments "
+                            f"(e.g. {{'remat': True}}) or None, got {model_kwargs!r}.")
+        return
+    given = "a keras.Model" if isinstance(model, keras.Model) else repr(str(model))
+    if model_kwargs:
         raise ValueError(
             f"model_kwargs={model_kwargs!r} (--remat, --weights-ema) build a named model, "
             f"but the model is {given}, which is not built here; give a named model "
             "(e.g. ViTB16), or build the model with them yourself.")
+    options = {name: value for name, value in builder_options.items() if value is not None}
+    if options:
+        named = ", ".join(f"{name}={value!r}" + (" (--weights)" if name == "weights" else "")
+                          for name, value in options.items())
+        raise ValueError(
+            f"{named} {'is an option' if len(options) == 1 else 'are options'} of a named "
+            f"model's builder, but the model is {given}, which is not built here and keeps "
+            "its own weights, dropout and drop path; leave "
+            f"{'it' if len(options) == 1 else 'them'} out, or give a named model (e.g. "
+            "ViTB16).")
+
+
+def _check_arguments(out, seed, label_smoothing, dropout_rate, drop_path_rate, skip_corrupt,
+                     overwrite, cache, verbose, data_dir, train_split, val_split):
+    """The values of `train`'s arguments that no later check reads before
+    any work: a wrong type is a TypeError, a bad value a ValueError, each
+    naming the argument (and its flag)."""
+    if not isinstance(out, (str, os.PathLike)) or not str(os.fspath(out)).strip():
+        raise (ValueError if isinstance(out, str) else TypeError)(
+            f"`out` (--out) must be a folder path, got {out!r}.")
+    _checks.optional(_checks.seed, seed=seed)
+    _checks.optional(_checks.fraction, label_smoothing=label_smoothing,
+                     dropout_rate=dropout_rate, drop_path_rate=drop_path_rate)
+    _checks.boolean(skip_corrupt, "skip_corrupt", "--skip-corrupt")
+    _checks.boolean(overwrite, "overwrite", "--overwrite")
+    if not (isinstance(cache, bool) or (isinstance(cache, str) and cache.strip())):
+        raise TypeError(f"`cache` must be True, False or a file path, got {cache!r}.")
+    if not (isinstance(verbose, int) and not isinstance(verbose, bool) and verbose in (0, 1, 2)):
+        raise (TypeError if not isinstance(verbose, int) or isinstance(verbose, bool)
+               else ValueError)(f"`verbose` must be 0, 1 or 2 (Keras' fit), got {verbose!r}.")
+    if data_dir is not None and not isinstance(data_dir, (str, os.PathLike)):
+        raise TypeError(f"`data_dir` (--data-dir) must be a folder path or None, got "
+                        f"{data_dir!r}.")
+    for name, value, optional in (("train_split", train_split, False),
+                                  ("val_split", val_split, True)):
+        if not ((value is None and optional) or (isinstance(value, str) and value.strip())):
+            raise TypeError(f"`{name}` must be a split name (a non-empty string"
+                            f"{', or None' if optional else ''}), got {value!r}.")
 
 
 def _fixed_input_size(model):
@@ -259,7 +305,8 @@ def format_summary(summary):
                            f"[{row['description']}]"))
     rows += [
         ("preset", f"{d['preset']} ({d['preset_reason']})"),
-        ("batch", f"{d['batch_size']} (global)"
+        ("batch", f"{d['batch_size']} (global"
+                  + (f"; {d['batch_reason']}" if d.get("batch_reason") else "") + ")"
                   + (f", {plural(d['gradient_accumulation_steps'], 'batch', 'batches')} "
                      "per update" if d.get("gradient_accumulation_steps") else "")),
         ("steps", f"{plural(d['epochs'], 'epoch')} x {plural(d['steps_per_epoch'], 'step')} "
@@ -332,6 +379,7 @@ class TrainPlan:
     verbose: int
     overwrite: bool
     start: float                # time.perf_counter() when `train` was called
+    batch_reason: str = "given"  # why `batch_size` (the summary's batch row)
 
     def __post_init__(self):
         # image_size, batch_size, epochs and steps_per_epoch are not checked
@@ -430,8 +478,12 @@ def train(
         image_size: input size (default: the recipe's: 384 for `finetune`,
             224 otherwise; a model whose input size is fixed trains at that
             size, and another `image_size` is a ValueError).
-        batch_size: global batch size; one larger than the training split
-            is clipped to the split (with a warning).
+        batch_size: global batch size, always honoured (one larger than the
+            training split is clipped to the split, with a warning). None:
+            the recipe's, halved while an epoch of the training split has
+            fewer than 10 steps, down to 64 (`Recipe.batch_for`: finetune's
+            512 on 796 images is 64, 12 steps an epoch); the summary's batch
+            row says why.
         steps: total optimizer steps (or give `epochs`).
         sam_rho: train with SAM at this radius.
         precision: `float32`, `mixed_bfloat16`, `mixed_float16`.
@@ -483,7 +535,10 @@ def train(
             and `model.keras` use the averaged weights.
 
     Returns:
-        dict with `status` (`"completed"`), `val_accuracy`, `val_loss` (the
+        dict with `status` (`"completed"`), `outputs` (what `model.keras`
+        outputs: `"logits"` for a named model, built with
+        `classifier_activation=None`; apply `keras.ops.softmax` for
+        probabilities), `val_accuracy`, `val_loss` (the
         training loss: with the recipe's label smoothing; `val_loss_is` says it),
         `seconds`, `steps`, `epochs`, `data` (`{"train": {split, images,
         classes}, "validation": ...}`), `summary`, `skipped_corrupt`, the
@@ -518,7 +573,10 @@ def train(
     _checks.optional(_checks.positive_float, learning_rate=learning_rate, sam_rho=sam_rho)
     _checks.optional(_checks.positive_int, lora_rank=lora_rank)
     _check_fine_tuning(lora_rank, lora_targets, layer_decay, ema)
-    _check_model_kwargs(model, model_kwargs)
+    _check_model_kwargs(model, model_kwargs, weights=weights, dropout_rate=dropout_rate,
+                        drop_path_rate=drop_path_rate)
+    _check_arguments(out, seed, label_smoothing, dropout_rate, drop_path_rate, skip_corrupt,
+                     overwrite, cache, verbose, data_dir, train_split, val_split)
     if not (isinstance(jit_compile, str) and jit_compile == "auto"):
         jit_compile = _checks.boolean(jit_compile, "jit_compile", 'or "auto"')
     check_holdout(holdout)  # (the data layer's check: also for sources without a folder)
@@ -536,10 +594,11 @@ def train(
         preset, preset_reason = auto_preset(recipe.preset, image_size)
     else:
         preset_reason = "given"
-    datasets, batch_size = _open_datasets(
+    datasets, batch_size, batch_reason = _open_datasets(
         data, train_split, val_split, distribution, preset=preset, seed=seed,
-        image_size=image_size, batch_size=batch_size or recipe.batch_size, data_dir=data_dir,
-        cache=cache, skip_corrupt=skip_corrupt, holdout=holdout)
+        recipe=None if batch_size else recipe, image_size=image_size,
+        batch_size=batch_size or recipe.batch_size, data_dir=data_dir, cache=cache,
+        skip_corrupt=skip_corrupt, holdout=holdout)
     steps_per_epoch, epochs, updates = _schedule(
         datasets.info, batch_size, steps, epochs, steps_per_epoch, gradient_accumulation_steps)
     plan = TrainPlan(
@@ -556,7 +615,7 @@ def train(
         lora_rank=lora_rank, lora_targets=_targets(lora_targets), layer_decay=layer_decay,
         ema=ema, check_memory=_checks.boolean(check_memory, "check_memory"),
         skip_corrupt=skip_corrupt, holdout=holdout, verbose=verbose, overwrite=overwrite,
-        start=start)
+        start=start, batch_reason=batch_reason)
     if plan.named and weights is None and recipe.name == "finetune":
         logger.warning(
             "Fine-tuning %s without pretrained weights: the 'finetune' recipe (SGD, "
@@ -594,26 +653,35 @@ def _strategy_or_distribution(strategy, distribution, sam_rho, coordinator, num_
     return None, distribution_lib.get_distribution(distribution)
 
 
-def _open_datasets(data, train_split, val_split, distribution, *, preset, seed, **common):
-    """`(_Datasets, global batch size)`: the training pipeline (shuffled,
-    augmented by `preset`, repeated) and the validation one. A batch larger
-    than the training split is clipped to it (the training pipeline is then
-    opened again with that batch); under a JAX distribution each validation
-    batch is padded so that it splits over the replicas."""
+def _open_datasets(data, train_split, val_split, distribution, *, preset, seed, recipe=None,
+                   **common):
+    """`(_Datasets, global batch size, why that batch)`: the training
+    pipeline (shuffled, augmented by `preset`, repeated) and the validation
+    one. With `recipe` (no batch size given) the batch is the recipe's for
+    the split's size (`Recipe.batch_for`). A batch larger than the training
+    split is clipped to it (the training pipeline is then opened again
+    with that batch); under a JAX distribution each validation batch is
+    padded so that it splits over the replicas."""
     def open_train():
         return _open_data(data, train_split, training=True, preset=preset, seed=seed,
                           repeat=True, **common)
 
     train_ds, info = open_train()
+    reason = "given"
+    if recipe is not None:
+        replicas = distribution.num_model_replicas if distribution is not None else 1
+        common["batch_size"], reason = recipe.batch_for(info.num_examples, replicas)
     batch_size = _clip_batch_size(common["batch_size"], info, distribution)
     if batch_size != common["batch_size"]:
         common["batch_size"] = batch_size
+        reason = f"clipped to the training split ({reason})"
+    if info.global_batch_size != batch_size:
         train_ds, info = open_train()
     _, val_ds, val_info = _pick_val_split(
         data, val_split, train_split, lambda split: _open_data(data, split, **common))
     if distribution is not None:
         val_ds = _shardable_validation(val_ds, val_info, batch_size, distribution)
-    return _Datasets(train_ds, val_ds, info, val_info), batch_size
+    return _Datasets(train_ds, val_ds, info, val_info), batch_size, reason
 
 
 def _schedule(info, batch_size, steps, epochs, steps_per_epoch, gradient_accumulation_steps):
@@ -665,9 +733,63 @@ def _train_in_scope(plan, datasets):
         is_chief, task_id = _process_task()
     if not is_chief:  # every worker saves; only the chief's files are the run's
         plan = dataclasses.replace(plan, out=os.path.join(plan.out, "workers", str(task_id)))
+    check_run_entries(plan.out, plan.overwrite)
     with open_run_folder(plan.out, _run_record(plan, datasets), overwrite=plan.overwrite,
                          epochs=plan.epochs) as folder:
         return _fit_and_save(plan, datasets, folder)
+
+
+# The run files kept in folders (each holding only what Keras writes there).
+_RUN_FOLDERS = ("backup", "tensorboard")
+
+
+def _entry_problem(path, folder):
+    """What is wrong with the entry at `path` for a run file (`folder`: a
+    run folder), in words; None for a regular file (a real folder) or none."""
+    try:
+        status = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    if stat.S_ISLNK(status.st_mode):
+        return f"a symbolic link (to {os.readlink(path)!r})"
+    if folder:
+        return None if stat.S_ISDIR(status.st_mode) else "not a folder"
+    if stat.S_ISREG(status.st_mode):
+        return None
+    return "a folder" if stat.S_ISDIR(status.st_mode) else "not a regular file"
+
+
+def check_run_entries(out, overwrite=False):
+    """A ValueError before any write when an entry of run folder `out` that
+    `train` writes or renames onto (a run file, a temporary of one, or
+    anything in `backup/` or `tensorboard/`) is a symbolic link, a FIFO, a
+    device or a folder where a file belongs: Keras' and the logs' writers
+    open such paths as they are, so a planted link would make the run write
+    (or append to) its target. With `overwrite` the run files themselves
+    are not checked: `--overwrite` removes them (a link, not its target)."""
+    if not os.path.isdir(out):
+        return
+    names = [entry.name for entry in os.scandir(out)
+             if (entry.name in RUN_FILES and not overwrite) or any(
+                 entry.name.startswith(prefix) for name in RUN_FILES
+                 for prefix in (f".{name}.tmp", f"{name}.tmp"))]
+    for name in sorted(names):
+        path = os.path.join(out, name)
+        found = [(path, _entry_problem(path, name in _RUN_FOLDERS))]
+        if name in _RUN_FOLDERS and found[0][1] is None:
+            for root, folders, files in os.walk(path):
+                found += [(os.path.join(root, n), _entry_problem(os.path.join(root, n), False))
+                          for n in files]
+                found += [(os.path.join(root, n), _entry_problem(os.path.join(root, n), True))
+                          for n in folders]
+        removable = (" or --overwrite (which removes the entry, not what it points to)"
+                     if name in RUN_FILES else "")
+        for where, problem in found:
+            if problem is not None:
+                raise ValueError(
+                    f"{where} is {problem}, and train writes its run files in --out only as "
+                    "regular files and folders of its own (it would write through it); "
+                    f"remove it, or pass --out NEW{removable}.")
 
 
 def _run_record(plan, datasets):
@@ -721,8 +843,8 @@ def _compiled_model(plan, info, element_spec):
                                    learning_rate_scales=scales, ema=plan.ema)
         trainable.compile(
             optimizer=optimizer,
-            loss=keras.losses.CategoricalCrossentropy(from_logits=True,
-                                                      label_smoothing=smoothing),
+            loss=keras.losses.CategoricalCrossentropy(
+                from_logits=_outputs(net) == "logits", label_smoothing=smoothing),
             # Padded validation batches (JAX) carry sample weights: accuracy
             # weighted, so that the padding counts for nothing.
             **({"weighted_metrics": ["accuracy"]} if plan.distribution is not None
@@ -731,6 +853,19 @@ def _compiled_model(plan, info, element_spec):
         if keras.backend.backend() == "tensorflow":
             _compat.build_before_fit(trainable, element_spec)
     return net, trainable, optimizer
+
+
+def _outputs(net):
+    """What `net` outputs, `"logits"` or `"probabilities"` (its head's
+    activation: `keras_vit.export.output_kind`): the loss takes either, and
+    model.keras keeps it. Named models are built with logits
+    (`classifier_activation=None`); a model given with a softmax head
+    trains (and is saved) with it. A subclassed model, whose last operation
+    only its call() knows, is taken to output logits."""
+    try:
+        return output_kind(net)
+    except ValueError:
+        return "logits"
 
 
 def _label_smoothing(plan):
@@ -764,6 +899,7 @@ def _summary(plan, net, datasets, strategy_row, distribution_row, folder, memory
         "data": {"train": _split_row(info), "validation": _split_row(datasets.val_info)},
         "preset": plan.preset if isinstance(plan.preset, str) else plan.preset.name,
         "preset_reason": plan.preset_reason, "batch_size": plan.batch_size,
+        "batch_reason": plan.batch_reason,
         "gradient_accumulation_steps": plan.gradient_accumulation_steps,
         "epochs": plan.epochs, "steps_per_epoch": plan.steps_per_epoch,
         "recipe": recipe.name, "optimizer": recipe.optimizer,
@@ -811,6 +947,7 @@ def _fit_and_save(plan, datasets, folder):
         if nan_guard.stopped_at is None:
             val_loss, val_accuracy = trainable.evaluate(datasets.validation, verbose=0)
     except Exception as error:  # a corrupt file: one sentence naming it
+        _raise_disk_full(error, out)
         _raise_data_error(error)
         raise
     final = os.path.join(out, "model.keras")
@@ -820,10 +957,13 @@ def _fit_and_save(plan, datasets, folder):
                         epochs=plan.epochs, steps_per_epoch=plan.steps_per_epoch, out=out)
     if history.epoch and moved.changed is False:
         raise ValueError(_unmoved_message(optimizer, plan.updates, trainable))
-    save_atomically(lora.merge_lora(net), final)  # LoRA: plain kernels, no optimizer state
     labels_path = os.path.join(out, "labels.txt")
-    with open(labels_path, "w", encoding="utf-8") as f:
-        f.write("".join(f"{name}\n" for name in info.class_names))
+    try:
+        save_atomically(lora.merge_lora(net), final)  # LoRA: plain kernels, no optimizer state
+        _atomic.write_text(labels_path, "".join(f"{name}\n" for name in info.class_names))
+    except OSError as error:
+        _raise_disk_full(error, out)
+        raise
     if not names_inside:
         logger.warning("%s's last layer is not a keras_vit ClassifierHead, so the class "
                        "names are not inside %s; they are in %s.", net.name, final,
@@ -837,7 +977,7 @@ def _fit_and_save(plan, datasets, folder):
         "epochs_run_now": len(history.epoch), "first_epoch_run_now":  # counted from 1
             history.epoch[0] + 1 if history.epoch else None,
         "resumed": bool(folder.resumed_epoch), "run_record": os.path.join(out, "run.json"),
-        "model": final, "best_model": best.path, "best": best.best,
+        "model": final, "outputs": _outputs(net), "best_model": best.path, "best": best.best,
         "log": os.path.join(out, "log.csv"), "labels": labels_path,
         "recipe": plan.recipe.name, "sam_rho": plan.sam_rho,
         "precision": plan.precision, "replicas": distribution_row["devices"],
@@ -1069,6 +1209,22 @@ def _process_task():
     return jax.process_index() == 0, jax.process_index()
 
 
+def _raise_disk_full(error, out):
+    """Re-raises a full disk (`ENOSPC`, also as h5py's or TensorFlow's
+    text) met while the run wrote to `out` as one ValueError naming it."""
+    seen, met = error, set()
+    while seen is not None and id(seen) not in met:
+        met.add(id(seen))
+        if ((isinstance(seen, OSError) and seen.errno == errno.ENOSPC)
+                or "No space left on device" in str(seen)):
+            raise ValueError(
+                f"The disk of {out} filled up while the run wrote its files there "
+                f"([Errno {errno.ENOSPC}] No space left on device); free some space there and "
+                "run the same command again (it resumes from the last finished epoch), or "
+                "pass --out on another disk to start afresh.") from None
+        seen = seen.__cause__ or seen.__context__
+
+
 def _raise_data_error(error):
     """Re-raises a TF pipeline error about the data as one ValueError."""
     converted = data_error(error)
@@ -1086,6 +1242,11 @@ def _targets(targets):
 def _check_fine_tuning(lora_rank, lora_targets, layer_decay, ema):
     """The fine-tuning options' values, before any work (`enable_lora` and
     `layer_decay_scales` check them against the model later)."""
+    if lora_targets is not None and not (
+            isinstance(lora_targets, str) or (isinstance(lora_targets, Sequence) and all(
+                isinstance(t, str) for t in lora_targets))):
+        raise TypeError(f"`lora_targets` (--lora-targets) must be a layer name or a sequence "
+                        f"of them (e.g. ('qkv', 'mlp')), got {lora_targets!r}.")
     if lora_targets is not None and lora_rank is None:
         raise ValueError(f"lora_targets={lora_targets!r} (--lora-targets) needs lora_rank "
                          "(--lora RANK).")
