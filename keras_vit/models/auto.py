@@ -67,6 +67,10 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
             Keras model or `.weights.h5`, an HTML page, ...).
         CorruptCheckpointError: a damaged file.
         ValueError: `ema=True` for a checkpoint without EMA weights.
+        TypeError: `path` neither a str / os.PathLike path nor a
+            `Checkpoint` (None, bytes, ...), or `library=` (an argument of
+            `keras_vit.weights.hub.read_hub_checkpoint`, whose result can
+            be passed as `path`).
         CheckpointMismatchError: an `.npz` whose keys are not those of an
             official ViT / hybrid / Mixer checkpoint.
 
@@ -82,6 +86,11 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
         "ViT-B_16.npz", features_only=True, out_indices=(3, 5, 7, 11))
     ```
     """
+    if "library" in kwargs:  # read_hub_checkpoint's argument, not a builder's
+        raise TypeError(
+            "model_from_checkpoint takes no `library` (the file says whose it is); to read "
+            "a file as DINO's, pass keras_vit.weights.hub.read_hub_checkpoint(path, "
+            f"library={kwargs['library']!r}) as its `path`.")
     checkpoint = read_source(path, ema=ema)
     family, config = checkpoint.model_config()
     for key in list(kwargs):

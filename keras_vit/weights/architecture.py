@@ -15,7 +15,7 @@ import re
 from keras_vit.errors import CheckpointMismatchError
 from keras_vit.variants import find_variant
 from keras_vit.weights.npz import POSEMB_KEY
-from keras_vit.weights.posemb import square_grid
+from keras_vit.weights.posemb import checkpoint_grid, square_grid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,9 +38,8 @@ def describe(params):
     if POSEMB_KEY in params:
         classifier = "token" if "cls" in params else "gap"
         prefix = 1 if classifier == "token" else 0
-        tokens = params[POSEMB_KEY].shape[1] - prefix
         return CheckpointInfo("vit", classes, representation, classifier,
-                              square_grid(tokens))
+                              checkpoint_grid(params[POSEMB_KEY].shape[1], prefix))
     token_kernel = params.get("MixerBlock_0/token_mixing/Dense_0/kernel")
     if token_kernel is not None:
         return CheckpointInfo("mixer", classes, None, "gap",

@@ -73,6 +73,7 @@ from keras_vit.weights.posemb import POSEMB_RESIZES, square_grid
 from keras_vit.weights.pytorch import ema_error, read_torch_state, read_torch_weights
 from keras_vit.weights.sniff import (
     SAFETENSORS_MAX_HEADER,
+    ByteCount,
     check_checkpoint_bytes,
     is_zip,
 )
@@ -151,7 +152,7 @@ def write_safetensors(path, arrays, metadata=None):
     return path
 
 
-def read_safetensors(path):
+def read_safetensors(path, count=None):
     """Reads a `.safetensors` file into `{name: float32 array}` with NumPy
     (F32, F16, BF16, F64; no PyTorch, nothing unpickled).
 
@@ -161,8 +162,10 @@ def read_safetensors(path):
     entry a known dtype, a shape of non-negative ints and `data_offsets`
     whose size is dtype x shape, the offsets tiling the data section
     exactly (no overlap, no gap, nothing after the last tensor), and the
-    data section within `sniff.max_checkpoint_bytes()`. Each tensor is
-    then read on its own (no whole-file copy).
+    data section and the float32 arrays made within
+    `sniff.max_checkpoint_bytes()` (`count`: the `sniff.ByteCount` they
+    are counted in, a sharded folder's for its shards; default: the
+    file's own). Each tensor is then read on its own (no whole-file copy).
 
     Raises:
         CorruptCheckpointError: a truncated file or a header that breaks
@@ -186,6 +189,8 @@ def read_safetensors(path):
         length, entries = _safetensors_header(name, f, size)
         check_checkpoint_bytes(repr(name), size - 8 - length)
         _check_tiling(name, entries, size - 8 - length)
+        count = ByteCount(repr(name)) if count is None else count
+        count.add(sum(4 * math.prod(shape) for _, shape, _, _ in entries.values()))
         for key, (dtype, _, _, _) in entries.items():
             if dtype not in _DTYPES:
                 raise UnsupportedCheckpointError(
@@ -291,6 +296,10 @@ def _entry(name, key, entry):
     if any(d >= 2**63 for d in shape):
         raise CorruptCheckpointError(
             f"{what} has shape {json.dumps(shape)[:60]}; expected dimensions below 2**63.")
+    if 4 * math.prod(d for d in shape if d) >= 2**63:  # numpy's bound, a 0 among them or not
+        raise CorruptCheckpointError(
+            f"{what} has shape {json.dumps(shape)[:60]}, whose dimensions multiply past "
+            "the 2**63 bytes any float32 array can have (a 0 among them does not help).")
     if not (isinstance(offsets, list) and len(offsets) == 2
             and all(map(_is_count, offsets))
             and offsets[0] <= offsets[1]):
@@ -388,8 +397,9 @@ def _read_folder_weights(folder, ema=False):
         return read_safetensors(path)
     if name == TORCH_WEIGHTS:
         return read_torch_state(path, ema=ema)
-    read = read_safetensors if name == WEIGHTS_INDEX else (
-        lambda shard: read_torch_state(shard, ema=ema))
+    count = ByteCount(repr(folder))  # the folder's arrays in all, not shard by shard
+    read = (lambda shard: read_safetensors(shard, count)) if name == WEIGHTS_INDEX else (
+        lambda shard: read_torch_state(shard, ema=ema, count=count))
     shards = _shards(path, _read_json(path, "Index"))
     paths = {shard: os.path.join(folder, shard) for shard in sorted(shards)}
     for shard_path in paths.values():
@@ -609,7 +619,7 @@ class HubCheckpoint(Checkpoint):
         extra = {k: self.state[k] for k in self.unmapped}
         try:
             return load_official_weights(model, {**params, **extra}, self.source,
-                                         dropped=dropped)
+                                         dropped=dropped, key_name=self._name_of)
         except CheckpointMismatchError as error:
             raise self._mismatch(model, error) from None
 
@@ -629,12 +639,16 @@ class HubCheckpoint(Checkpoint):
             _RESIZE_HOW[self.library])
         return POSEMB_RESIZES[self.library](posemb, new, prefix, old)
 
+    def _name_of(self, key):
+        """The checkpoint's own name of an official key."""
+        return self.names.get(key) or self.source_name(key)
+
     def _mismatch(self, model, error):
         def named(keys):
             out = []
             for key in keys:
                 head, _, rest = key.partition(": ")
-                name = self.names.get(head) or self.source_name(head)
+                name = self._name_of(head)
                 out.append(f"{name}: {rest}" if rest else name)
             return list(dict.fromkeys(out))
 

@@ -17,11 +17,12 @@ import tempfile
 
 import h5py
 import keras
+import numpy as np
 
-from keras_vit.errors import CheckpointMismatchError
+from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.npz import as_not_npz, keras_weights_error
-from keras_vit.weights.official import _fmt
+from keras_vit.weights.official import _check_finite, _fmt
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -63,19 +64,38 @@ class KerasWeightsFile(Checkpoint):
 
 
 def _h5_arrays(path):
-    """{dataset path: shape} of a Keras weights file (its optimizer aside)."""
+    """{dataset path: (shape, dtype)} of a Keras weights file (its optimizer
+    aside)."""
     arrays = {}
     with h5py.File(path, "r") as f:
-        f.visititems(lambda name, item: arrays.__setitem__(name, item.shape)
+        f.visititems(lambda name, item: arrays.__setitem__(name, (item.shape, item.dtype))
                      if isinstance(item, h5py.Dataset) else None)
     return {k: v for k, v in arrays.items() if not k.startswith("optimizer/")}
+
+
+def _check_values(path, found, wanted):
+    """Each array of the file of the model's kind of number (a string or
+    object array is no weight), and each float array finite."""
+    for key in sorted(found):
+        dtype, own = found[key][1], wanted[key][1]
+        if dtype.kind not in "biuf" or (dtype.kind == "f") != (own.kind == "f"):
+            raise CorruptCheckpointError(
+                f"The Keras weights file {path!r} holds array {key!r} as {dtype}, where the "
+                f"model's is {own}: it was not written by model.save_weights of this model "
+                "(load the weights of the model that wrote it).")
+    with h5py.File(path, "r") as f:
+        for key in sorted(found):
+            if found[key][1].kind == "f":
+                _check_finite(np.asarray(f[key][()], dtype="float32"), repr(path), key)
 
 
 def check_keras_weights(model: keras.Model, path: str) -> None:
     """A CheckpointMismatchError unless the Keras weights file at `path`
     holds exactly the arrays `model` saves (same paths, same shapes): a
     deeper model's file would otherwise load into a shallower one. The
-    model's own layout is what `model.save_weights` writes."""
+    model's own layout is what `model.save_weights` writes. Then a
+    CorruptCheckpointError for an array of another kind of number (a
+    string array) or a float array holding NaN or infinities."""
     with tempfile.TemporaryDirectory() as tmp:
         own = os.path.join(tmp, "own.weights.h5")
         model.save_weights(own)
@@ -83,8 +103,8 @@ def check_keras_weights(model: keras.Model, path: str) -> None:
     found = _h5_arrays(path)
     missing = sorted(set(wanted) - set(found))
     unexpected = sorted(set(found) - set(wanted))
-    misshaped = sorted(f"{k}: file {found[k]}, model {wanted[k]}"
-                       for k in set(wanted) & set(found) if found[k] != wanted[k])
+    misshaped = sorted(f"{k}: file {found[k][0]}, model {wanted[k][0]}"
+                       for k in set(wanted) & set(found) if found[k][0] != wanted[k][0])
     if missing or unexpected or misshaped:
         parts = [f"{len(x)} {what} ({_fmt(x, 5)})" for x, what in (
             (unexpected, "arrays in the file that the model does not have"),
@@ -96,3 +116,4 @@ def check_keras_weights(model: keras.Model, path: str) -> None:
             "Load it into the model that wrote it (same variant and options).",
             missing=missing, unexpected=unexpected, misshaped=misshaped, source=path,
             model_name=model.name)
+    _check_values(path, found, wanted)

@@ -23,6 +23,7 @@ from this module too, as they always were.
 
 import dataclasses
 import logging
+import math
 import os
 import re
 
@@ -53,7 +54,7 @@ from keras_vit.weights.architecture import (  # noqa: F401
     describe_architecture,
 )
 from keras_vit.weights.npz import POSEMB_KEY, canonical_keys, read_checkpoint
-from keras_vit.weights.posemb import resize_position_embedding, square_grid
+from keras_vit.weights.posemb import checkpoint_grid, resize_position_embedding
 from keras_vit.weights.sniff import (  # noqa: F401
     ACCEPTED_FORMATS,
     DEFAULT_MAX_CHECKPOINT_BYTES,
@@ -290,7 +291,7 @@ def _mismatch_message(model, params, source, missing, unexpected, misshaped):
     return "\n".join(lines)
 
 
-def load_official_weights(model, params, source=None, dropped=()):
+def load_official_weights(model, params, source=None, dropped=(), key_name=None):
     """Assigns official checkpoint weights to `model`'s weights.
 
     Args:
@@ -302,13 +303,17 @@ def load_official_weights(model, params, source=None, dropped=()):
         dropped: key prefixes the caller decided not to load (the head
             when it is replaced, `pre_logits` when it is dropped); they are
             neither loaded nor reported as unexpected.
+        key_name: how messages name an official key (the checkpoint's own
+            name of it, for a timm or transformers file); default: itself.
 
     Returns:
         The number of model weights assigned.
 
     The position embedding is resized with the official algorithm when the
     grid differs. The whole key set is checked before any weight is
-    assigned.
+    assigned, then every value: this is where every format's weights pass
+    (official, timm, transformers, PyTorch files, Hub folders), and a NaN
+    or infinite value is refused here, once for all of them.
 
     Raises:
         CheckpointMismatchError: keys or shapes do not fit the model. The
@@ -318,6 +323,8 @@ def load_official_weights(model, params, source=None, dropped=()):
             (`keras_vit.model_from_checkpoint`), then at most 20 keys of each
             kind; the exception's `missing`, `unexpected` and `misshaped`
             hold all of them.
+        CorruptCheckpointError: a weight holds NaN or infinite values (the
+            message names the checkpoint and the key).
         CheckpointNotFoundError, UnsupportedCheckpointError,
             CorruptCheckpointError: from `read_checkpoint` when `params` is
             a path.
@@ -331,7 +338,7 @@ def load_official_weights(model, params, source=None, dropped=()):
     params = canonical_keys(params)
     table = official_params(model)
     expected = {k for p in table for k in p.keys}
-    missing, misshaped, assignments = [], [], []
+    missing, misshaped, assignments, loaded = [], [], [], []
     for param in table:
         if any(k.startswith(tuple(dropped)) for k in param.keys):
             continue  # e.g. a new head: keeps its (zero) initialisation
@@ -340,6 +347,7 @@ def load_official_weights(model, params, source=None, dropped=()):
         if len(present) != len(param.keys):
             continue
         arrays = [np.asarray(params[k], dtype="float32") for k in param.keys]
+        loaded += zip(param.keys, arrays, strict=True)
         wanted = param.official_shapes()
         bad = []
         for key, array, shape in zip(param.keys, arrays, wanted, strict=True):
@@ -367,15 +375,31 @@ def load_official_weights(model, params, source=None, dropped=()):
             missing=missing, unexpected=unexpected, misshaped=misshaped,
             source=source, model_name=model.name,
         )
+    for key, array in loaded:
+        _check_finite(array, source, key_name(key) if key_name else key)
     for param, value in assignments:
         param.variable.assign(value)
     return len(assignments)
 
 
+def _check_finite(array, source, key):
+    """A CorruptCheckpointError when `array` (float32) holds a NaN or an
+    infinity. A float64 sum is finite exactly when every value is (float32
+    values cannot overflow it), so the common case costs one pass and no
+    copy."""
+    if math.isfinite(np.sum(array, dtype=np.float64)):
+        return
+    nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+    raise CorruptCheckpointError(
+        f"Checkpoint {source}: its weight {key!r} holds {nan:,} NaN and {inf:,} infinite "
+        f"values (of {array.size:,}), and keras_vit refuses non-finite weights, with which "
+        "the model would output NaN (write or download the file again).")
+
+
 def _resize_posemb(model, posemb, source):
     encoder = next(layer for layer in model.layers if isinstance(layer, PatchEncoder))
     prefix = encoder.num_prefix_tokens
-    old = square_grid(posemb.shape[1] - prefix)
+    old = checkpoint_grid(posemb.shape[1], prefix)
     new = encoder.grid_size
     logger.info(
         "Resizing the position embedding of %s from a %dx%d to a %dx%d grid "

@@ -12,6 +12,8 @@ import math
 import numpy as np
 import scipy.ndimage
 
+from keras_vit.errors import CheckpointMismatchError
+
 
 def square_grid(num_patches):
     """Returns `(g, g)` for `num_patches == g * g`; raises otherwise."""
@@ -22,6 +24,43 @@ def square_grid(num_patches):
             "square grid; pass `old_grid` to resize it."
         )
     return side, side
+
+
+MAX_EXTRA_TOKENS = 16  # prefix tokens beyond the class token named as such (DINOv2: 4 registers)
+
+
+def checkpoint_grid(rows, prefix):
+    """`(g, g)`: the grid of a checkpoint's position embedding of `rows`
+    rows, the first `prefix` of them prefix tokens (1: the class token).
+
+    Raises:
+        CheckpointMismatchError: the other rows are no square grid. When a
+            square grid and a few more rows would fit, the message says what
+            those rows are (DeiT's distillation token, register tokens) and
+            that keras_vit does not build such models yet.
+
+    >>> checkpoint_grid(1 + 14 * 14, 1)
+    (14, 14)
+    """
+    # keras_vit builds no model with extra prefix tokens yet (DeiT's distilled
+    # models are a later issue, #48): refused in one sentence, never resized.
+    tokens = rows - prefix
+    side = math.isqrt(max(tokens, 0))
+    extra = tokens - side * side
+    if extra == 0 and side:
+        return side, side
+    head = (f"A checkpoint's position embedding of {rows} rows "
+            f"({'the class token and ' * bool(prefix)}")
+    if side and extra <= MAX_EXTRA_TOKENS:
+        what = ("a distillation token, as DeiT's distilled models have" if extra == 1
+                else "e.g. a distillation token and register tokens")
+        raise CheckpointMismatchError(
+            f"{head}{tokens} more) holds {extra} extra prefix token{'s' * (extra > 1)} "
+            f"before a {side}x{side} grid of patches ({what}); keras_vit does not build "
+            "models with extra prefix tokens yet, so the checkpoint is refused.")
+    raise CheckpointMismatchError(
+        f"{head}{tokens} patch tokens) holds no square grid of patches, which every "
+        "checkpoint keras_vit reads has.")
 
 
 def resize_position_embedding(posemb, new_grid, num_prefix_tokens=1, old_grid=None):

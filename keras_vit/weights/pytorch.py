@@ -20,8 +20,11 @@ in that format:
   offset, shape and strides, each checked against the storage, and copied.
   Floating tensors come out as float32 (as `hub.read_safetensors`).
 - Bounded: `data.pkl` at most `MAX_PICKLE_BYTES`; stored (uncompressed)
-  members only, as torch writes them; the tensors made at most
-  `max_checkpoint_bytes()` in all.
+  members only, each name once, as torch writes them; a tensor at most the
+  elements of the storage it views (no stride-0 expansion), the tensors at
+  most `MAX_VIEWS_PER_ELEMENT` times the elements stored, and the bytes
+  made at most `max_checkpoint_bytes()` in all (for a sharded folder: all
+  its shards together).
 
 Example:
 
@@ -42,17 +45,14 @@ import zipfile
 import numpy as np
 
 from keras_vit.errors import CorruptCheckpointError, UnsupportedCheckpointError
-from keras_vit.weights.sniff import (
-    check_checkpoint_bytes,
-    max_checkpoint_bytes,
-    sniff_checkpoint,
-)
+from keras_vit.weights.sniff import ByteCount, sniff_checkpoint
 
 logger = logging.getLogger("keras_vit")
 
 MAX_PICKLE_BYTES = 1 << 23  # 8 MiB: a ViT-H state dict's data.pkl is about 0.2 MB
 MAX_GLOBALS = 1000          # distinct globals a data.pkl may name (a state dict: 3 or 4)
 MAX_DEPTH = 32              # nesting of the pickled object (a training checkpoint: about 6)
+MAX_VIEWS_PER_ELEMENT = 2   # tensor elements per stored element (a slice and its whole: 2)
 _MAX_INT = 1 << 63          # sizes, strides and offsets are int64 in torch
 # Where the weights sit in a checkpoint that holds more than a state dict,
 # in the order they are looked up (timm train.py, Lightning-style, DDP
@@ -173,11 +173,14 @@ class _Unpickler(pickle.Unpickler):
 
 class _Reader:
     """Reads one torch zip: its storages on demand (each once), the tensors
-    checked against them, every byte made counted against the bound."""
+    checked against them (a view holds at most its storage's elements, the
+    views of the file at most `MAX_VIEWS_PER_ELEMENT` times the elements
+    stored; the same view twice is one tensor), every byte made counted
+    against the bound (`count`: a `ByteCount`, shared by a folder's shards)."""
 
-    def __init__(self, name, archive, prefix, limit):
-        self.name, self.archive, self.prefix, self.limit = name, archive, prefix, limit
-        self.storages, self.made = {}, 0
+    def __init__(self, name, archive, prefix, count):
+        self.name, self.archive, self.prefix, self.count = name, archive, prefix, count
+        self.storages, self.views, self.stored, self.viewed = {}, {}, 0, 0
         order = self._member("byteorder", optional=True)
         if order is not None and order.strip() not in (b"little", b"big"):
             raise CorruptCheckpointError(
@@ -186,8 +189,7 @@ class _Reader:
         self.big_endian = order is not None and order.strip() == b"big"
 
     def _count(self, nbytes):
-        self.made += nbytes
-        check_checkpoint_bytes(repr(self.name), self.made)
+        self.count.add(nbytes)
 
     def _member(self, path, optional=False, size=None):
         """The bytes of `<prefix>path` (at most `size` of them are used)."""
@@ -234,6 +236,7 @@ class _Reader:
         if key not in self.storages:
             nbytes = numel * kind.dtype.itemsize
             self._count(nbytes)
+            self.stored += numel
             data = self._member(f"data/{key}", size=nbytes)
             dtype = kind.dtype.newbyteorder(">") if self.big_endian else kind.dtype
             array = np.frombuffer(data, dtype, count=numel)
@@ -253,6 +256,22 @@ class _Reader:
                 f"{reprlib.repr(stride)} and offset {reprlib.repr(offset)}, which do not "
                 "describe a view (tuples of whole numbers below 2**63 of one length).")
         count = math.prod(size)
+        same = (storage.name, offset, size, stride)
+        if same in self.views:  # tied weights: one tensor under two names
+            return self.views[same]
+        if count > len(storage.array):
+            raise CorruptCheckpointError(
+                f"{self.name!r} is a damaged PyTorch checkpoint: a tensor of shape {size} "
+                f"(strides {stride}) holds {count:,} elements, more than the "
+                f"{len(storage.array):,} of storage {storage.name} it views (its strides "
+                "repeat elements); keras_vit reads views no larger than their storage.")
+        self.viewed += count
+        if self.viewed > MAX_VIEWS_PER_ELEMENT * self.stored:
+            raise CorruptCheckpointError(
+                f"{self.name!r} is a damaged PyTorch checkpoint: its tensors hold "
+                f"{self.viewed:,} elements, more than {MAX_VIEWS_PER_ELEMENT} times the "
+                f"{self.stored:,} its storages hold; a state dict's views (a slice, a "
+                "transpose) read each stored element once or twice.")
         # float32 out, or the integers' own size; bfloat16 needs two temporaries more
         item = storage.array.itemsize
         self._count(count * (max(4, item) + (8 if storage.bfloat16 else 0)))
@@ -271,7 +290,8 @@ class _Reader:
             array = view.astype(np.float32)
         else:
             array = view.astype(view.dtype.newbyteorder("="))
-        return _Tensor(array)
+        self.views[same] = _Tensor(array)
+        return self.views[same]
 
     def rebuild_parameter(self, data, requires_grad=False, backward_hooks=None, *rest):
         if not isinstance(data, _Tensor):
@@ -301,22 +321,34 @@ def _what(value):
 
 
 def _data_pickle(name, archive):
-    """The archive prefix ("<folder>/" or ""): where the one `data.pkl` is."""
-    found = [n for n in archive.namelist()
+    """The archive prefix ("<folder>/" or ""): where the one `data.pkl` is.
+    No member may appear twice: zipfile reads the last of two members of
+    one name, so a second `data/<key>` would replace a storage silently."""
+    names = archive.namelist()
+    found = [n for n in names
              if n == "data.pkl" or (n.endswith("/data.pkl") and n.count("/") == 1)]
     if len(found) != 1:
         raise UnsupportedCheckpointError(
             f"{name!r} is a zip archive but not a PyTorch checkpoint "
             f"({len(found)} top-level data.pkl members, torch.save writes one).")
+    if len(set(names)) != len(names):
+        seen = set()
+        twice = next(n for n in names if n in seen or seen.add(n))
+        raise CorruptCheckpointError(
+            f"{name!r} is a damaged PyTorch checkpoint: its member {twice!r} appears "
+            "more than once (torch.save writes each once, and which copy is read would "
+            "depend on the reader).")
     return found[0][:-len("data.pkl")]
 
 
-def read_torch_file(path, name=None, sniffed=False):
+def read_torch_file(path, name=None, sniffed=False, count=None):
     """The object `torch.save` wrote to `path`, with each tensor a NumPy
     array and each other global an `Opaque` record.
 
     `sniffed=True`: `sniff_checkpoint` has called the file `"torch"`
-    already (it is not sniffed again).
+    already (it is not sniffed again). `count`: the `sniff.ByteCount` the
+    bytes made are counted in (a sharded folder's, shared by its shards;
+    default: this file's own).
 
     Raises:
         CheckpointNotFoundError: no file at `path`.
@@ -334,10 +366,10 @@ def read_torch_file(path, name=None, sniffed=False):
     path = os.path.expanduser(os.fspath(path))
     if not sniffed and sniff_checkpoint(path, name=name, torch=True) != "torch":
         raise UnsupportedCheckpointError(f"{name!r} is not a PyTorch checkpoint.")
-    limit = max_checkpoint_bytes()  # a bad setting is its own error, not the file's
+    count = ByteCount(repr(name)) if count is None else count
     try:
         with zipfile.ZipFile(path) as archive:
-            reader = _Reader(name, archive, _data_pickle(name, archive), limit)
+            reader = _Reader(name, archive, _data_pickle(name, archive), count)
             pickled = reader._member("data.pkl")
             return _arrays(_Unpickler(io.BytesIO(pickled), reader).load(), name)
     except (CorruptCheckpointError, UnsupportedCheckpointError, _FileError):
@@ -426,14 +458,19 @@ def state_dict_of(obj, name, ema=False):
 
 def _unwrapped(state):
     """`state` without the wrapper prefixes that every key has, stripped
-    until none is left (`_orig_mod.module.x` -> `x`)."""
+    until none is left (`_orig_mod.module.x` -> `x`).
+
+    In linear time: the prefixes are found at a moving offset and each key
+    is cut once (a key of a million `module.` costs one pass, not a copy
+    per prefix)."""
+    start = 0
     while state and (prefix := next((p for p in WRAPPER_PREFIXES
-                                     if all(k.startswith(p) for k in state)), None)):
-        state = {k[len(prefix):]: v for k, v in state.items()}
-    return state
+                                     if all(k.startswith(p, start) for k in state)), None)):
+        start += len(prefix)
+    return {k[start:]: v for k, v in state.items()} if start else state
 
 
-def read_torch_weights(path, name=None, ema=False, sniffed=False):
+def read_torch_weights(path, name=None, ema=False, sniffed=False, count=None):
     """`(state, where)`: the tensor state dict in a PyTorch checkpoint
     (see `state_dict_of`) and the key it was found under (None: the file
     is the state dict itself), with one log line saying what was read and
@@ -448,14 +485,15 @@ def read_torch_weights(path, name=None, ema=False, sniffed=False):
     ```
     """
     name = os.fspath(path) if name is None else name
-    state, where, others = state_dict_of(read_torch_file(path, name, sniffed), name, ema=ema)
+    state, where, others = state_dict_of(read_torch_file(path, name, sniffed, count), name,
+                                         ema=ema)
     what = f"{where!r}" if where else "the state dict"
     also = f"; also in the file: {', '.join(others)}" if others else ""
     logger.info("read %s (%d tensors) of %r%s", what, len(state), name, also)
     return state, where
 
 
-def read_torch_state(path, name=None, ema=False, sniffed=False):
+def read_torch_state(path, name=None, ema=False, sniffed=False, count=None):
     """`{key: array}` of the tensor state dict in a PyTorch checkpoint
     (see `state_dict_of`), with one log line saying what was read and what
     else the file held.
@@ -468,4 +506,4 @@ def read_torch_state(path, name=None, ema=False, sniffed=False):
     #   also in the file: arch, args, epoch, optimizer, state_dict_ema, version
     ```
     """
-    return read_torch_weights(path, name, ema=ema, sniffed=sniffed)[0]
+    return read_torch_weights(path, name, ema=ema, sniffed=sniffed, count=count)[0]

@@ -74,6 +74,28 @@ def check_checkpoint_bytes(what, total):
             "higher to read it.")
 
 
+class ByteCount:
+    """The bytes of arrays one checkpoint makes, counted as its reader makes
+    them against `max_checkpoint_bytes()`: one count per file, or one for
+    all the shards of a folder together (`what`: the folder), so that a
+    folder is bounded as a whole, not shard by shard.
+
+    >>> count = ByteCount("'folder'")
+    >>> count.add(2**20)
+    >>> count.total
+    1048576
+    """
+
+    def __init__(self, what):
+        self.what, self.total = what, 0
+        max_checkpoint_bytes()  # a bad setting is its own error, not the file's
+
+    def add(self, nbytes):
+        """Counts `nbytes` more; a CorruptCheckpointError past the bound."""
+        self.total += nbytes
+        check_checkpoint_bytes(self.what, self.total)
+
+
 _ZIP_MAGICS = (b"PK\x03\x04", b"PK\x05\x06")
 _NPY_MAGIC = b"\x93NUMPY"
 # torch.save before 1.6: pickle protocol 2, then the magic number 0x1950a86a20f9469cfc6c.

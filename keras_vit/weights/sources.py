@@ -22,6 +22,7 @@ class names), and no file is opened again after it:
 from __future__ import annotations
 
 import os
+import reprlib
 
 from keras_vit import _checks
 from keras_vit.errors import UnsupportedCheckpointError
@@ -147,14 +148,26 @@ def read_local(path: str | os.PathLike, ema: bool = False) -> Checkpoint:
 
 def read_source(path: str | os.PathLike | Checkpoint, ema: bool = False) -> Checkpoint:
     """`model_from_checkpoint`'s sources, which describe a model: a
-    `Checkpoint`, an `hf://` reference or a local file or Hub folder (no
-    registered name, which needs the model it is for).
+    `Checkpoint`, an `hf://` reference, the http(s) URL of an official `.npz`
+    or a local file or Hub folder (no registered name, which needs the model
+    it is for).
 
     Raises:
+        TypeError: `path` is not a str, an `os.PathLike` (a str path) or a
+            `Checkpoint`.
         as `resolve`.
     """
-    if isinstance(path, Checkpoint) or hub.is_hub_uri(path):
-        return resolve(path, ema=ema)
+    if not isinstance(path, (str, os.PathLike, Checkpoint)) or (
+            isinstance(path, os.PathLike) and not isinstance(os.fspath(path), str)):
+        shown = f"{type(path).__name__} {reprlib.repr(path)}"
+        decode = " (decode it: path.decode())" if isinstance(path, bytes) else ""
+        raise TypeError(
+            "model_from_checkpoint's `path` must be a str or os.PathLike path, an "
+            f"'hf://ORG/NAME' reference or a keras_vit.weights Checkpoint, got {shown}"
+            f"{decode}.")
+    if isinstance(path, Checkpoint) or hub.is_hub_uri(path) or (
+            isinstance(path, str) and path.startswith(("http://", "https://"))):
+        return resolve(path, ema=ema)  # a URL: an official .npz, downloaded and cached
     return read_local(path, ema=ema)
 
 

@@ -456,6 +456,14 @@ def _refuse_unsupported(name, args, pool, has_cls, keys, state):
                "of the average); keras_vit's gap models have no class token")
     elif pool == "token" and not has_cls:
         why = "global_pool='token' without a class token"
+    elif "dist_token" in keys:  # DeiT's distilled models: a later issue (#48)
+        why = ("a distillation token (dist_token, as DeiT's distilled models have), "
+               "which keras_vit does not build yet")
+    elif "pos_embed" not in keys or args.get("pos_embed", "learn") != "learn":
+        said = (f"model_args.pos_embed={args['pos_embed']!r}, " if "pos_embed" in args
+                else "")
+        why = (f"no learned position embedding ({said}no 'pos_embed' tensor), which "
+               "every keras_vit ViT adds to its patch tokens")
     elif args.get("no_embed_class") or (
             has_cls and "pos_embed" in state and "cls_token" in state
             and args.get("class_token", True) and _posemb_without_cls(state)):
