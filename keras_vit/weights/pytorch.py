@@ -356,7 +356,9 @@ def read_torch_file(path, name=None, sniffed=False, count=None):
             torch < 1.6 file says how to save it again), or tensors of a
             type keras_vit does not read.
         CorruptCheckpointError: a damaged file (truncated zip, a storage
-            shorter than its tensors, views past a storage, nesting deeper
+            shorter than its tensors, views past a storage or larger
+            than it, views reading the stored elements more than
+            `MAX_VIEWS_PER_ELEMENT` times, a zip member twice, nesting deeper
             than `MAX_DEPTH`, ...), or more than `max_checkpoint_bytes()`
             of storages and tensors.
         ValueError: a tensor whose data is something other than a storage
