@@ -439,15 +439,18 @@ def _order(dataset, *, cache, shuffle, shuffle_buffer, seed, repeat):
     return dataset
 
 
-def _checked(dataset, records, seed):
+def _checked(dataset, records, seed, skip=0):
     """`(record, element_seed)` pairs, each record passed by
     `records.check`: a seed (2 int64) of `tf.data.Dataset.random(seed)`
-    per record that draws random numbers, else zeros."""
+    per record that draws random numbers, else zeros. The first `skip`
+    pairs are left out before any record is checked or decoded."""
     if records.seeded:
         seeds = tf.data.Dataset.random(seed=seed).batch(2)
         dataset = tf.data.Dataset.zip((dataset, seeds))
     else:  # the eval path draws no random numbers
         dataset = dataset.map(as_written(lambda *record: (record, tf.zeros([2], tf.int64))))
+    if skip:
+        dataset = dataset.skip(skip)
     return dataset.map(as_written(lambda record, s: ((records.check(*record), *record[1:]), s)),
                        num_parallel_calls=AUTOTUNE)
 
@@ -466,13 +469,15 @@ def _decoded(dataset, records, skipped):
         image, label, ra_seed if records.seeded else None)), num_parallel_calls=AUTOTUNE)
 
 
-def _mixed(dataset, records, seed):
+def _mixed(dataset, records, seed, skip=0):
     """The batches through `records.mix` (with a seed per batch from
-    `seed + 1`) when the preset smooths labels or mixes images."""
+    `seed + 1`, the first `skip` seeds left out) when the preset smooths
+    labels or mixes images."""
     preset = records.preset
     if not (preset.mixup or preset.cutmix or preset.label_smoothing):
         return dataset
     batch_seeds = tf.data.Dataset.random(seed=None if seed is None else seed + 1).batch(2)
+    batch_seeds = batch_seeds.skip(skip) if skip else batch_seeds
     return tf.data.Dataset.zip((dataset, batch_seeds)).map(as_written(records.mix),
                                                            num_parallel_calls=AUTOTUNE)
 
@@ -503,6 +508,7 @@ def make_dataset(
     drop_remainder: bool | None = None,
     with_info: bool = False,
     holdout: float = 0.1,
+    skip_batches: int = 0,
 ) -> tf.data.Dataset | tuple[tf.data.Dataset, DatasetInfo]:
     """Builds a batched `tf.data` pipeline of `(images, one_hot_labels)`.
 
@@ -564,6 +570,11 @@ def make_dataset(
             whose labels are 1..1000).
         drop_remainder: default: `training`.
         with_info: also return a `DatasetInfo`.
+        skip_batches: start the stream after this many batches (a
+            resumed run: the batches of its finished epochs), skipped
+            before any record is decoded: the batches that follow are
+            those the whole stream gives there (with `skip_corrupt`, a
+            skipped file that fails to decode shifts them by one image).
         holdout: `"folder:DIR"` of class subfolders only: the fraction of
             each class held out as the validation split, a float in [0, 1)
             (default 0.1; 0: train on everything, no validation split).
@@ -594,6 +605,7 @@ def make_dataset(
     ```
     """
     _checks.positive_int(batch_size, "batch_size")
+    _checks.non_negative_int(skip_batches, "skip_batches")
     size = _checks.positive_int_pair(image_size, "image_size")
     preset = get_preset(preset, training)
     if preset.randaugment is not None:
@@ -611,11 +623,11 @@ def make_dataset(
         dataset = _skip_non_images(dataset, skipped)
     dataset = _order(dataset, cache=cache, shuffle=training, shuffle_buffer=shuffle_buffer,
                      seed=seed, repeat=repeat)
-    dataset = _checked(dataset, records, seed)
+    dataset = _checked(dataset, records, seed, skip_batches * local_batch)
     dataset = _decoded(dataset, records, skipped)
     dataset = dataset.batch(local_batch, drop_remainder=drop_remainder,
                             num_parallel_calls=AUTOTUNE)
-    dataset = _prefetched(_mixed(dataset, records, seed))
+    dataset = _prefetched(_mixed(dataset, records, seed, skip_batches))
     if skip_corrupt:
         logger.info("%s: corrupt records are skipped and counted in "
                     "info.skipped_corrupt.", src.description)

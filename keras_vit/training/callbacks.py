@@ -142,11 +142,18 @@ class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestor
     `lora_adapters.npz` beside it, with the backup's epoch."""
 
     ADAPTERS = "lora_adapters.npz"
+    RANDOM_STATE = "random_state.npz"
 
     @contextlib.contextmanager
     def saving_context(self):
         with host_values(self.model), lora.base_kernels_saved(self.model):
             yield
+        states = _random_states(self.model)
+        if states:  # dropout's and drop-path's: the masks after a resume are the same
+            with _atomic.replacing(os.path.join(self.backup_dir, self.RANDOM_STATE),
+                                   "wb") as f:
+                np.savez(f, __epoch__=np.int64(self._current_epoch), **{
+                    str(i): keras.ops.convert_to_numpy(v.value) for i, v in enumerate(states)})
         adapters = lora.adapter_values(self.model)
         if adapters:  # after Keras' files: the epoch they record
             path = os.path.join(self.backup_dir, self.ADAPTERS)
@@ -163,8 +170,12 @@ class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestor
         if epoch:
             _check_backup_weights(self.model, os.path.join(self.backup_dir, BACKUP_WEIGHTS))
         super().on_train_begin(logs)
-        if not epoch or not lora.lora_layers(self.model):
-            return
+        if epoch and lora.lora_layers(self.model):
+            self._restore_adapters(epoch)
+        if epoch:
+            self._restore_random_states(epoch)
+
+    def _restore_adapters(self, epoch):
         path = os.path.join(self.backup_dir, self.ADAPTERS)
         saved = {}
         if os.path.exists(path):
@@ -183,6 +194,38 @@ class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestor
         lora.set_adapter_values(self.model, saved)
 
 
+    def _restore_random_states(self, epoch):
+        """The random layers' seed states of the backup's epoch (Keras'
+        weights file leaves them out), so that a resumed run draws the
+        dropout and drop-path masks the run never killed draws."""
+        states = _random_states(self.model)
+        path = os.path.join(self.backup_dir, self.RANDOM_STATE)
+        if not states:
+            return
+        if not os.path.exists(path):  # a backup of an earlier keras_vit
+            logger.warning("%s holds no random state (dropout, drop-path): the resumed run "
+                           "draws other masks than the run never killed.", self.backup_dir)
+            return
+        own = {str(i): keras.ops.convert_to_numpy(v.value) for i, v in enumerate(states)}
+        try:
+            _check_member_sizes(path, own, what=("random-state backup", "state"))
+            saved = read_npz_arrays(path, path)
+        except (CorruptCheckpointError, zipfile.BadZipFile, OSError) as error:
+            damaged(path, f"cannot be read as the backup's random state ({error})")
+        if (int(saved.pop("__epoch__", -1)) != epoch or set(saved) != set(own)
+                or any(saved[k].shape != own[k].shape for k in own)):
+            damaged(path, f"is not the random state of this model at epoch {epoch}")
+        for i, variable in enumerate(states):
+            variable.assign(saved[str(i)].astype(own[str(i)].dtype))
+
+
+def _random_states(model):
+    """The variables of `model` that are not weights: the states of its
+    random layers' `keras.random.SeedGenerator`s (dropout, drop-path)."""
+    weights = {id(v) for v in model.weights}
+    return [v for v in model.variables if id(v) not in weights]
+
+
 def _check_backup_weights(model, path):
     """A `run_folder.DamagedRunError` naming `path` unless it is a Keras weights file
     holding exactly the arrays `model` saves (`check_keras_weights`)."""
@@ -199,7 +242,7 @@ def _check_backup_weights(model, path):
         damaged(path, f"cannot be read as Keras weights ({error})")
 
 
-def _check_member_sizes(path, adapters, header=4096):
+def _check_member_sizes(path, adapters, header=4096, what=("LoRA backup", "adapter")):
     """A ValueError before reading `path` (an `.npz`) when one of its arrays
     would decompress to more than the adapter of its name (plus a header):
     what a backup holds is bounded by the model, whatever the file says."""
@@ -209,9 +252,9 @@ def _check_member_sizes(path, adapters, header=4096):
         for info in archive.infolist():
             if info.file_size > limits.get(info.filename, 0):
                 raise ValueError(
-                    f"{path} is not a LoRA backup of this model: its member "
+                    f"{path} is not a {what[0]} of this model: its member "
                     f"{info.filename!r} holds {info.file_size:,} bytes, more than the model's "
-                    "adapter of that name; start the run afresh (--overwrite).")
+                    f"{what[1]} of that name; start the run afresh (--overwrite).")
 
 
 def default_callbacks(out, monitor="val_accuracy", model=None, ema=False):

@@ -401,6 +401,8 @@ class _Datasets:
     validation: object
     info: object                # DatasetInfo of the training split
     val_info: object
+    # (skip_batches) -> the training pipeline from that batch on (a resume)
+    train_from: object = None
 
 
 def train(
@@ -662,9 +664,9 @@ def _open_datasets(data, train_split, val_split, distribution, *, preset, seed, 
     split is clipped to it (the training pipeline is then opened again
     with that batch); under a JAX distribution each validation batch is
     padded so that it splits over the replicas."""
-    def open_train():
+    def open_train(skip_batches=0):
         return _open_data(data, train_split, training=True, preset=preset, seed=seed,
-                          repeat=True, **common)
+                          repeat=True, skip_batches=skip_batches, **common)
 
     train_ds, info = open_train()
     reason = "given"
@@ -681,7 +683,8 @@ def _open_datasets(data, train_split, val_split, distribution, *, preset, seed, 
         data, val_split, train_split, lambda split: _open_data(data, split, **common))
     if distribution is not None:
         val_ds = _shardable_validation(val_ds, val_info, batch_size, distribution)
-    return _Datasets(train_ds, val_ds, info, val_info), batch_size, reason
+    return (_Datasets(train_ds, val_ds, info, val_info, lambda skip: open_train(skip)[0]),
+            batch_size, reason)
 
 
 def _schedule(info, batch_size, steps, epochs, steps_per_epoch, gradient_accumulation_steps):
@@ -939,8 +942,12 @@ def _fit_and_save(plan, datasets, folder):
     moved = WeightsMoved()
     backup = next(c for c in callbacks if isinstance(c, keras.callbacks.BackupAndRestore))
     callbacks.insert(callbacks.index(backup) + 1, moved)  # compares the restored weights
+    train = datasets.train
+    if folder.resumed_epoch and datasets.train_from is not None:
+        # the batches the run never killed gives after its finished epochs
+        train = datasets.train_from(folder.resumed_epoch * plan.steps_per_epoch)
     try:
-        history = trainable.fit(datasets.train, epochs=plan.epochs,
+        history = trainable.fit(train, epochs=plan.epochs,
                                 steps_per_epoch=plan.steps_per_epoch,
                                 validation_data=datasets.validation, callbacks=callbacks,
                                 shuffle=False, verbose=plan.verbose)
