@@ -7,6 +7,7 @@ import json
 import logging
 import os
 import pathlib
+import re
 
 import numpy as np
 import pytest
@@ -135,3 +136,66 @@ def test_saved_model_export_verifies_on_the_calibration_folder(tmp_path, few_dig
     report = json.loads(result.out)
     assert report["validation"] == {"split": "test", "images": 30, "classes": 10,
                                     "source": source}
+
+
+# --- item 24: a model.quantize("int8") model's export is judged by one int8 step --------
+
+@pytest.fixture(scope="module")
+def quickstart_int8():
+    """The quickstart's architecture (4 blocks, width 64), random weights,
+    `model.quantize("int8")`: as the trained digits ViT, its exports differ
+    from Keras by rounding flips of the per-call int8 inputs (measured here:
+    about 8e-4 with logits up to 0.94), far above float32 rounding."""
+    import warnings
+
+    from keras_vit.training.quickstart import QUICKSTART_MODEL
+
+    model = random_weights(keras_vit.VisionTransformer(
+        **QUICKSTART_MODEL, input_shape=(32, 32, 3), classes=10, classifier_activation=None))
+    with warnings.catch_warnings():  # Keras names every layer it has no quantize for
+        warnings.simplefilter("ignore", UserWarning)
+        model.quantize("int8")
+    return model
+
+
+QUICKSTART_PIXELS = np.random.default_rng(1).uniform(0, 255, (32, 32, 32, 3)).astype("float32")
+
+
+@pytest.mark.parametrize("fmt", ["onnx", "saved_model"])
+def test_a_keras_int8_model_export_is_judged_by_one_int8_step(tmp_path, quickstart_int8, fmt):
+    write = {"onnx": lambda: export.to_onnx(quickstart_int8, tmp_path / "m.onnx",
+                                            validation_data=QUICKSTART_PIXELS,
+                                            latency_repeats=1, verbose=False),
+             "saved_model": lambda: export.to_saved_model(
+                 quickstart_int8, tmp_path / "sm", validation_data=QUICKSTART_PIXELS,
+                 verbose=False)}[fmt]
+    report = write()  # the float32 bar (1e-4 x max |logit|) rejected it
+    assert report.passed
+    assert 1e-4 * max(1, report.max_abs_logit) < report.max_abs_diff \
+        <= max(1, report.max_abs_logit) / 127
+    assert re.fullmatch(r"max \|diff\| <= 0\.00787402( x max \|logit\| \S+)? and top-1 agreement "
+                        r">= 99% \(a model.quantize\('int8'\) model: one int8 step\)",
+                        report.criteria)
+
+
+def test_the_int8_step_bar_is_only_for_keras_quantized_models(quickstart_int8):
+    from keras_vit.export._pipeline import ExportFormat
+    from keras_vit.export._report import ExportReport
+
+    def judged(model, max_abs_diff, quantization="none"):
+        report = ExportReport(format="onnx", path="m.onnx", quantization=quantization,
+                              size_bytes=1, validation={}, max_abs_diff=max_abs_diff,
+                              top1_agreement=1.0, max_abs_logit=4.35)
+        fmt = ExportFormat(model, "m.onnx", quantization, (32, 32))
+        fmt.checks = {"none": {"max_abs_diff": 1e-4, "min_top1_agreement": 1.0},
+                      "dynamic": {"min_top1_agreement": 0.99}}
+        return fmt.judge(report), report.criteria
+
+    # the measured trained digits ViT: 0.0063 with logits up to 4.35
+    assert judged(quickstart_int8, 0.0063)[0]
+    assert not judged(quickstart_int8, 0.05)[0]  # more than one step: refused
+    float_model = tiny_vit(classifier_activation=None)
+    assert judged(float_model, 0.0063) == (
+        False, "max |diff| <= 0.0001 x max |logit| 4.35 MISSED and top-1 agreement >= 100%")
+    # a quantized export of the quantized model keeps its mode's bar
+    assert judged(quickstart_int8, 0.5, "dynamic") == (True, "top-1 agreement >= 99%")

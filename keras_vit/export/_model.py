@@ -44,6 +44,37 @@ KERAS_QUANTIZED = {
 }
 
 
+# What an export of a `model.quantize("int8")` model must reach against that
+# quantized Keras model, in place of the float32 bars. Keras' int8 Dense
+# quantizes its input per call (abs-max per row, `inputs_quantizer`), so
+# float32 rounding a few ulps away in the exported graph (another LayerNorm or
+# GELU kernel) can move an input across a rounding boundary: one int8 step,
+# 1/127 of that row's largest value. The logits then differ by about that
+# fraction of their size, not by float32 rounding: on the quickstart's digits
+# ViT, max |logit diff| 0.0063 with logits up to 4.35 on the 360 test digits,
+# top-1 agreement 100% (ONNX and SavedModel alike; the float32 bar, 1e-4 x
+# 4.35, refused both). int4 (weights only, inputs kept float: 2.6e-6 on the
+# same model) and float8 keep the float32 bars. The bar: one int8 step of the
+# largest logit, and the top-1 agreement of the other exports that quantize
+# activations per call (dynamic range, 99%): an image whose top-2 margin is
+# below a step may flip.
+KERAS_QUANTIZED_CHECKS = {"max_abs_diff": 1 / 127, "min_top1_agreement": 0.99}
+
+
+def keras_quantized_mode(model):
+    """The `model.quantize` mode (`"int8"`) of `model` when one of its Dense
+    layers quantizes its input per call (an `inputs_quantizer`): its float
+    exports are judged by `KERAS_QUANTIZED_CHECKS`; else None."""
+    if _graph_inputs(model) is None:
+        return None
+    for layer in model.layers:
+        for sublayer in [layer, *getattr(layer, "dense_layers", ())]:
+            if (sublayer is not None and sublayer.quantization_mode
+                    and getattr(sublayer, "inputs_quantizer", None) is not None):
+                return sublayer.quantization_mode
+    return None
+
+
 def refuse_keras_quantized(model, fmt):
     """A ValueError when `model` was quantized with `model.quantize(mode)`
     in a mode the export `fmt` cannot run as Keras does (`KERAS_QUANTIZED`)."""

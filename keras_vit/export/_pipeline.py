@@ -30,7 +30,12 @@ from keras_vit.export._files import disk_full_error, is_disk_full
 from keras_vit.export._images import export_images
 from keras_vit.export._labels import labels_beside, model_class_names
 from keras_vit.export._measure import compare, keras_latency_ms, median_ms
-from keras_vit.export._model import output_kind, reference_logits
+from keras_vit.export._model import (
+    KERAS_QUANTIZED_CHECKS,
+    keras_quantized_mode,
+    output_kind,
+    reference_logits,
+)
 from keras_vit.export._report import ExportReport, evaluate, log_passed, reject, warn_kept
 
 
@@ -137,8 +142,15 @@ class ExportFormat:
 
     def judge(self, report):
         """Sets `report.passed` / `criteria` by the format's bars; returns
-        `report.passed`."""
-        return evaluate(report, **self.checks[self.quantization])
+        `report.passed`. A float export of a `model.quantize("int8")` model
+        is judged against that model by `KERAS_QUANTIZED_CHECKS` (one int8
+        step); its criteria say so."""
+        mode = keras_quantized_mode(self.model) if self.quantization == "none" else None
+        if mode is None:
+            return evaluate(report, **self.checks[self.quantization])
+        passed = evaluate(report, **KERAS_QUANTIZED_CHECKS)
+        report.criteria += f" (a model.quantize({mode!r}) model: one int8 step)"
+        return passed
 
     def put_in_place(self, temporary):
         """Renames the verified export to `path`."""

@@ -462,8 +462,10 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
         check: raise `ExportVerificationError` when the file misses its
             mode's bar (`CHECKS`): float32 max |logit diff| <= 1e-4 (x the
             largest |logit| above 1) and 100% top-1 agreement; dynamic
-            >= 99%; int8 >= 97%. `check=False` still measures and reports,
-            keeps the file and logs a warning.
+            >= 99%; int8 >= 97%; a `model.quantize("int8")` model's float
+            export: one int8 step (`_model.KERAS_QUANTIZED_CHECKS`).
+            `check=False` still measures and reports, keeps the file and
+            logs a warning.
         verbose: log one line (INFO, logger "keras_vit") when the export passes;
             the report itself is returned (`print(report)` shows it).
 

@@ -262,7 +262,9 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
         num_validation: at most this many validation images (2000).
         check: raise `ExportVerificationError` when the reloaded
             SavedModel's logits differ from Keras by more than 1e-5
-            (x max |logit| above 1) or a top-1 class differs. `check=False`
+            (x max |logit| above 1) or a top-1 class differs (a
+            `model.quantize("int8")` model: one int8 step,
+            `_model.KERAS_QUANTIZED_CHECKS`). `check=False`
             still measures and reports, keeps the SavedModel and logs a
             warning when the bar is missed.
         verbose: log one line (INFO, logger "keras_vit") when the export passes;
