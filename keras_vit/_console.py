@@ -209,8 +209,16 @@ def _one_line(text):
     return " ".join(lines) if len(lines) <= 3 else lines[0]
 
 
+# The Python stack TensorFlow puts before a graph op's own sentence
+# ("Graph execution error:", "Detected at node X defined at (most recent call
+# last):", "File "...", line N, in f" lines).
+_GRAPH_STACK = re.compile(r'^\s*(Graph execution error:|Detected at node .*|File ".*", line \d+, '
+                          r'in .*)\s*$', re.MULTILINE)
+
+
 def _op_error_message(error):
     message = getattr(error, "message", None) or str(error)
+    message = _GRAPH_STACK.sub("", message)
     for pattern in _TF_INTERNALS:
         message = pattern.sub(" ", message)
     message = re.sub(r"\s+", " ", message).strip(" ;:\n")

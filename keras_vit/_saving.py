@@ -37,8 +37,10 @@ def check_keras_path(path, what="MODEL"):
     if path.endswith(".npz"):
         raise ValueError(
             f"{what} must be a .keras file written by keras-vit train or model.save; got "
-            f"{path!r} (an official checkpoint: use keras-vit predict --model auto "
-            f"--weights {path}).")
+            f"{path!r} (an official checkpoint: make a .keras file of it in Python with "
+            f"keras_vit.model_from_checkpoint({path!r}).save("
+            f"{os.path.splitext(path)[0] + '.keras'!r}); keras-vit predict reads it as it "
+            f"is with --model auto --weights {path}).")
     if not path.endswith(".keras"):
         raise ValueError(f"{what} must be a .keras file written by keras-vit train or "
                          f"model.save; got {path!r}.")

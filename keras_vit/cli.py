@@ -32,7 +32,7 @@ import sys
 
 import keras_vit  # light here: `keras_vit_cli` makes it load its names on first use
 from keras_vit import _checks, _console
-from keras_vit._image_files import image_paths
+from keras_vit._image_files import image_paths, image_paths_and_left_out, read_image_file
 from keras_vit._saving import check_keras_path as _check_model_file
 from keras_vit._saving import load_keras_model
 from keras_vit.training import quickstart
@@ -245,28 +245,38 @@ def _load_keras_model(path, what="MODEL"):
 
 
 def _decode_image(path, skip_corrupt=False):
-    """The uint8 image in `path`; None for a file that does not decode with
-    `skip_corrupt`, else a ValueError naming it."""
+    """The uint8 image in `path`; None for a file that cannot be read or
+    decoded with `skip_corrupt`, else a ValueError naming it: train's
+    sentences (a regular file only: a FIFO or a device is never read; the
+    structural check before the decoder)."""
     tf = _console.load_tensorflow()
     from keras_vit.data.augment import decode_image  # heavy (see the top)
-    from keras_vit.data.pipeline import oversized, too_large_error  # heavy (see the top)
+    from keras_vit.data.pipeline import (  # heavy (see the top)
+        looks_like_image, oversized, too_large_error)
 
     try:
-        with open(path, "rb") as f:
-            data = f.read()
+        data = read_image_file(path)
+    except OSError as error:
+        if skip_corrupt:
+            return None
+        raise ValueError(f"Cannot read image file {path!r} ({error.strerror or error}); "
+                         "pass --skip-corrupt to skip such files.") from None
+    try:
+        if not bool(looks_like_image(data)):  # truncated, empty, not an image
+            raise tf.errors.InvalidArgumentError(None, None, "")
         large = oversized(data)
         if large:  # never decoded
             if skip_corrupt:
                 return None
             raise too_large_error(path, *large, "pass --skip-corrupt to skip such files")
         return decode_image(data)  # upright by its EXIF orientation
-    except (tf.errors.OpError, OSError) as error:
+    except tf.errors.OpError as error:
         if skip_corrupt:
             return None
-        reason = (_console._op_error_message(error) if isinstance(error, tf.errors.OpError)
-                  else (error.strerror or str(error)))
-        raise ValueError(f"Cannot decode {path!r} as an image ({reason}); pass "
-                         "--skip-corrupt to skip such files.") from error
+        reason = _console._op_error_message(error) if error.message else ""
+        raise ValueError(f"Corrupt or non-image file {path!r}"
+                         + (f" ({reason})" if reason else "")
+                         + "; pass --skip-corrupt to skip such files.") from None
 
 
 def _decode_images(paths, skip_corrupt=False):
@@ -328,6 +338,13 @@ def _check_model_args(args):
     """Validates `--model` / `--weights` without importing TensorFlow."""
     model = args.model
     if model.endswith(".keras"):
+        given = [flag for flag, value in (("--weights", args.weights),
+                                          ("--weights-ema", args.ema)) if value]
+        if given:  # never ignored (as train refuses --weights-ema for a .keras model)
+            raise ValueError(
+                f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to a named "
+                f"model or --model auto; --model {model!r} is a .keras file that holds its "
+                f"own weights: leave {' and '.join(given)} out.")
         _check_model_file(model, "--model")
         return
     hub_folder = os.path.isfile(os.path.join(model, "config.json"))
@@ -352,14 +369,15 @@ def _check_model_args(args):
     if model != "auto":
         return
     weights = args.weights
-    if weights.startswith("hf://"):
+    if weights.startswith(("hf://", "http://", "https://")):  # a URL: an official .npz
         return
     if not weights.endswith(CHECKPOINT_SUFFIXES) and not os.path.isdir(weights):
         raise ValueError(
             "--model auto reads the architecture from a local official .npz, a "
             "Hugging Face Hub folder (config.json + model.safetensors or "
             "pytorch_model.bin), a .safetensors or PyTorch file (.pth, .pt, .bin, "
-            f".ckpt, .pth.tar) or hf://ORG/NAME; for --weights {weights!r} name the "
+            f".ckpt, .pth.tar), hf://ORG/NAME or the http(s) URL of an official .npz; for "
+            f"--weights {weights!r} name the "
             "model, e.g. --model ViTB16.")
     if not os.path.exists(weights):
         raise ValueError(f"Checkpoint not found: {weights!r}.")
@@ -419,24 +437,11 @@ def _probabilities(model, raw, outputs):
 
 
 def _input_size(model, image_size):
-    """(height, width) to resize images to for `model`: its input size; for a
-    model that takes any size, `--image-size`, else the size its position
-    embedding is stored at."""
-    shape = tuple(model.input_shape[1:3])
-    if None not in shape:
-        if image_size and shape != (image_size, image_size):
-            raise ValueError(f"--image-size {image_size}: the model takes {shape[0]}x"
-                             f"{shape[1]} images; leave --image-size out.")
-        return shape
-    if image_size:
-        return (image_size, image_size)
-    from keras_vit.inspect.analysis import stored_image_size  # heavy (see the top)
+    """(height, width) to resize images to for `model`
+    (`keras_vit.inspect.analysis.input_size`, the check evaluate makes too)."""
+    from keras_vit.inspect.analysis import input_size  # heavy (see the top)
 
-    try:
-        return stored_image_size(model)
-    except ValueError:
-        raise ValueError(f"The model takes any image size ({shape}); pass "
-                         "--image-size.") from None
+    return input_size(model, image_size, "--image-size")
 
 
 def _top_classes(paths, probs, labels, top):
@@ -452,6 +457,23 @@ def _top_classes(paths, probs, labels, top):
     return results
 
 
+def _check_finite(raw, paths):
+    """`raw` outputs (one row per path of `paths`) unless one is NaN or inf
+    (`check_finite_outputs`, naming the first such image): a ranking of NaN
+    probabilities is no answer."""
+    import numpy as np  # heavy (see the top)
+
+    from keras_vit.inspect.analysis import check_finite_outputs  # heavy (see the top)
+
+    raw = np.asarray(raw)
+    bad = [path for path, row in zip(paths, raw.reshape(len(raw), -1), strict=True)
+           if not np.isfinite(row).all()]
+    if bad:
+        more = f" and {_console.plural(len(bad) - 1, 'other image')}" if len(bad) > 1 else ""
+        check_finite_outputs(raw, f"{bad[0]!r}{more}", "probabilities")
+    return raw
+
+
 def _predictions(model, args, paths, size):
     """`(predictions, skipped paths)`: the images streamed in batches of
     `--batch-size` (decoded, resized, classified; only the top classes
@@ -463,6 +485,7 @@ def _predictions(model, args, paths, size):
     for pixels, kept in _resized_batches(paths, size, batch_size, skipped,
                                          args.skip_corrupt):
         raw = model.predict(pixels, batch_size=batch_size, verbose=0)
+        _check_finite(raw, kept)
         probs, _ = _probabilities(model, raw, args.outputs)
         labels = labels or _class_labels(model, args, probs.shape[1])
         results += _top_classes(kept, probs, labels, min(args.top, probs.shape[1]))
@@ -471,8 +494,10 @@ def _predictions(model, args, paths, size):
 
 def cmd_predict(args, out):
     _checks.positive_int(args.top, "--top")  # (argparse checked it; a Namespace of a caller)
-    paths = image_paths(args.images)
+    paths, left_out = image_paths_and_left_out(args.images)
     _check_model_args(args)
+    for sentence in left_out:  # image types keras_vit does not read: counted, never silent
+        print(f"{_console.PROG}: {sentence}", file=sys.stderr)
     model = _model_from_args(args)
     warn_if_emulated(compute_policy(model))
     size = _input_size(model, args.image_size)
@@ -498,8 +523,10 @@ def cmd_predict(args, out):
 
 
 def cmd_explain(args, out):
-    paths = image_paths(args.images)
+    paths, left_out = image_paths_and_left_out(args.images)
     _check_model_args(args)
+    for sentence in left_out:  # image types keras_vit does not read: counted, never silent
+        print(f"{_console.PROG}: {sentence}", file=sys.stderr)
     images, _, _ = _decode_images(paths)
     model = _model_from_args(args)
     from keras_vit.inspect.analysis import stored_image_size  # heavy (see the top)

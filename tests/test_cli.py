@@ -96,7 +96,7 @@ def test_predict_errors_exit_2(tmp_path):
     (tmp_path / "x.png").write_bytes(b"not an image")
     code, _, err = run_cli("predict", tmp_path / "x.png", "--weights", fixture.checkpoint)
     assert code == 2
-    assert err.startswith("keras-vit: error: Cannot decode") and err.count("\n") == 1
+    assert err.startswith("keras-vit: error: Corrupt or non-image file") and err.count("\n") == 1
     (tmp_path / "ok.png").write_bytes(tf.io.encode_png(fixture.io["images_uint8"][0]).numpy())
     code, _, err = run_cli("predict", tmp_path / "ok.png", "--weights", "imagenet21k")
     assert code == 2

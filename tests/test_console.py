@@ -143,8 +143,10 @@ def test_export_of_an_official_checkpoint():
     line = assert_one_error_line(keras_vit("export", "x.npz", "--format", "tflite",
                                            "--out", "x.tflite"))
     assert line == ("keras-vit: error: MODEL must be a .keras file written by keras-vit "
-                    "train or model.save; got 'x.npz' (an official checkpoint: use keras-vit "
-                    "predict --model auto --weights x.npz).")
+                    "train or model.save; got 'x.npz' (an official checkpoint: make a .keras "
+                    "file of it in Python with keras_vit.model_from_checkpoint('x.npz')"
+                    ".save('x.keras'); keras-vit predict reads it as it is with --model auto "
+                    "--weights x.npz).")
     assert_one_error_line(keras_vit("evaluate", "x.npz", "--data", "folder:x"), "got 'x.npz'")
 
 
@@ -251,7 +253,7 @@ def test_predict_corrupt_file_fails_or_is_skipped(trained_model, tmp_path):
     bad = tmp_path / "broken.png"
     bad.write_bytes(b"\x89PNG\r\n\x1a\n not really a png")
     assert_one_error_line(keras_vit("predict", good, bad, "--model", trained_model),
-                          "Cannot decode", repr(str(bad)), "--skip-corrupt")
+                          "Corrupt or non-image file", repr(str(bad)), "--skip-corrupt")
     result = keras_vit("predict", tmp_path, "--model", trained_model, "--json",
                        "--skip-corrupt", "--top", 2)
     assert result.returncode == 0, result.stderr

@@ -17,17 +17,17 @@ deterministic, stratified `holdout`: `"train"` and the held-out
 """
 
 import dataclasses
-import errno
 import hashlib
 import json
 import logging
 import os
-import stat
 
 import tensorflow as tf
 
 from keras_vit import _checks
-from keras_vit._image_files import IMAGE_EXTENSIONS, is_image_name
+from keras_vit._image_files import (
+    IMAGE_EXTENSIONS, is_image_name, left_out_sentence, other_image_type, unreadable_reason,
+)
 from keras_vit.data import schema
 from keras_vit.data._graph import as_written
 from keras_vit.labels import label_line_problem
@@ -160,16 +160,16 @@ def _split_folders(directory, subfolders):
 
 
 def _image_files(folder):
-    """Sorted image file names in `folder`, how many other files it has, and
+    """Sorted image file names in `folder`, the names of its other files, and
     `{name: why}` of the image names that cannot be read."""
-    images, others = [], 0
+    images, others = [], []
     for filename in sorted(tf.io.gfile.listdir(folder)):
         if filename.endswith("/"):
             continue
         if is_image_name(filename):
             images.append(filename)
         elif not filename.startswith(".") and filename.lower() not in _IGNORED_FILES:
-            others += 1
+            others.append(filename)
     if "://" in folder:  # object stores: no links, directories end in "/"
         return images, others, {}
     why = ((f, _unreadable(os.path.join(folder, f))) for f in images)
@@ -178,22 +178,9 @@ def _image_files(folder):
 
 def _unreadable(path):
     """Why the local `path` cannot be read as a file (one stat and one
-    access check, no read), or None."""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as error:
-        if error.errno == errno.ELOOP:
-            return "a symbolic link loop"
-        if error.errno == errno.ENOENT and os.path.islink(path):
-            return f"a symbolic link to {os.readlink(path)!r}, which does not exist"
-        return error.strerror or str(error)
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if not stat.S_ISREG(mode):
-        return "not a regular file"
-    if not os.access(path, os.R_OK):
-        return "no permission to read it"
-    return None
+    access check, no read), or None: the rule `keras-vit predict` applies
+    too (`_image_files.unreadable_reason`)."""
+    return unreadable_reason(path)
 
 
 def _unreadable_error(unreadable, source, hint=True):
@@ -326,7 +313,7 @@ def _list_split_layout(directory, source, subfolders, splits, split):
     classes = sorted(class_folders)
     _check_class_names(class_folders[c] for c in classes)
     root = os.path.join(directory, chosen)
-    files, labels, others, unreadable = [], [], 0, {}
+    files, labels, others, unreadable = [], [], [], {}
     for label, name in enumerate(classes):
         folder = os.path.join(root, name)
         if not tf.io.gfile.isdir(folder):
@@ -361,7 +348,7 @@ def _list_class_layout(directory, source, subfolders, split, holdout):
             f"{directory}/train/<class_name>/<image files> and a test/ or validation/ "
             "beside it).")
     _check_class_names(os.path.join(directory, c) for c in classes)
-    per_class, others, bad_files = [], 0, {}
+    per_class, others, bad_files = [], [], {}
     for name in classes:
         images, skipped, bad = _image_files(os.path.join(directory, name))
         others += skipped
@@ -421,11 +408,19 @@ def _list_class_layout(directory, source, subfolders, split, holdout):
     return files, labels, classes, "holdout", description, unreadable
 
 
-def _log_others(root, count):
-    if count and root not in _logged_others:
+def _log_others(root, others):
+    """Logs the files of `others` (names) left out of `root`: image files of
+    a type keras_vit does not read as a warning (`left_out_sentence`, the
+    wording of `keras-vit predict`), the other files counted."""
+    if others and root not in _logged_others:
         _logged_others.add(root)
-        logger.info("%s: left out %d file%s without an image extension (%s).", root,
-                    count, "" if count == 1 else "s", ", ".join(IMAGE_EXTENSIONS))
+        left_out = left_out_sentence(root, others)
+        if left_out:
+            logger.warning("%s", left_out)
+        count = sum(other_image_type(name) is None for name in others)
+        if count:
+            logger.info("%s: left out %d file%s without an image extension (%s).", root,
+                        count, "" if count == 1 else "s", ", ".join(IMAGE_EXTENSIONS))
 
 
 _logged_others = set()

@@ -103,6 +103,11 @@ def explain(model, images, out, names=None, n_filters=28):
     images = np.asarray(images, "float32")
     names = names or [f"{i:03d}" for i in range(len(images))]
     parts = analysis._Parts(model)
+    # No picture of a model whose outputs are NaN or inf (weights, overflow).
+    analysis.check_finite_outputs(
+        analysis._run(parts.vit, analysis._images(images, parts), 16)[0],
+        f"{len(images)} image{'' if len(images) == 1 else 's'} ({', '.join(names)})",
+        "pictures")
     attentions = analysis.attention_weights(model, images)  # once, for both pictures
     maps = analysis.upsample_maps(
         analysis.rollout(attentions, parts.prefix, parts.grid), parts.image_size)

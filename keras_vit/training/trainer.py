@@ -32,6 +32,7 @@ from keras_vit.data._graph import as_written
 from keras_vit.data.presets import Preset, auto_preset
 from keras_vit.data.sources import check_holdout
 from keras_vit.export._model import output_kind
+from keras_vit.inspect.analysis import check_finite_outputs, input_size
 from keras_vit.layers import lora
 from keras_vit.labels import class_names
 from keras_vit.training import distribution as distribution_lib
@@ -55,6 +56,7 @@ from keras_vit.training.strategy import (
     worker_task,
 )
 from keras_vit.variants import ALL_VARIANTS
+from keras_vit.weights import registry
 
 PRECISIONS = ("float32", "mixed_bfloat16", "mixed_float16")
 logger = logging.getLogger("keras_vit")
@@ -150,6 +152,22 @@ def _check_arguments(out, seed, label_smoothing, dropout_rate, drop_path_rate, s
         if not ((value is None and optional) or (isinstance(value, str) and value.strip())):
             raise TypeError(f"`{name}` must be a split name (a non-empty string"
                             f"{', or None' if optional else ''}), got {value!r}.")
+
+
+def _weights_hint(model):
+    """"weights (e.g. --weights NAME ...)" with a registered name that exists
+    for the named `model` (its ImageNet-21k pre-training first), else how to
+    pass a file: the no-weights warning never suggests weights the model lacks."""
+    variant = ALL_VARIANTS.get(model)
+    names = [n for n in (registry.available_weights(variant) if variant else ())
+             if not n.endswith(">")]
+    pretrained = [n for n in ("imagenet21k", "augreg") if n in names] or names
+    if pretrained:
+        return (f"weights (e.g. --weights {pretrained[0]}; `keras-vit models` lists "
+                f"{model}'s: {', '.join(names)})")
+    if variant is None:
+        return "weights (a registered name, listed by `keras-vit models`, or a checkpoint file)"
+    return f"weights (no registered weights exist for {model}: a checkpoint file)"
 
 
 def _fixed_input_size(model):
@@ -622,7 +640,7 @@ def train(
         logger.warning(
             "Fine-tuning %s without pretrained weights: the 'finetune' recipe (SGD, "
             "few steps) expects a pretrained model, and random weights will learn little. "
-            "Pass weights (e.g. --weights imagenet21k) or use --recipe scratch.", model)
+            "Pass %s or use --recipe scratch.", model, _weights_hint(model))
 
     # JAX: the distribution is active from building the model to saving it
     # (fit shards the batches, and every process's pipeline, under it).
@@ -1313,8 +1331,12 @@ def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
     {'accuracy': 0.98, 'cross_entropy': 0.07, 'cross_entropy_is': 'mean cross-entropy ...', ...}
     """
     model = load_keras_model(model_path)
-    size = image_size or model.input_shape[1]
-    common = dict(image_size=size, batch_size=batch_size, data_dir=data_dir,
+    height, width = input_size(model, image_size)  # predict's check
+    if height != width:
+        raise ValueError(f"{str(model_path)!r} takes {height}x{width} images, but evaluate "
+                         "feeds square images; give a model with a square or dynamic input "
+                         "size.")
+    common = dict(image_size=height, batch_size=batch_size, data_dir=data_dir,
                   skip_corrupt=skip_corrupt, holdout=holdout)
     split, dataset, info = _pick_val_split(
         data, split, None, lambda s: _open_data(data, s, **common))
@@ -1330,6 +1352,9 @@ def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
     except Exception as error:
         _raise_data_error(error)
         raise
+    # NaN or inf outputs make the loss NaN or inf (and an accuracy of argmax ties).
+    check_finite_outputs(np.array([loss], "float64"), f"{data} (split {split!r})",
+                         "accuracy")
     return {"accuracy": float(accuracy), "cross_entropy": float(loss),
             "cross_entropy_is": CROSS_ENTROPY_IS, "model": str(model_path),
             "data": data, "split": split, "images": info.num_examples,
