@@ -11,6 +11,9 @@ Checked on: Keras 3.13-3.15, TensorFlow 2.20-2.21, ai-edge-litert 2.x.
 
 import contextlib
 import importlib
+import os
+
+from keras_vit import _atomic
 
 _ABSENT = object()
 
@@ -293,8 +296,32 @@ class AroundBackupSave:
         return contextlib.nullcontext()
 
     def _save_model(self):
-        with self.saving_context():
-            super()._save_model()
+        """Keras writes `latest.weights.h5` and `training_metadata.json` in
+        place: a kill while it writes left a half file that a resume must
+        refuse. Here both go to temporaries beside them (through Keras'
+        private `_weights_path` and `_training_metadata_path`) and are
+        renamed into place after the context: the weights, then the epoch
+        that names them."""
+        final = {"_weights_path": self._weights_path,
+                 "_training_metadata_path": self._training_metadata_path}
+        if not all(isinstance(getattr(self, name, None), str) for name in final):
+            raise _stale("BackupAndRestore._weights_path and _training_metadata_path (where "
+                         "one backup is written)", _keras_release(), "Keras 3.15.1")
+        # (Keras' save_weights wants a name that ends in .weights.h5)
+        temporary = {name: _atomic.temporary_beside(path) + (
+            ".weights.h5" if name == "_weights_path" else "") for name, path in final.items()}
+        try:
+            for name, path in temporary.items():
+                setattr(self, name, path)
+            with self.saving_context():
+                super()._save_model()
+            for name in final:
+                os.replace(temporary[name], final[name])
+        finally:
+            for name, path in final.items():
+                setattr(self, name, path)
+                if os.path.lexists(temporary[name]):
+                    os.remove(temporary[name])
 
 
 def in_xla_context():

@@ -7,6 +7,7 @@ assumption behind a hook stops holding."""
 # by the tests named there. `_stale_message` is shared with the export section.
 
 import contextlib
+import json
 import inspect
 import os
 
@@ -206,18 +207,40 @@ def test_around_backup_save_wraps_each_backup_keras_writes(tmp_path):
     backup = str(tmp_path / "backup")
     written = []
 
+    def temporaries():
+        return sorted(name for name in os.listdir(backup) if ".tmp-" in name)
+
     class Backup(_compat.AroundBackupSave, keras.callbacks.BackupAndRestore):
         @contextlib.contextmanager
         def saving_context(self):
             before = os.path.exists(os.path.join(backup, "latest.weights.h5"))
             yield
-            written.append((before, os.path.exists(os.path.join(backup, "latest.weights.h5"))))
+            written.append((before, len(temporaries())))
 
     model = _tiny_regressor()
     model.fit(np.ones((4, 3), "float32"), np.zeros((4, 2), "float32"), epochs=2, verbose=0,
               callbacks=[Backup(backup, delete_checkpoint=False)])
-    assert written == [(False, True), (True, True)]  # one backup per epoch, inside the context
+    # one backup per epoch, written inside the context under two temporary
+    # names, renamed into place after it
+    assert written == [(False, 2), (True, 2)]
     assert os.path.exists(os.path.join(backup, "training_metadata.json"))
+    assert temporaries() == []
+    with open(os.path.join(backup, "training_metadata.json")) as f:
+        last = json.load(f)
+    assert last["epoch"] == 2
+
+    class KilledWhileWriting(Backup):
+        @contextlib.contextmanager
+        def saving_context(self):
+            yield
+            raise KeyboardInterrupt  # Ctrl-C after Keras wrote, before the renames
+
+    with pytest.raises(KeyboardInterrupt):
+        model.fit(np.ones((4, 3), "float32"), np.zeros((4, 2), "float32"), epochs=3,
+                  verbose=0, callbacks=[KilledWhileWriting(backup, delete_checkpoint=False)])
+    with open(os.path.join(backup, "training_metadata.json")) as f:
+        assert json.load(f) == last  # the last whole backup, untouched
+    assert temporaries() == []
 
     class NotABackup(_compat.AroundBackupSave, keras.callbacks.Callback):
         pass

@@ -156,10 +156,8 @@ class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestor
                     str(i): keras.ops.convert_to_numpy(v.value) for i, v in enumerate(states)})
         adapters = lora.adapter_values(self.model)
         if adapters:  # after Keras' files: the epoch they record
-            path = os.path.join(self.backup_dir, self.ADAPTERS)
-            with open(path + ".tmp", "wb") as f:
+            with _atomic.replacing(os.path.join(self.backup_dir, self.ADAPTERS), "wb") as f:
                 np.savez(f, **{"__epoch__": np.int64(self._current_epoch), **adapters})
-            os.replace(path + ".tmp", path)
 
     def on_train_begin(self, logs=None):
         """Checks the backup (`run_folder.read_backup`) and that its weights

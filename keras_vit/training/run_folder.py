@@ -119,10 +119,7 @@ class RunFolder:
         """Writes `run.json` (atomically) with `status`."""
         record = {"status": status, "started": self.started, "updated": _now(),
                   "pid": os.getpid(), "config": self.config, **extra}
-        temporary = os.path.join(self.path, f".{RECORD}.tmp-{os.getpid()}")
-        with open(temporary, "w", encoding="utf-8") as f:
-            json.dump(record, f, indent=1)
-        os.replace(temporary, os.path.join(self.path, RECORD))
+        _atomic.write_text(os.path.join(self.path, RECORD), json.dumps(record, indent=1))
 
     def finish(self, status, **extra):
         """Marks the run `"completed"` or `"diverged"`: a later call with
