@@ -19,7 +19,7 @@ import re
 import zipfile
 
 import keras_vit
-from keras_vit import _checks, _compat
+from keras_vit import _atomic, _checks, _compat
 from keras_vit.weights.sniff import MAX_CHECKPOINT_BYTES_ENV, max_checkpoint_bytes
 
 MAX_CONFIG_BYTES = 16 << 20  # a .keras file's config.json (ViT-H/14's: under 100 KB)
@@ -389,8 +389,7 @@ def save_atomically(model, path):
     """`model.save(path)` through a temporary `.keras` file in the same
     folder, renamed into place: a kill never leaves a partial file at
     `path`."""
-    directory, name = os.path.split(os.fspath(path))
-    temporary = os.path.join(directory or ".", f".{name}.tmp-{os.getpid()}.keras")
+    temporary = _atomic.temporary_beside(path) + ".keras"  # (Keras wants the suffix)
     try:
         with host_values(model):
             model.save(temporary)
