@@ -349,10 +349,14 @@ def test_killed_training_resumes_from_the_backup(digits_folder, tmp_path, run):
                                stderr=subprocess.PIPE,
                                env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2", **env))
     log = out / "log.csv"
+    record = out / "backup" / "training_metadata.json"  # renamed into place whole
     deadline = time.time() + 300
     while time.time() < deadline:
-        if log.exists() and len(log.read_text().strip().splitlines()) >= 3:  # header + 2 epochs
-            break
+        try:
+            if json.loads(record.read_text())["epoch"] >= 2:  # (log.csv's row comes first)
+                break
+        except (OSError, ValueError):
+            pass
         time.sleep(0.05)
     process.send_signal(signal.SIGKILL)  # mid-epoch 3, after the epoch-2 backup
     process.wait(timeout=60)

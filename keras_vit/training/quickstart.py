@@ -16,6 +16,7 @@ import sys
 import time
 
 import keras_vit
+from keras_vit import _checks
 
 # This module loads nothing heavy: `keras_vit.training` imports it at load
 # (its `quickstart` function shadows the module's name there), and
@@ -66,8 +67,6 @@ def quickstart(out="runs/quickstart", epochs=40, verbose=1, export_tflite=True, 
     `seed` seeds the initial weights too (`keras.utils.set_random_seed`),
     so a run repeats the README's number (unseeded, the test accuracy of
     the 40 epochs ranges over about two points)."""
-    from keras_vit import _checks
-
     _checks.positive_int(epochs, "epochs")
     _checks.optional(_checks.seed, seed=seed)
     _checks.boolean(overwrite, "overwrite", "--overwrite")
@@ -116,6 +115,7 @@ _EXPORT = """
 import json, sys
 import keras
 import keras_vit
+from keras_vit import _checks
 from keras_vit.export import to_tflite
 model = keras.saving.load_model(sys.argv[1])
 print(to_tflite(model, sys.argv[2], verbose=False, **json.loads(sys.argv[3])).to_json())
