@@ -1,9 +1,16 @@
 """Inspect a ViT: attention rollout, mean attention distance, position-
 embedding similarity, patch-embedding filters, intermediate features.
 
+>>> import numpy as np, keras_vit
 >>> from keras_vit import inspect
->>> maps = inspect.attention_rollout(model, images)        # doctest: +SKIP
->>> distance = inspect.attention_distance(model, images)   # (layers, heads) pixels
+>>> model = keras_vit.VisionTransformer(
+...     patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+...     input_shape=(32, 32, 3), classes=3)
+>>> images = np.zeros((2, 32, 32, 3), "uint8")
+>>> inspect.attention_rollout(model, images).shape         # (N, H, W)
+(2, 32, 32)
+>>> inspect.attention_distance(model, images).shape        # (layers, heads) pixels
+(2, 2)
 """
 
 from keras_vit.inspect.analysis import (

@@ -194,7 +194,15 @@ def attention_rollout(model, images, token=None, upsample=True):
 
     Example:
 
-    >>> maps = keras_vit.inspect.attention_rollout(model, images)  # doctest: +SKIP
+    >>> import numpy as np, keras_vit
+    >>> model = keras_vit.VisionTransformer(
+    ...     patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+    ...     input_shape=(32, 32, 3), classes=3)
+    >>> images = np.zeros((2, 32, 32, 3), "uint8")
+    >>> attention_rollout(model, images).shape
+    (2, 32, 32)
+    >>> attention_rollout(model, images, upsample=False).shape
+    (2, 4, 4)
     """
     parts = _Parts(model)
     grid_maps = rollout(attention_weights(model, images), parts.prefix, parts.grid, token)

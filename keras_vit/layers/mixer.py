@@ -38,7 +38,7 @@ class MixerBlock(keras.layers.Layer):
     Example:
 
     >>> block = MixerBlock(tokens_mlp_dim=8, channels_mlp_dim=32)
-    >>> block(keras.ops.ones((2, 16, 12))).shape
+    >>> tuple(block(keras.ops.ones((2, 16, 12))).shape)
     (2, 16, 12)
     """
 

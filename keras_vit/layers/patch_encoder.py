@@ -50,7 +50,7 @@ def interpolate_position_embedding(posemb, new_grid, old_grid, num_prefix_tokens
     Example:
 
     >>> pe = keras.ops.zeros((1, 1 + 4 * 4, 8))
-    >>> interpolate_position_embedding(pe, (6, 3), (4, 4)).shape
+    >>> tuple(interpolate_position_embedding(pe, (6, 3), (4, 4)).shape)
     (1, 19, 8)
     """
     old_h, old_w = (int(v) for v in old_grid)
@@ -100,9 +100,9 @@ class PatchEncoder(keras.layers.Layer):
     Example:
 
     >>> patches = keras.ops.ones((2, 4, 4, 48))
-    >>> PatchEncoder(64)(patches).shape
+    >>> tuple(PatchEncoder(64)(patches).shape)
     (2, 17, 64)
-    >>> PatchEncoder(64, grid_size=(2, 2))(patches).shape  # 2x2 resized to 4x4
+    >>> tuple(PatchEncoder(64, grid_size=(2, 2))(patches).shape)  # 2x2 resized to 4x4
     (2, 17, 64)
     """
 

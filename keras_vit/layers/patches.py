@@ -30,7 +30,7 @@ class Patches(keras.layers.Layer):
     Example:
 
     >>> x = keras.ops.ones((2, 32, 32, 3))
-    >>> Patches(16)(x).shape
+    >>> tuple(Patches(16)(x).shape)
     (2, 2, 2, 768)
     """
 

@@ -28,9 +28,9 @@ class SequencePooling(keras.layers.Layer):
     Example:
 
     >>> x = keras.ops.reshape(keras.ops.arange(6.0), (1, 3, 2))
-    >>> SequencePooling("gap")(x)
+    >>> keras.ops.convert_to_numpy(SequencePooling("gap")(x))
     array([[2., 3.]], dtype=float32)
-    >>> SequencePooling("avg", num_prefix_tokens=1)(x)
+    >>> keras.ops.convert_to_numpy(SequencePooling("avg", num_prefix_tokens=1)(x))
     array([[3., 4.]], dtype=float32)
     """
 

@@ -16,7 +16,7 @@ class ImageNormalization(keras.layers.Normalization):
     assertion).
 
     >>> layer = ImageNormalization(mean=[127.5] * 3, variance=[127.5**2] * 3)
-    >>> layer(keras.ops.full((1, 2, 2, 3), 255.0)).shape
+    >>> tuple(layer(keras.ops.full((1, 2, 2, 3), 255.0)).shape)
     (1, 2, 2, 3)
     """
 

@@ -54,7 +54,7 @@ class StdConv2D(keras.layers.Conv2D):
     Example:
 
     >>> conv = StdConv2D(8, 3, padding="same", use_bias=False)
-    >>> conv(keras.ops.ones((1, 6, 6, 4))).shape
+    >>> tuple(conv(keras.ops.ones((1, 6, 6, 4))).shape)
     (1, 6, 6, 8)
     """
 
@@ -123,7 +123,7 @@ class ResNetRoot(keras.layers.Layer):
 
     Example:
 
-    >>> ResNetRoot(64)(keras.ops.ones((1, 32, 32, 3))).shape
+    >>> tuple(ResNetRoot(64)(keras.ops.ones((1, 32, 32, 3))).shape)
     (1, 8, 8, 64)
     """
 
@@ -189,7 +189,7 @@ class BottleneckUnit(keras.layers.Layer):
 
     Example:
 
-    >>> BottleneckUnit(32, strides=2)(keras.ops.ones((1, 8, 8, 64))).shape
+    >>> tuple(BottleneckUnit(32, strides=2)(keras.ops.ones((1, 8, 8, 64))).shape)
     (1, 4, 4, 128)
     """
 

@@ -80,7 +80,7 @@ class TransformerBlock(keras.layers.Layer):
     >>> block = TransformerBlock(num_heads=2, mlp_dim=32)
     >>> x = keras.ops.ones((1, 5, 16))
     >>> y, attention = block(x, return_attention_scores=True)
-    >>> y.shape, attention.shape
+    >>> tuple(y.shape), tuple(attention.shape)
     ((1, 5, 16), (1, 2, 5, 5))
     """
 

@@ -603,6 +603,7 @@ def feature_info(model: keras.Model) -> list[dict]:
 
     Example:
 
+    >>> import keras_vit
     >>> model = keras_vit.VisionTransformer(
     ...     patch_size=4, hidden_size=48, num_layers=3, num_heads=3, mlp_dim=96,
     ...     input_shape=(32, 32, 3), features_only=True, out_indices=(0, 2))

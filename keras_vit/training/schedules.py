@@ -38,8 +38,8 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
     Example:
 
     >>> schedule = WarmupDecay(0.03, total_steps=1000, warmup_steps=100)
-    >>> float(schedule(50)), float(schedule(100)), float(schedule(1000))
-    (0.015, 0.03, 0.0)
+    >>> [round(float(schedule(step)), 6) for step in (50, 100, 1000)]
+    [0.015, 0.03, 0.0]
     """
 
     def __init__(self, base_lr, total_steps, warmup_steps=0, decay="cosine",
