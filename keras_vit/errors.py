@@ -1,5 +1,6 @@
 """The checkpoint errors: what is wrong with a weights file, one class per
-kind of problem, each a `ValueError` (a bad `weights=` argument).
+kind of problem, each a `ValueError` (a bad `weights=` argument), and
+`WeightsDownloadError` (an `OSError`: a file could not be downloaded).
 
 The bottom floor of the package (imports nothing of it, no NumPy, no Keras),
 so that every module that reads or loads checkpoints raises the same
@@ -72,3 +73,8 @@ class CheckpointNotFoundError(ValueError, FileNotFoundError):
 
     def __reduce__(self):
         return type(self), (self.path,)
+
+
+class WeightsDownloadError(OSError):
+    """A file could not be downloaded (offline, HTTP error, stalled or
+    broken connection, bad mirror)."""

@@ -28,8 +28,8 @@ from official_fixtures import REPO_ROOT
 from PIL import Image
 
 import keras_vit
+from keras_vit.errors import WeightsDownloadError
 from keras_vit.labels import set_class_names
-from keras_vit.weights.download import WeightsDownloadError
 
 PAGES = ["README.md"] + sorted(
     str(p.relative_to(REPO_ROOT)) for p in (REPO_ROOT / "docs").glob("*.md"))

@@ -17,10 +17,10 @@ The names load on first use (PEP 562), so `keras_vit.weights.registry`
 from keras_vit._lazy import attach
 
 _EXPORTS = {
-    "WeightsDownloadError": "download",
     # the error classes from the bottom floor: reading one loads no Keras
     **dict.fromkeys(["CheckpointMismatchError", "CheckpointNotFoundError",
-                     "CorruptCheckpointError", "UnsupportedCheckpointError"],
+                     "CorruptCheckpointError", "UnsupportedCheckpointError",
+                     "WeightsDownloadError"],
                     "keras_vit.errors"),
     "ACCEPTED_FORMATS": "sniff",
     "sniff_checkpoint": "sniff",

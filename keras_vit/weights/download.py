@@ -71,7 +71,8 @@ import urllib.request
 import filelock
 
 from keras_vit import _atomic, _checks
-from keras_vit.errors import CorruptCheckpointError, NotAnNpzError, UnsupportedCheckpointError
+from keras_vit.errors import (CorruptCheckpointError, NotAnNpzError, UnsupportedCheckpointError,
+                              WeightsDownloadError)
 from keras_vit.weights import registry
 from keras_vit.weights.npz import as_not_npz, read_checkpoint
 # The cache location is pure Python (registry), so `keras-vit download
@@ -96,11 +97,6 @@ _BACKOFF = 1.0        # seconds before the second request, doubled for each next
 _MAX_WAIT = 60.0      # the longest Retry-After waited for
 _RECORD_LIMIT = 1 << 16  # bytes of a provenance record read at most
 _sleep = time.sleep   # (tests replace it)
-
-
-class WeightsDownloadError(OSError):
-    """A file could not be downloaded (offline, HTTP error, stalled or
-    broken connection, bad mirror)."""
 
 
 class _Interrupted(Exception):

@@ -58,6 +58,7 @@ from keras_vit.errors import (
     CheckpointNotFoundError,
     CorruptCheckpointError,
     UnsupportedCheckpointError,
+    WeightsDownloadError,
 )
 from keras_vit.layers import PatchEncoder, TransformerBlock
 from keras_vit.weights import dino as dino_format
@@ -66,7 +67,6 @@ from keras_vit.weights import transformers as transformers_format
 from keras_vit.weights.architecture import describe
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.config_values import check_object, check_values, json_type
-from keras_vit.weights.download import WeightsDownloadError
 from keras_vit.weights.npz import POSEMB_KEY
 from keras_vit.weights.official import load_official_weights
 from keras_vit.weights.posemb import POSEMB_RESIZES, square_grid
