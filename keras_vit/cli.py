@@ -39,6 +39,7 @@ from keras_vit.training import quickstart
 from keras_vit.training.precision import compute_policy, warn_if_emulated
 from keras_vit.variants import ALL_VARIANTS, effective_patch_size
 from keras_vit.weights import registry
+from keras_vit.weights.cache import provenance
 
 # NumPy, TensorFlow, Keras and the keras_vit modules that load them are
 # imported inside the commands that use them ("heavy"): `keras-vit --help`
@@ -220,7 +221,7 @@ def cmd_download(args, out):
                   file=out)
         return 0
     _console.load_tensorflow()  # reading the .npz imports Keras: TensorFlow's logs quiet
-    from keras_vit.weights.download import fetch_checkpoint, provenance  # heavy (see the top)
+    from keras_vit.weights.download import fetch_checkpoint  # heavy (see the top)
 
     with contextlib.redirect_stdout(sys.stderr):  # stdout is the result (progress: stderr)
         path, params = fetch_checkpoint(url, filename)

@@ -379,7 +379,7 @@ def test_url_serving_html_is_refused_after_one_retry_and_not_cached(tmp_path):
     import os
     import pathlib
 
-    from keras_vit.weights.download import CACHE_SUBDIR
+    from keras_vit.weights.registry import CACHE_SUBDIR
     from test_download import Server
 
     server = Server(tmp_path / "www")

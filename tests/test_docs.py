@@ -39,7 +39,7 @@ BLOCK = re.compile(r"(?:^<!-- docs-test: skip \((?P<skip>.*?)\) -->\n)?^```pytho
 # or ImageNet's class names.
 DOWNLOAD = re.compile(r"hf://|https?://|decode_predictions\(|"
                       r"weights\s*=\s*[\"'](?:imagenet|sam|gsam|augreg)")
-# keras_vit/weights/download.py (official files, label files) and
+# keras_vit/weights/transfer.py (official files, label files) and
 # keras_vit/weights/hub.py (hf://), when the server cannot be reached.
 OFFLINE = "If this machine is offline or cannot reach that host"
 HUB_OFFLINE = "HF_HUB_OFFLINE is set and the files are not in the Hugging Face cache"

@@ -24,11 +24,13 @@ import keras_vit
 from keras_vit.weights import (
     CorruptCheckpointError,
     WeightsDownloadError,
+    cache,
     download,
+    download_limits,
     official,
     registry,
 )
-from keras_vit.weights.download import CACHE_SUBDIR
+from keras_vit.weights.registry import CACHE_SUBDIR
 from keras_vit.weights.sources import resolve
 from official_fixtures import REPO_ROOT, Fixture
 from test_checkpoints import make_official_npz
@@ -146,12 +148,12 @@ def cache_files():
     """The cache's files, lock files (`.locks/`) left out."""
     if not cache_dir().exists():
         return []
-    return sorted(p.name for p in cache_dir().iterdir() if p.name != download.LOCKS_DIR)
+    return sorted(p.name for p in cache_dir().iterdir() if p.name != cache.LOCKS_DIR)
 
 
 def entry(name):
     """The files of a finished cache entry: the file and its provenance record."""
-    return [name, name + download.SOURCE_SUFFIX]
+    return [name, name + cache.SOURCE_SUFFIX]
 
 
 def test_url_downloads_once_then_uses_the_cache(server):
@@ -432,7 +434,7 @@ def test_a_broken_connection_resumes_with_range(server, caplog, ranges):
         assert "the server does not resume downloads" in caplog.text
     assert cache_files() == entry(registry.url_cache_name(url))
     # the record's SHA-256 is of the whole file, across the resume
-    assert download.provenance(path)["sha256"] == hashlib.sha256(data).hexdigest()
+    assert cache.provenance(path)["sha256"] == hashlib.sha256(data).hexdigest()
 
 
 def test_a_stalled_connection_is_a_clear_error(server, monkeypatch):
@@ -465,7 +467,7 @@ def test_download_timeout_is_validated(monkeypatch):
             "KERAS_VIT_DOWNLOAD_TIMEOUT must be a positive number of seconds (e.g. 60), "
             f"got {value!r}.")
     monkeypatch.setenv("KERAS_VIT_DOWNLOAD_TIMEOUT", " 2.5 ")
-    assert download.download_timeout() == 2.5
+    assert download_limits.download_timeout() == 2.5
 
 
 def test_a_killed_downloader_leaves_a_lock_that_blocks_nobody(server, monkeypatch):
@@ -496,7 +498,7 @@ def test_a_killed_downloader_leaves_a_lock_that_blocks_nobody(server, monkeypatc
     assert first_frame.startswith(f"model.npz 39.1/{len(data) / 1024:.1f} KiB ━")  # where it stopped
     assert cache_files() == entry(name)
     # the SHA-256 covers the bytes the killed process wrote too
-    assert download.provenance(path)["sha256"] == hashlib.sha256(data).hexdigest()
+    assert cache.provenance(path)["sha256"] == hashlib.sha256(data).hexdigest()
 
 
 def test_an_md5_mismatch_with_x_goog_hash_is_refused(server):

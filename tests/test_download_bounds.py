@@ -21,7 +21,15 @@ import pytest
 import keras_vit
 from conftest import run_cli
 from keras_vit.variants import ALL_VARIANTS, VIT_VARIANTS
-from keras_vit.weights import CheckpointMismatchError, WeightsDownloadError, download, registry
+from keras_vit.weights import (
+    CheckpointMismatchError,
+    WeightsDownloadError,
+    cache,
+    download,
+    download_limits,
+    registry,
+    transfer,
+)
 from keras_vit.weights.sources import resolve
 from test_download import Server, cache_dir, cache_files, closed_port, entry, small_checkpoint
 
@@ -178,7 +186,7 @@ def trickle(stop, total=1000, every=0.5):
 def waits(monkeypatch):
     """The backoff waits, recorded instead of slept."""
     recorded = []
-    monkeypatch.setattr(download, "_sleep", recorded.append)
+    monkeypatch.setattr(transfer, "_sleep", recorded.append)
     return recorded
 
 
@@ -215,7 +223,7 @@ def test_a_mirror_download_records_where_its_bytes_came_from(monkeypatch, tmp_pa
         date = datetime.datetime.strptime(record["date"], "%Y-%m-%dT%H:%M:%SZ")
         now = datetime.datetime.now(datetime.timezone.utc).replace(tzinfo=None)
         assert abs((now - date).total_seconds()) < 600
-        assert download.provenance(str(path)) == record
+        assert cache.provenance(str(path)) == record
         assert cache_files() == entry(path.name)  # no temporary left
         # A later run without the mirror reads the cache: its messages still
         # name the mirror, not https://storage.googleapis.com.
@@ -242,14 +250,14 @@ def test_a_replaced_or_hand_copied_cache_file_has_no_origin(tmp_path):
         path = resolve(url, None, "m").path
     finally:
         server.close()
-    assert download.provenance(path)["url"] == url
+    assert cache.provenance(path)["url"] == url
     pathlib.Path(path).write_bytes(data)  # the same bytes copied over it: a new mtime
     os.utime(path, ns=(1, 1))
-    assert download.provenance(path) is None
-    assert download.cached_source(url, path) == (
+    assert cache.provenance(path) is None
+    assert cache.cached_source(url, path) == (
         f"{url} ({path}, origin unknown: no download record)")
     os.remove(path + ".source.json")
-    assert download.cached_source("sam", path) == (
+    assert cache.cached_source("sam", path) == (
         f"'sam' ({path}, origin unknown: no download record)")
 
 
@@ -324,8 +332,8 @@ def test_the_sizes_add_up_to_the_listing_totals():
     count, low, high = total("mixer_models/")
     assert count == 11 and low <= 3_489_219_014 - 6 <= high
     assert registry.EXPECTED_SIZES["vit_models/imagenet21k/ViT-H_14.npz"].high < \
-        download.DEFAULT_MAX_BYTES  # the largest official file fits the default cap
-    assert max(s.high for s in registry.EXPECTED_SIZES.values()) < download.DEFAULT_MAX_BYTES
+        download_limits.DEFAULT_MAX_BYTES  # the largest official file fits the default cap
+    assert max(s.high for s in registry.EXPECTED_SIZES.values()) < download_limits.DEFAULT_MAX_BYTES
 
 
 def test_which_registered_files_have_an_official_size():
@@ -396,7 +404,7 @@ def test_a_file_larger_than_the_free_space_is_refused_before_writing(scripted, m
         asked.append(path)
         return Usage(10**12, 10**12 - len(data) + 1, len(data) - 1)
 
-    monkeypatch.setattr(download.shutil, "disk_usage", disk_usage)
+    monkeypatch.setattr(transfer.shutil, "disk_usage", disk_usage)
     with pytest.raises(WeightsDownloadError) as info:
         download.fetch(url, name_of(url))
     assert str(info.value) == (
@@ -445,7 +453,7 @@ def test_503_then_200_is_retried_with_backoff_and_keeps_resuming(scripted, waits
             "at most 4).") in caplog.text
     assert (f"{url} answered HTTP 502 Bad Gateway; asking again in 2 s (retry 2 of at most "
             "4).") in caplog.text
-    assert download.provenance(path)["sha256"] == hashlib.sha256(data).hexdigest()
+    assert cache.provenance(path)["sha256"] == hashlib.sha256(data).hexdigest()
 
 
 def test_429_with_retry_after(scripted, waits):
@@ -455,8 +463,8 @@ def test_429_with_retry_after(scripted, waits):
     assert pathlib.Path(download.fetch(url, name_of(url))).read_bytes() == data
     assert waits == [7.0]
     later = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=30)
-    assert 25 < download._retry_after(email.utils.format_datetime(later, usegmt=True)) <= 30
-    assert download._retry_after("soon") is None
+    assert 25 < transfer._retry_after(email.utils.format_datetime(later, usegmt=True)) <= 30
+    assert transfer._retry_after("soon") is None
 
 
 @pytest.mark.parametrize("case", ["retry-after too long", "past the deadline"])
@@ -517,8 +525,8 @@ def test_a_url_without_a_host_or_a_file_name_is_said_plainly():
     assert (code, out) == (2, "")
     assert err == ("keras-vit: error: The URL 'http://' names no host; give the "
                    "checkpoint's whole URL, e.g. https://HOST/PATH/FILE.npz.\n")
-    hint = download.offline_hint("https://host.example/", "entry")
+    hint = cache.offline_hint("https://host.example/", "entry")
     assert hint.startswith("download the file from that URL on a machine that can reach it")
     assert hint.endswith("or pass weights='/path/to/the/file'")
-    assert "download model.npz from" in download.offline_hint("https://h.example/m/model.npz",
+    assert "download model.npz from" in cache.offline_hint("https://h.example/m/model.npz",
                                                               "entry")

@@ -15,7 +15,14 @@ import pytest
 import keras_vit
 from conftest import random_weights, run_cli, tiny_vit
 from keras_vit import export
-from keras_vit.weights import WeightsDownloadError, download, official, registry
+from keras_vit.weights import (
+    WeightsDownloadError,
+    cache,
+    download,
+    download_limits,
+    official,
+    registry,
+)
 from test_download import Server, cache_dir, cache_files, entry, small_checkpoint
 
 
@@ -37,7 +44,7 @@ def test_a_planted_incomplete_file_is_discarded_not_appended_to(server, tmp_path
     victim = tmp_path / "victim.txt"
     victim.write_bytes(b"the user's own file")
     cache_dir().mkdir(parents=True)
-    partial = cache_dir() / (name + download.INCOMPLETE_SUFFIX)
+    partial = cache_dir() / (name + cache.INCOMPLETE_SUFFIX)
     (os.symlink if plant == "symlink" else os.link)(victim, partial)
     with caplog.at_level(logging.WARNING, logger="keras_vit"):
         path, params = download.fetch_checkpoint(url, name)
@@ -54,7 +61,7 @@ def test_a_planted_incomplete_file_is_discarded_not_appended_to(server, tmp_path
 def test_a_directory_named_like_the_partial_download_is_refused(server):
     url = server.put("files/model.npz", data=small_checkpoint().read_bytes())
     name = registry.url_cache_name(url)
-    partial = cache_dir() / (name + download.INCOMPLETE_SUFFIX)
+    partial = cache_dir() / (name + cache.INCOMPLETE_SUFFIX)
     (partial / "keep").mkdir(parents=True)
     with pytest.raises(WeightsDownloadError, match=f"{partial}, where its partial download "
                                                    "goes, is a directory; remove it"):
@@ -91,7 +98,7 @@ def test_a_mirror_that_is_not_a_url_is_refused_up_front(monkeypatch, mirror):
 
 def test_a_mirror_url_is_accepted(server, monkeypatch):
     monkeypatch.setenv("KERAS_VIT_MIRROR", server.url + "/")
-    download.check_mirror()  # no error
+    download_limits.check_mirror()  # no error
     url = server.put("vit_models/x/model.npz", data=small_checkpoint().read_bytes())
     path, _ = download.fetch_checkpoint(url, registry.url_cache_name(url))
     assert pathlib.Path(path).read_bytes() == small_checkpoint().read_bytes()

@@ -28,7 +28,8 @@ from keras_vit import _checks
 from keras_vit.errors import UnsupportedCheckpointError
 from keras_vit.weights import hub, registry
 from keras_vit.weights.checkpoint import Checkpoint
-from keras_vit.weights.download import cached_source, fetch_checkpoint
+from keras_vit.weights.cache import cached_source
+from keras_vit.weights.download import fetch_checkpoint
 from keras_vit.weights.keras_h5 import KerasWeightsFile
 from keras_vit.weights.npz import as_not_npz, read_npz
 from keras_vit.weights.pytorch import ema_error
