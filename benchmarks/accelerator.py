@@ -128,7 +128,7 @@ def keras_worker(args):
     import numpy as np
 
     import keras_vit
-    from keras_vit.layers import _fused
+    from keras_vit.layers import fused as _fused
 
     spec = MODELS[args.model]
     if args.dtype == "bfloat16":

@@ -1,5 +1,5 @@
 """The TensorFlow training step with keras_vit's GELU (its derivative
-written out, `layers._fused._gelu_with_gradient`) against the same step with
+written out, `layers.fused._gelu_with_gradient`) against the same step with
 `tf.nn.gelu` and the gradient TensorFlow derives for it: one process, two
 models of the same configuration, rounds interleaved (ABAB, then BABA) so
 that a noisy machine hits both alike; float32 AdamW `train_on_batch`.
@@ -30,7 +30,7 @@ def main(argv=None):
     import tensorflow as tf
 
     import keras_vit
-    from keras_vit.layers import _fused
+    from keras_vit.layers import fused as _fused
 
     spec = MODELS[args.model]
     written_out = _fused._gelu_with_gradient

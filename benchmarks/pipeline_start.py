@@ -1,6 +1,6 @@
 """Seconds to open the training and validation pipelines
 (`keras_vit.data.make_dataset`) and draw their first training batch, with
-the pipeline's functions traced as written (`keras_vit.data._graph.as_written`,
+the pipeline's functions traced as written (`keras_vit.data.graph.as_written`,
 what the library does) against the same functions through AutoGraph (what
 `Dataset.map` does by default).
 

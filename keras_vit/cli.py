@@ -422,7 +422,7 @@ def _probabilities(model, raw, outputs):
     """Softmax of logits; probabilities as they are."""
     import numpy as np  # heavy (see the top)
 
-    from keras_vit.export._model import output_kind  # heavy (see the top)
+    from keras_vit.export.model import output_kind  # heavy (see the top)
 
     try:
         kind = output_kind(model, outputs)
@@ -479,7 +479,7 @@ def _predictions(model, args, paths, size):
     """`(predictions, skipped paths)`: the images streamed in batches of
     `--batch-size` (decoded, resized, classified; only the top classes
     kept), in the order of `paths`."""
-    from keras_vit.export._batches import check_batch_size  # heavy (see the top)
+    from keras_vit.export.batches import check_batch_size  # heavy (see the top)
 
     batch_size = check_batch_size(args.batch_size, size, "--batch-size")
     results, skipped, labels = [], [], None
@@ -661,8 +661,8 @@ def cmd_export(args, out):
     from keras_vit import export  # heavy (see the top)
 
     if args.format == "tflite":  # named as the flag, before any sampling
-        from keras_vit.export._batches import check_batch_size  # heavy (see the top)
-        from keras_vit.export._model import model_image_size  # heavy (see the top)
+        from keras_vit.export.batches import check_batch_size  # heavy (see the top)
+        from keras_vit.export.model import model_image_size  # heavy (see the top)
 
         check_batch_size(args.batch_size, model_image_size(model), "--batch-size")
 

@@ -34,7 +34,7 @@ import keras
 import numpy as np
 from keras import ops
 
-from keras_vit.layers import _fused
+from keras_vit.layers import fused as _fused
 
 MIXED = "mixed_bfloat16"
 

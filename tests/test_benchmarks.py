@@ -56,7 +56,7 @@ def test_first_step_benchmark_counts_the_traces_it_compares(tmp_path):
 
 
 def test_gelu_benchmark_times_both_gradients_and_restores_the_library():
-    from keras_vit.layers import _fused
+    from keras_vit.layers import fused as _fused
 
     library_gelu = _fused._gelu_with_gradient
     report = gelu_train.main(["--model", "tiny", "--image-size", "32", "--batch", "2",

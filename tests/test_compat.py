@@ -251,7 +251,7 @@ def test_around_backup_save_wraps_each_backup_keras_writes(tmp_path):
 
 
 def test_in_xla_context_is_true_only_while_tracing_for_xla(monkeypatch):
-    """`layers._fused.layer_norm` (covered by test_fused.py::
+    """`layers.fused.layer_norm` (covered by test_fused.py::
     test_xla_compiled_blocks_use_the_plain_layer_norm)."""
     import tensorflow as tf
     from tensorflow.python.ops import control_flow_util
@@ -301,7 +301,7 @@ def test_build_shapes_reads_the_shapes_a_subclassed_model_was_built_with():
     sequential.build((None, 5))
     assert _compat.build_shapes(sequential) == {"input_shape": (None, 5)}
     # what keras_vit.export makes of it: the input shape with a free batch
-    from keras_vit.export._model import model_input_shape
+    from keras_vit.export.model import model_input_shape
 
     assert model_input_shape(model) == (None, 4, 4, 3)
     with pytest.raises(RuntimeError, match=_stale_message("Layer._build_shapes_dict")

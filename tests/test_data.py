@@ -68,14 +68,14 @@ def test_presets_shapes_dtypes_ranges(folder, preset):
 
 
 def test_the_pipeline_traces_its_functions_as_written(folder, monkeypatch):
-    """No function of a pipeline goes through AutoGraph (`_graph.as_written`:
+    """No function of a pipeline goes through AutoGraph (`graph.as_written`:
     its rewrite cost every training start 1.5-2.6 s, benchmarks/pipeline_start.py):
     RandAugment, MixUp, the skip-corrupt path and the evaluation path."""
     import doctest
 
     from tensorflow.python.autograph.impl import api  # where AutoGraph converts a function
 
-    from keras_vit.data import _graph
+    from keras_vit.data import graph as _graph
 
     converted, convert = [], api._convert_actual
     monkeypatch.setattr(api, "_convert_actual", lambda entity, program_ctx: (

@@ -17,7 +17,7 @@ from conftest import random_weights, run_cli, tiny_mixer, tiny_vit
 from data_helpers import write_digit_folder
 from keras_vit import export
 from keras_vit.export._report import evaluate, reject
-from keras_vit.layers._fused import portable_graph
+from keras_vit.layers.fused import portable_graph
 
 pytestmark = pytest.mark.skipif(keras.backend.backend() != "tensorflow",
                                 reason="export needs the TensorFlow backend")

@@ -19,7 +19,7 @@ import pytest
 
 from conftest import process_env, random_weights, run_cli, tiny_vit
 from keras_vit import export
-from keras_vit.export._batches import batched, check_batch_size
+from keras_vit.export.batches import batched, check_batch_size
 from keras_vit.export._files import remove_stale_temporaries, temporary_path
 from official_fixtures import REPO_ROOT
 

@@ -1,4 +1,4 @@
-"""The fused encoder arithmetic (`keras_vit.layers._fused`): the same values
+"""The fused encoder arithmetic (`keras_vit.layers.fused`): the same values
 and gradients as the plain Keras layers, eager and traced (where TensorFlow's
 grappler fuses it into oneDNN kernels), and only standard ops inside
 `portable_graph()`."""
@@ -9,7 +9,7 @@ import pytest
 from keras import ops
 
 from keras_vit import layers
-from keras_vit.layers import _fused
+from keras_vit.layers import fused as _fused
 
 
 def _random_weights(layer, seed, scale=0.3):

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import predict, process_env, random_weights, run_cli, tiny_mixer, tiny_vit
 from keras_vit import export
-from keras_vit.layers._utils import quantization_modes
+from keras_vit.layers.blocks import quantization_modes
 from keras_vit.weights.official import save_official_weights
 
 MODES = ("int8", "int4", "float8")

@@ -10,7 +10,7 @@ import tensorflow as tf
 from keras_vit import _checks
 from keras_vit.data import augment
 from keras_vit.data._binary import read_bytes, unsigned
-from keras_vit.data._graph import as_written
+from keras_vit.data.graph import as_written
 from keras_vit.data.presets import Preset, get_preset
 from keras_vit.data.sources import open_source
 

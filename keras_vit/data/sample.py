@@ -17,7 +17,7 @@ import tensorflow as tf
 from keras_vit import _checks
 from keras_vit._console import _op_error_message
 from keras_vit.data import augment
-from keras_vit.data._graph import as_written
+from keras_vit.data.graph import as_written
 from keras_vit.data.pipeline import oversized, too_large_error
 from keras_vit.data.sources import open_source
 
@@ -178,7 +178,7 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
         return position, encoded, label, name
 
     @tf.function(input_signature=[tf.TensorSpec([], tf.string)], autograph=False)
-    def decode(encoded):  # (as written: `_graph.as_written`)
+    def decode(encoded):  # (as written: `graph.as_written`)
         return tf.ensure_shape(augment.resize(augment.decode_image(encoded), size),
                                size + (3,))
 

@@ -29,7 +29,7 @@ from keras_vit._image_files import (
     IMAGE_EXTENSIONS, is_image_name, left_out_sentence, other_image_type, unreadable_reason,
 )
 from keras_vit.data import schema
-from keras_vit.data._graph import as_written
+from keras_vit.data.graph import as_written
 from keras_vit.labels import label_line_problem
 
 SCHEMES = ("tfds", "tfrecord", "folder")

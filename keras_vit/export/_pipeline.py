@@ -30,7 +30,7 @@ from keras_vit.export._files import disk_full_error, is_disk_full
 from keras_vit.export._images import export_images
 from keras_vit.export._labels import labels_beside, model_class_names
 from keras_vit.export._measure import compare, keras_latency_ms, median_ms
-from keras_vit.export._model import (
+from keras_vit.export.model import (
     KERAS_QUANTIZED_CHECKS,
     keras_quantized_mode,
     output_kind,

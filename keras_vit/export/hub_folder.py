@@ -39,11 +39,11 @@ import os
 import keras
 import numpy as np
 
-from keras_vit.export._batches import batched
+from keras_vit.export.batches import batched
 from keras_vit.export._files import check_replaceable_directory, publish
 from keras_vit.export._images import Sampling
 from keras_vit.export._labels import model_class_names
-from keras_vit.export._model import (
+from keras_vit.export.model import (
     model_image_size,
     output_kind,
     require_tensorflow_backend,
@@ -51,14 +51,8 @@ from keras_vit.export._model import (
 from keras_vit.export._pipeline import ExportFormat, export_verified
 from keras_vit.export._report import ExportReport
 from keras_vit.export.saved_model import dynamic_size_layout, takes_any_size
-from keras_vit.layers import (
-    BottleneckUnit,
-    ImageNormalization,
-    MixerBlock,
-    ResNetRoot,
-    TransformerBlock,
-)
-from keras_vit.layers._utils import walk_layers
+from keras_vit.layers import BottleneckUnit, ImageNormalization, ResNetRoot
+from keras_vit.layers.blocks import encoder_blocks, walk_layers
 from keras_vit.layers.resnet import RESNET_ARITHMETIC
 from keras_vit.models.auto import model_from_checkpoint
 from keras_vit.weights import timm as timm_format
@@ -94,7 +88,7 @@ def model_arithmetic(model):
             (no library builds such a model from a config).
     """
     layers = list(walk_layers(model))
-    blocks = [layer for layer in layers if isinstance(layer, (TransformerBlock, MixerBlock))]
+    blocks = encoder_blocks(model)
     norms = [layer for layer in layers
              if layer.name in ("encoder_norm", "pre_head_layer_norm", "fc_norm")]
     gelus = {block.gelu for block in blocks}

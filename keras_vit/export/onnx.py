@@ -4,7 +4,7 @@ against Keras, written atomically, with the class names inside
 (`metadata_props["labels"]`, a JSON list) and beside it
 (`<stem>.labels.txt`).
 
-The graph is the one the other exports trace (`_model.pixel_graph`): input
+The graph is the one the other exports trace (`export.model.pixel_graph`): input
 `images`, float32 `(batch, height, width, 3)` RGB pixels in [0, 255] (the
 model's preprocessing is inside); outputs `logits` and `probabilities`,
 float32 `(batch, classes)`. It is converted by tf2onnx from the frozen
@@ -32,11 +32,11 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import _compat
-from keras_vit.export._batches import batched
+from keras_vit.export.batches import batched
 from keras_vit.export._files import is_disk_full
 from keras_vit.export._images import Sampling, as_images
 from keras_vit.export._measure import compare
-from keras_vit.export._model import (
+from keras_vit.export.model import (
     model_image_size,
     output_kind,
     pixel_graph,
@@ -412,7 +412,7 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
     [0, 255] with any batch size (the model's preprocessing is inside, as
     in the TFLite file), and returns `logits` and `probabilities`, float32
     `(batch, classes)` (for a softmax head the logits are its
-    pre-activation, see `_model.logits_and_probabilities`). The model's
+    pre-activation, see `export.model.logits_and_probabilities`). The model's
     class names are inside (`metadata_props["labels"]`, a JSON list; read
     them with `onnx_class_names`) and beside it as `<stem>.labels.txt`.
 
@@ -463,7 +463,7 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
             mode's bar (`CHECKS`): float32 max |logit diff| <= 1e-4 (x the
             largest |logit| above 1) and 100% top-1 agreement; dynamic
             >= 99%; int8 >= 97%; a `model.quantize("int8")` model's float
-            export: one int8 step (`_model.KERAS_QUANTIZED_CHECKS`).
+            export: one int8 step (`export.model.KERAS_QUANTIZED_CHECKS`).
             `check=False` still measures and reports, keeps the file and
             logs a warning.
         verbose: log one line (INFO, logger "keras_vit") when the export passes;

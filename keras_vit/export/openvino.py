@@ -5,7 +5,7 @@ where the CPU has it), written atomically, with the class names inside
 (`rt_info` `keras_vit/labels`, a JSON list) and beside it
 (`<stem>.labels.txt`).
 
-The graph is the one the ONNX export converts (`_model.pixel_graph`):
+The graph is the one the ONNX export converts (`export.model.pixel_graph`):
 input `images`, float32 `(batch, height, width, 3)` RGB pixels in [0, 255]
 (the model's preprocessing inside); outputs `logits` and `probabilities`,
 float32 `(batch, classes)`. It is converted by `openvino.convert_model`
@@ -26,11 +26,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from keras_vit.export._batches import batched
+from keras_vit.export.batches import batched
 from keras_vit.export._files import publish
 from keras_vit.export._images import Sampling, as_images
 from keras_vit.export._measure import compare
-from keras_vit.export._model import (
+from keras_vit.export.model import (
     model_image_size,
     output_kind,
     pixel_graph,

@@ -13,11 +13,11 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import _compat
-from keras_vit.export._batches import batched
+from keras_vit.export.batches import batched
 from keras_vit.export._files import check_replaceable_directory, publish
 from keras_vit.export._images import Sampling
 from keras_vit.export._labels import write_labels
-from keras_vit.export._model import (
+from keras_vit.export.model import (
     exported_model,
     logits_and_probabilities,
     model_classes,
@@ -28,8 +28,8 @@ from keras_vit.export._model import (
 from keras_vit.export._pipeline import ExportFormat, export_verified
 from keras_vit.export._report import ExportReport
 from keras_vit.layers import BottleneckUnit, PatchEncoder, Patches, ResNetRoot
-from keras_vit.layers._fused import portable_graph
-from keras_vit.layers._utils import walk_layers
+from keras_vit.layers.fused import portable_graph
+from keras_vit.layers.blocks import walk_layers
 
 LABELS_ASSET = "labels.txt"
 # What the reloaded SavedModel must reach against Keras on the validation
@@ -264,7 +264,7 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
             SavedModel's logits differ from Keras by more than 1e-5
             (x max |logit| above 1) or a top-1 class differs (a
             `model.quantize("int8")` model: one int8 step,
-            `_model.KERAS_QUANTIZED_CHECKS`). `check=False`
+            `export.model.KERAS_QUANTIZED_CHECKS`). `check=False`
             still measures and reports, keeps the SavedModel and logs a
             warning when the bar is missed.
         verbose: log one line (INFO, logger "keras_vit") when the export passes;

@@ -31,10 +31,10 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import _compat
-from keras_vit.export._batches import check_batch_size
+from keras_vit.export.batches import check_batch_size
 from keras_vit.export._images import INT8_NEEDS_DATA, Sampling, as_images, calibration_data
 from keras_vit.export._measure import compare
-from keras_vit.export._model import (
+from keras_vit.export.model import (
     logits_and_probabilities,
     model_image_size,
     output_kind,
@@ -58,7 +58,7 @@ from keras_vit.export.tflite_metadata import (
     unpack_model,
     with_classifier_metadata,
 )
-from keras_vit.layers._fused import portable_graph
+from keras_vit.layers.fused import portable_graph
 
 QUANTIZATIONS = ("none", "float16", "dynamic", "int8")
 # Full int8: these TFLite ops stay in float (measured on the quickstart's

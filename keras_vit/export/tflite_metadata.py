@@ -49,8 +49,8 @@ from flatbuffers.table import Table
 from keras_vit import __version__, _compat
 from keras_vit._console import error_message
 from keras_vit import labels as labels_lib
-from keras_vit.export._model import model_classes
-from keras_vit.layers._utils import walk_layers
+from keras_vit.export.model import model_classes
+from keras_vit.layers.blocks import walk_layers
 
 logger = logging.getLogger("keras_vit")
 

@@ -6,7 +6,8 @@ plotting library needed."""
 import keras
 import numpy as np
 
-from keras_vit.layers import PatchEncoder, Patches, ResNetRoot, TransformerBlock
+from keras_vit.layers import PatchEncoder, Patches, ResNetRoot
+from keras_vit.layers.blocks import encoder_blocks
 
 
 def find_vit(model):
@@ -107,7 +108,7 @@ class _Parts:
         self.vit = find_vit(model)
         layers = self.vit.layers
         self.encoder = next(layer for layer in layers if isinstance(layer, PatchEncoder))
-        self.blocks = [layer for layer in layers if isinstance(layer, TransformerBlock)]
+        self.blocks = encoder_blocks(self.vit)  # a ViT: TransformerBlocks
         self.patches = next((layer for layer in layers if isinstance(layer, Patches)), None)
         # A model that takes any size is inspected at its stored grid.
         self.image_size = stored_image_size(self.vit)

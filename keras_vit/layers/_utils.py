@@ -74,32 +74,3 @@ def sublayer_policy(layer, name=None):
     if isinstance(policy, keras.dtype_policies.DTypePolicyMap):
         return policy.default_policy if name is None else policy[f"{layer.name}/{name}"]
     return policy
-
-
-def quantization_modes(model):
-    """The quantization modes (`"int8"`, `"int4"`, `"float8"`, ...) of the
-    layers of `model` that `model.quantize(...)` quantized (the blocks'
-    `dense_layers` included); empty for a float model.
-
-    >>> quantization_modes(model)  # doctest: +SKIP
-    {'int8'}
-    """
-    modes = set()
-    for layer in model.layers:
-        for sublayer in [layer, *getattr(layer, "dense_layers", ())]:
-            if sublayer is not None and sublayer.quantization_mode:
-                modes.add(sublayer.quantization_mode)
-    return modes
-
-
-def walk_layers(model):
-    """Every layer of `model`, those of nested models too (depth first, a
-    nested model before its layers).
-
-    >>> [layer.name for layer in walk_layers(model)]  # doctest: +SKIP
-    ['images', 'preprocessing', 'patches', 'patch_encoder', ...]
-    """
-    for layer in model.layers:
-        yield layer
-        if isinstance(layer, keras.Model):
-            yield from walk_layers(layer)

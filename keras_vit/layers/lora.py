@@ -21,7 +21,7 @@ import keras
 import numpy as np
 
 from keras_vit import _checks
-from keras_vit.layers._utils import walk_layers
+from keras_vit.layers.blocks import encoder_blocks, walk_layers
 from keras_vit.layers.head import ClassifierHead
 from keras_vit.layers.mixer import MixerBlock
 from keras_vit.layers.transformer import TransformerBlock
@@ -39,12 +39,6 @@ LORA_TARGETS = {
 DEFAULT_TARGETS = {TransformerBlock: ("qkv", "attention_output"),
                    MixerBlock: ("token_mixing", "channel_mixing")}
 ADAPTER_NAMES = ("lora_kernel_a", "lora_kernel_b")
-
-
-def encoder_blocks(model):
-    """The `TransformerBlock` / `MixerBlock` layers of `model` (nested
-    models included), in order."""
-    return [layer for layer in walk_layers(model) if isinstance(layer, tuple(LORA_TARGETS))]
 
 
 def lora_layers(model):

@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit import _checks
-from keras_vit.layers._fused import check_gelu, dense, layer_norm
+from keras_vit.layers.fused import check_gelu, dense, layer_norm
 from keras_vit.layers._remat import rematerialized_call
 from keras_vit.layers._utils import dtype_config, sublayer_policy
 from keras_vit.layers.drop_path import DropPath

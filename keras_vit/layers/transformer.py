@@ -4,7 +4,7 @@ import keras
 from keras import ops
 
 from keras_vit import _checks
-from keras_vit.layers._fused import (
+from keras_vit.layers.fused import (
     check_attention,
     check_gelu,
     dense,
@@ -62,7 +62,7 @@ class TransformerBlock(keras.layers.Layer):
             cuDNN / PyTorch / TPU flash-attention kernels where the backend
             has them, which never materialise the weights), or `"auto"`
             (the default): what measured faster on the backend and device
-            (`keras_vit.layers._fused.uses_dot_product_attention`:
+            (`keras_vit.layers.fused.uses_dot_product_attention`:
             `"dot_product"` on torch, and for inference on JAX on a GPU or
             TPU; else `"fused"`). Calls
             with `return_attention_scores=True`, and training calls with

@@ -25,7 +25,8 @@ import keras
 from keras_vit import _checks
 from keras_vit.errors import CheckpointMismatchError
 from keras_vit.labels import set_class_names
-from keras_vit.layers import ClassifierHead, MixerBlock, SequencePooling, TransformerBlock
+from keras_vit.layers import ClassifierHead, SequencePooling
+from keras_vit.layers.blocks import encoder_blocks
 from keras_vit.layers.features import FEATURE_FORMATS, FeatureMap
 from keras_vit.layers.preprocessing import ImageNormalization
 from keras_vit.variants import Variant
@@ -573,8 +574,7 @@ def features_model(model: keras.Model, inputs: Any, encoder: Encoder,
     `inputs`): the outputs of its blocks `out_indices` (absolute, in that
     order), each through a `FeatureMap` named `<block>_features`; the
     blocks after the last one asked for are left out, as timm prunes them."""
-    blocks = [layer for layer in model.layers
-              if isinstance(layer, (TransformerBlock, MixerBlock))]
+    blocks = encoder_blocks(model)
     grid = model.get_layer("patches").output
     outputs = [
         FeatureMap(encoder.num_prefix_tokens, feature_format, encoder.effective_patch,
@@ -620,8 +620,7 @@ def feature_info(model: keras.Model) -> list[dict]:
             f"{model.name!r} is not a features_only model (its outputs are not the "
             "blocks' feature maps); build one with features_only=True, e.g. "
             "keras_vit.ViTB16(features_only=True, out_indices=(3, 5, 7, 11)).")
-    blocks = [layer.name for layer in model.layers
-              if isinstance(layer, (TransformerBlock, MixerBlock))]
+    blocks = [block.name for block in encoder_blocks(model)]
     info = []
     for layer, output in zip(layers, model.outputs, strict=True):
         rows, columns = layer.reduction

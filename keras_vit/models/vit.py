@@ -25,7 +25,7 @@ from keras_vit.layers import (
     ResNetRoot,
     TransformerBlock,
 )
-from keras_vit.layers._fused import check_attention
+from keras_vit.layers.fused import check_attention
 from keras_vit.layers.resnet import resnet_arithmetic as resnet_arithmetic_args
 from keras_vit.models.application import (
     Encoder,

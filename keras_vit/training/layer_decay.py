@@ -20,8 +20,7 @@ import re
 import keras
 
 from keras_vit import _compat
-from keras_vit.layers._utils import walk_layers
-from keras_vit.layers.lora import encoder_blocks
+from keras_vit.layers.blocks import encoder_blocks, walk_layers
 
 
 def layer_depths(model):

@@ -38,7 +38,7 @@ import math
 
 import keras
 
-from keras_vit.layers._fused import accelerator
+from keras_vit.layers.fused import accelerator
 from keras_vit.layers.mixer import MixerBlock
 from keras_vit.layers.resnet import ResNetRoot
 from keras_vit.layers.transformer import TransformerBlock

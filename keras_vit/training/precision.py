@@ -64,9 +64,9 @@ def emulated_message(policy, flags, advice=""):
 
 def backend_runs_on_cpu():
     """Whether Keras' backend computes on the CPU here (no GPU or TPU that
-    it would use; `keras_vit.layers._fused.accelerator`)."""
-    # here, not at the top: keras_vit.cli imports this module, and _fused loads Keras
-    from keras_vit.layers._fused import accelerator
+    it would use; `keras_vit.layers.fused.accelerator`)."""
+    # here, not at the top: keras_vit.cli imports this module, and fused loads Keras
+    from keras_vit.layers.fused import accelerator
 
     return accelerator() == "cpu"
 

@@ -28,10 +28,10 @@ from keras_vit._saving import (
     save_atomically,
 )
 from keras_vit.data import data_error, make_dataset
-from keras_vit.data._graph import as_written
+from keras_vit.data.graph import as_written
 from keras_vit.data.presets import Preset, auto_preset
 from keras_vit.data.sources import check_holdout
-from keras_vit.export._model import output_kind
+from keras_vit.export.model import output_kind
 from keras_vit.inspect.analysis import check_finite_outputs, input_size
 from keras_vit.layers import lora
 from keras_vit.labels import class_names

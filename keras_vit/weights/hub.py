@@ -60,7 +60,8 @@ from keras_vit.errors import (
     UnsupportedCheckpointError,
     WeightsDownloadError,
 )
-from keras_vit.layers import PatchEncoder, TransformerBlock
+from keras_vit.layers import PatchEncoder
+from keras_vit.layers.blocks import encoder_blocks
 from keras_vit.weights import dino as dino_format
 from keras_vit.weights import timm as timm_format
 from keras_vit.weights import transformers as transformers_format
@@ -605,8 +606,8 @@ class HubCheckpoint(Checkpoint):
                 f"resizes {how}, so at other sizes the model would not compute what "
                 f"{self.library} computes. Build one model per size, e.g. "
                 "input_shape=(384, 384, 3).")
-        blocks = [layer for layer in model.layers if isinstance(layer, TransformerBlock)]
-        heads = blocks[0].num_heads if blocks else None
+        blocks = encoder_blocks(model)
+        heads = getattr(blocks[0], "num_heads", None) if blocks else None  # a Mixer's: none
         width = self.architecture.get("hidden_size")
         if heads and width and width % heads:
             heads = None  # cannot split: the shape check below names the misfit

@@ -44,7 +44,7 @@ from keras_vit.layers import (
     ResNetRoot,
     TransformerBlock,
 )
-from keras_vit.layers._utils import quantization_modes
+from keras_vit.layers.blocks import quantization_modes
 from keras_vit.layers.lora import lora_layers, merge_lora
 from keras_vit.weights.architecture import (  # noqa: F401
     CheckpointInfo,

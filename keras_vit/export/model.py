@@ -10,9 +10,9 @@ import tensorflow as tf
 from keras import ops
 
 from keras_vit import __version__, _compat
-from keras_vit.export._batches import batched
-from keras_vit.layers._fused import portable_graph
-from keras_vit.layers._utils import quantization_modes
+from keras_vit.export.batches import batched
+from keras_vit.layers.fused import portable_graph
+from keras_vit.layers.blocks import quantization_modes
 from keras_vit.layers.features import FeatureMap
 from keras_vit.layers.lora import merge_lora
 
