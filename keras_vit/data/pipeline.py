@@ -515,18 +515,9 @@ def make_dataset(
     Args:
         source: `"tfds:NAME[:VERSION]"`, `"tfrecord:GLOB_OR_DIR"` (a
             `tf_records build` directory or a glob of shards in the TPU
-            ImageNet schema) or `"folder:DIR"`. `gs://` paths work. A
-            folder comes in one of two layouts:
-            split layout, `DIR/<split>/<class>/<images>` (split subfolders
-            `train`, `validation`, `val`, `valid`, `test`): the split is its
-            subfolder, and a split that is missing is a ValueError naming
-            those there are; class layout, `DIR/<class>/<images>`: `"train"`
-            is every class minus a stratified `holdout`, and `"validation"`
-            (or `"val"`, `"valid"`, `"test"`, `"holdout"`) the held-out
-            files, chosen per class by a stable hash of each file's path (the
-            same files on every run and machine; logged once). Either way
-            the classes are all the class subfolders, so labels agree
-            between splits.
+            ImageNet schema) or `"folder:DIR"`: `DIR/<split>/<class>/` or
+            `DIR/<class>/` (then `"validation"` is a stratified `holdout`
+            of each class). `gs://` paths work. See docs/data.md.
         split: split name (`"train"`, `"test"`, `"validation"`, a TFDS
             split string...).
         image_size: int or (h, w) output size S.
@@ -548,21 +539,13 @@ def make_dataset(
             (a path) after the first epoch.
         repeat: repeat forever (then give `steps_per_epoch` to `fit`).
         data_dir: TFDS data directory.
-        skip_corrupt: False (default): a corrupt or non-image file, or an
-            image of more than `max_image_pixels()` pixels (read from its
-            header before decoding; `$KERAS_VIT_MAX_IMAGE_PIXELS`, default
-            178,956,970), stops the pipeline with a
+        skip_corrupt: False (default): a corrupt, non-image or too large
+            (`max_image_pixels()`) file stops the pipeline with a
             `tf.errors.InvalidArgumentError` naming it
             (`keras_vit.data.data_error(error)` makes it one ValueError
-            line); a folder's image file that cannot be read (a dangling
-            symbolic link or a loop, a directory named like an image, no
-            read permission) is a ValueError at once. True: such files are
-            skipped and counted, each once however often it is read
-            (`info.skipped_corrupt`): those that cannot be read, those
-            failing a structural check (truncated, empty, not an image),
-            the too large, and those that pass the check but fail to decode
-            (each record is then decoded on its own, which costs some
-            throughput).
+            line); a folder's file that cannot be read is a ValueError at
+            once. True: such files are skipped and counted
+            (`info.skipped_corrupt`). See docs/data.md.
         input_context: a `tf.distribute.InputContext`: shards the examples
             per input pipeline (worker) and batches per replica.
         num_classes: for sources without class names (bare TFRecords).
@@ -572,9 +555,7 @@ def make_dataset(
         with_info: also return a `DatasetInfo`.
         skip_batches: start the stream after this many batches (a
             resumed run: the batches of its finished epochs), skipped
-            before any record is decoded: the batches that follow are
-            those the whole stream gives there (with `skip_corrupt`, a
-            skipped file that fails to decode shifts them by one image).
+            before any record is decoded (docs/data.md).
         holdout: `"folder:DIR"` of class subfolders only: the fraction of
             each class held out as the validation split, a float in [0, 1)
             (default 0.1; 0: train on everything, no validation split).

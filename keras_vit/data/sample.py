@@ -2,11 +2,19 @@
 of a data source, decoded as the eval pipeline decodes (for calibrating and
 verifying exports, or a quick look at a data set).
 
+>>> import os, shutil, tempfile
+>>> import numpy as np, tensorflow as tf
 >>> from keras_vit.data.sample import sample_images
->>> sample = sample_images("folder:/data/digits", "train", image_size=32,
-...                        count=500, seed=0)  # doctest: +SKIP
->>> sample.images.shape, sample.classes  # doctest: +SKIP
-((500, 32, 32, 3), 10)
+>>> folder = tempfile.mkdtemp()  # two classes of three 8x8 PNGs
+>>> for name in ("cat", "dog"):
+...     for i in range(3):
+...         png = tf.io.encode_png(np.full((8, 8, 3), 40 * i, "uint8"))
+...         tf.io.write_file(os.path.join(folder, name, f"{i}.png"), png)
+>>> sample = sample_images(f"folder:{folder}", "train", image_size=4, count=4,
+...                        holdout=0, seed=0)
+>>> sample.images.shape, sample.classes
+((4, 4, 4, 3), 2)
+>>> shutil.rmtree(folder)
 """
 
 import dataclasses
@@ -111,12 +119,8 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
     images in a seeded shuffle), so every class is present when `count` is
     at least the number of classes, and the same seed gives the same images.
     Only the chosen images are decoded, with the eval preprocessing of
-    `make_dataset` (decode, bilinear resize to `image_size`).
-
-    Folders list their labels up front. TFRecord and TFDS sources are
-    streamed (undecoded) for their labels; the scan covers the first
-    `MAX_SCAN` (50,000) records of the split, and the sample is drawn from
-    those.
+    `make_dataset`. TFRecord and TFDS sources are scanned (undecoded) for
+    their labels over their first `MAX_SCAN` (50,000) records.
 
     Args:
         source: a `keras_vit.data` source string (`"folder:DIR"`,
@@ -142,7 +146,8 @@ def sample_images(source, split, *, image_size, count, seed=0, data_dir=None, ho
 
     Example:
 
-    >>> s = sample_images("tfds:cifar10", "test", image_size=224, count=100)  # doctest: +SKIP
+    >>> s = sample_images(  # downloads cifar10  # doctest: +SKIP
+    ...     "tfds:cifar10", "test", image_size=224, count=100)
     >>> s.classes, s.images.dtype  # doctest: +SKIP
     (10, dtype('float32'))
     """

@@ -250,17 +250,12 @@ def to_hub_folder(model: keras.Model, path: str | os.PathLike, library: str = "t
 
     The folder holds `config.json` + `model.safetensors` (+
     `preprocessor_config.json` for transformers), with the model's
-    arithmetic (GELU form, LayerNorm epsilon, `fc_norm`), input
-    normalisation and class names; upload it with `huggingface_hub`'s
-    `upload_folder` to share it. It is written under a temporary name
-    beside `path`, read back by keras_vit's Hub reader, compared with the
-    Keras model on the validation images (max |logit diff| <= 1e-4 x
-    max(1, |logit|), top-1 agreement 100%), and only then renamed to
-    `path` (an earlier Hub folder of the files it writes is replaced; a
-    folder holding anything else is refused). A miss goes to
-    `<path>.rejected` with its report, as for every export. A model built
-    with `input_shape=(None, None, 3)` is written at the size of its stored
-    position-embedding grid.
+    arithmetic, input normalisation and class names; upload it with
+    `huggingface_hub`'s `upload_folder` to share it. It is verified as
+    every export (read back by keras_vit's Hub reader and compared with
+    the Keras model) before it is renamed to `path`; an earlier Hub folder
+    of the files it writes is replaced, a folder holding anything else is
+    refused. See docs/deploy.md#back-to-pytorch-hub-folders-for-timm-and-transformers.
 
     Args:
         model: a keras_vit classifier (a head, its preprocessing layer

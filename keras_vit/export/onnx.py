@@ -409,21 +409,17 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
     puts it at `path`.
 
     The file takes `images`, float32 `(batch, H, W, 3)` RGB pixels in
-    [0, 255] with any batch size (the model's preprocessing is inside, as
-    in the TFLite file), and returns `logits` and `probabilities`, float32
-    `(batch, classes)` (for a softmax head the logits are its
-    pre-activation, see `export.model.logits_and_probabilities`). The model's
-    class names are inside (`metadata_props["labels"]`, a JSON list; read
-    them with `onnx_class_names`) and beside it as `<stem>.labels.txt`.
-
-    It is written under a temporary name in `path`'s directory
-    (`.<name>.tmp-<host>-<pid>-<random>`), run with ONNX Runtime (CPU) on the
-    validation images, its logits compared with the Keras model's on the
-    same pixels, and only then renamed to `path`. An export that misses
-    its bar (`CHECKS`) is moved to `<path>.rejected` with its report as
-    `<path>.rejected.json`; any error (a missing dependency included,
-    checked before converting) leaves nothing at `path` and no temporary
-    file.
+    [0, 255] with any batch size, and returns `logits` and
+    `probabilities`, float32 `(batch, classes)` (for a softmax head the
+    logits are its pre-activation, see
+    `export.model.logits_and_probabilities`). The class names are inside
+    (`onnx_class_names` reads them) and beside it as `<stem>.labels.txt`.
+    It is written under a temporary name, verified with ONNX Runtime (CPU)
+    against Keras on the validation images, and only then renamed to
+    `path`; a file that misses its bar (`CHECKS`) is moved to
+    `<path>.rejected` with its report as `<path>.rejected.json`; any error
+    (a missing dependency included, checked before converting) leaves
+    nothing at `path`. See docs/deploy.md#onnx-and-openvino-cpu-servers.
 
     Args:
         model: a Keras image classifier taking RGB pixels in [0, 255].
@@ -434,12 +430,9 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
             activations in QDQ form, ranges calibrated on
             `representative_data`). Both quantize `QUANTIZED_OPS`
             (MatMul, Conv, Gemm; weights per channel); Softmax, GELU and
-            LayerNorm stay float. Weights are 7-bit (`reduce_range`), so
-            that the file is exact enough on x86 CPUs without VNNI too
-            (see `_quantize`). On a CPU server `"dynamic"` is the faster
-            (ViT-B/16, one image, 2 AVX2 cores: 122 ms against 215 ms in
-            float32 and 243 ms for `"int8"`); `"int8"` is the QDQ form
-            int8 accelerators read.
+            LayerNorm stay float. Weights are 7-bit (`reduce_range`, see
+            `_quantize`). On a CPU server `"dynamic"` is the faster;
+            `"int8"` is the QDQ form int8 accelerators read.
         opset: the ONNX opset (13 to `max_opset()`); None: tf2onnx's
             default (15). The report states it.
         representative_data: calibration images for `"int8"`: a
@@ -460,12 +453,10 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
         num_threads: ONNX Runtime intra-op threads (default: its own).
         latency_repeats: timed runs (batch of one) for the median latencies.
         check: raise `ExportVerificationError` when the file misses its
-            mode's bar (`CHECKS`): float32 max |logit diff| <= 1e-4 (x the
-            largest |logit| above 1) and 100% top-1 agreement; dynamic
-            >= 99%; int8 >= 97%; a `model.quantize("int8")` model's float
-            export: one int8 step (`export.model.KERAS_QUANTIZED_CHECKS`).
-            `check=False` still measures and reports, keeps the file and
-            logs a warning.
+            mode's bar (`CHECKS`; a `model.quantize("int8")` model's:
+            `export.model.KERAS_QUANTIZED_CHECKS`; docs/deploy.md lists
+            them). `check=False` still measures and reports, keeps the file
+            and logs a warning.
         verbose: log one line (INFO, logger "keras_vit") when the export passes;
             the report itself is returned (`print(report)` shows it).
 
@@ -476,8 +467,8 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
 
     Example:
 
-    >>> report = keras_vit.export.to_onnx(
-    ...     model, "vit.onnx", validation_data="folder:/data/digits")  # doctest: +SKIP
+    >>> report = keras_vit.export.to_onnx(  # reads /data/digits  # doctest: +SKIP
+    ...     model, "vit.onnx", validation_data="folder:/data/digits")
     >>> report.opset, report.top1_agreement, report.labels  # doctest: +SKIP
     (15, 1.0, 'vit.labels.txt')
     >>> import onnxruntime  # doctest: +SKIP

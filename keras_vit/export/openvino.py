@@ -263,23 +263,16 @@ def to_openvino(model: keras.Model, path: str | os.PathLike, *,
     `path`.
 
     The IR takes `images`, float32 `(batch, H, W, 3)` RGB pixels in
-    [0, 255] with any batch size (the model's preprocessing is inside),
-    and returns `logits` and `probabilities`, float32 `(batch, classes)`.
-    The class names are inside (`rt_info` `keras_vit/labels`, a JSON list;
-    read them with `openvino_class_names`) and beside it as
-    `<stem>.labels.txt`.
-
-    Both files are written to a temporary directory beside `path`
-    (`.<name>.tmp-<host>-<pid>-<random>`), compiled for the CPU at f32 inference
-    precision and run on the validation images; the logits are compared
-    with the Keras model's on the same pixels. Where the CPU has bf16
-    (AVX512_BF16 or AMX; OpenVINO then runs bf16 by default) the same file
-    is measured at bf16 too (`report.bf16`); elsewhere `report.bf16` says
-    it is not available. Only then are `<stem>.bin` and `path` renamed into
-    place. An export that misses its bar is moved to `<path>.rejected` (a
-    directory holding both files) with its report as
-    `<path>.rejected.json`; any error (a missing openvino included) leaves
-    nothing at `path` and no temporary files.
+    [0, 255] with any batch size, and returns `logits` and
+    `probabilities`, float32 `(batch, classes)`. The class names are inside
+    (`openvino_class_names` reads them) and beside it as
+    `<stem>.labels.txt`. Both files are written to a temporary directory
+    beside `path`, verified on the CPU at f32 (and at bf16 where the CPU
+    has it: `report.bf16`) against Keras, and only then renamed into place;
+    a file that misses its bar is moved to `<path>.rejected` (a directory
+    holding both files) with its report as `<path>.rejected.json`; any
+    error (a missing openvino included) leaves nothing at `path`. See
+    docs/deploy.md#onnx-and-openvino-cpu-servers.
 
     Args:
         model: a Keras image classifier taking RGB pixels in [0, 255].
@@ -298,11 +291,8 @@ def to_openvino(model: keras.Model, path: str | os.PathLike, *,
         num_threads: OpenVINO inference threads (default: its own).
         latency_repeats: timed runs (batch of one) for the median latencies.
         check: raise `ExportVerificationError` when the file misses its
-            bar (`CHECKS`): float32 max |logit diff| <= 1e-4 (x the largest
-            |logit| above 1) and 100% top-1 agreement at f32; float16
-            >= 99%; and, where bf16 is measured, >= 99% at bf16.
-            `check=False` still measures and reports, keeps the file and
-            logs a warning.
+            bar (`CHECKS`, listed in docs/deploy.md). `check=False` still
+            measures and reports, keeps the file and logs a warning.
         verbose: log one line (INFO, logger "keras_vit") when the export passes;
             the report itself is returned (`print(report)` shows it).
 
@@ -313,8 +303,8 @@ def to_openvino(model: keras.Model, path: str | os.PathLike, *,
 
     Example:
 
-    >>> report = keras_vit.export.to_openvino(
-    ...     model, "vit.xml", validation_data="folder:/data/digits")  # doctest: +SKIP
+    >>> report = keras_vit.export.to_openvino(  # reads /data/digits  # doctest: +SKIP
+    ...     model, "vit.xml", validation_data="folder:/data/digits")
     >>> report.top1_agreement, report.bf16["available"]  # doctest: +SKIP
     (1.0, False)
     >>> import openvino  # doctest: +SKIP

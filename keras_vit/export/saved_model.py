@@ -225,25 +225,21 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
     """Writes a SavedModel with a `serving_default` signature, verifies it,
     then puts it at `path`.
 
-    The SavedModel is written to a temporary directory beside `path`
-    (`.<name>.tmp-<host>-<pid>-<random>`), reloaded with `tf.saved_model.load` and its
-    signature run on the validation images; its logits are compared with
-    the Keras model's on the same pixels. Only a verified SavedModel
-    replaces what is at `path`; one that misses the bar is moved to
-    `<path>.rejected` (its report in `<path>.rejected.json`), and any error
-    leaves nothing at `path` and no temporary directory. The model's class
-    names, when it has them, are the asset `assets/labels.txt` (one per
-    line, label order; `loaded.labels.asset_path` after
-    `tf.saved_model.load`).
+    The SavedModel is written to a temporary directory beside `path`,
+    reloaded and its signature run on the validation images against the
+    Keras model. Only a verified SavedModel replaces what is at `path`; one
+    that misses the bar is moved to `<path>.rejected` (its report in
+    `<path>.rejected.json`), and any error leaves nothing at `path`. The
+    model's class names are the asset `assets/labels.txt`. See
+    docs/deploy.md.
 
     Args:
         model: a Keras image classifier (any keras_vit model, fine-tuned or
             wrapped; the input is RGB pixels in [0, 255]).
         path: the SavedModel directory.
-        resize: accept uint8 images of any size and resize them inside.
-            A model built with `input_shape=(None, None, 3)` takes any size
-            without it (no resize: its position embedding is resized
-            inside, as the Keras model does).
+        resize: accept uint8 images of any size and resize them inside
+            (a model built with `input_shape=(None, None, 3)` takes any size
+            without it).
         top_k: how many classes `top_k_indices` holds.
         image_size: `(height, width)` for a model built with a free size:
             the size it is verified at (and `resize=True` resizes to);
@@ -287,8 +283,8 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
 
     Example:
 
-    >>> report = keras_vit.export.to_saved_model(
-    ...     model, "served/1", validation_data="folder:/data/digits")  # doctest: +SKIP
+    >>> report = keras_vit.export.to_saved_model(  # reads /data/digits  # doctest: +SKIP
+    ...     model, "served/1", validation_data="folder:/data/digits")
     >>> report.validation  # doctest: +SKIP
     {'split': 'test', 'images': 360, 'classes': 10, 'source': 'folder:/data/digits'}
     >>> loaded = tf.saved_model.load("served/1")  # doctest: +SKIP

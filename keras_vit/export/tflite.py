@@ -407,18 +407,10 @@ def to_tflite(model: keras.Model, path: str | os.PathLike, *, quantization: str 
     (`CHECKS`) is moved to `<path>.rejected` with its report as
     `<path>.rejected.json`; any error (a missing LiteRT runtime included)
     leaves nothing at `path` and no temporary file. The model's class names,
-    when it has them, are written beside it as `<stem>.labels.txt`.
-
-    The file carries TFLite Metadata (`metadata=True`, see
-    `keras_vit.export.tflite_metadata` and, for MediaPipe, this module's
-    docstring), so MediaPipe Tasks' `ImageClassifier` opens it: the input is an RGB image with
-    `NormalizationOptions` (mean 0, std 1 when the model normalizes in its
-    graph, as every keras_vit model built with `include_preprocessing=True`
-    does), the outputs are `probabilities` (first) and `logits`, and the
-    class names are packed inside as `labels.txt` (the model's names, else
-    the ImageNet-1k / 21k names for a 1000 / 21843-class head, else
-    `class_<i>`). It is verified as MediaPipe feeds it: the validation
-    pixels normalized as the metadata read back from the file says.
+    when it has them, are written beside it as `<stem>.labels.txt`. The
+    file carries TFLite Metadata, so MediaPipe Tasks' `ImageClassifier`
+    opens it, and is verified as MediaPipe feeds it. See docs/deploy.md
+    and docs/deploy.md#tflite-metadata-mediapipes-imageclassifier-opens-the-file.
 
     Args:
         model: a Keras image classifier taking RGB pixels in [0, 255] (or
@@ -436,8 +428,7 @@ def to_tflite(model: keras.Model, path: str | os.PathLike, *, quantization: str 
             see `keras_vit.data.sample.sample_images`), an array or a
             `tf.data.Dataset` (its first `num_calibration` images).
         batch_size: the static batch of the graph, 1..`max_batch_size(
-            image size)` (at most 256 MiB of float32 pixels per batch: 445
-            at 224 px); never changed to fit the validation images (a
+            image size)`; never changed to fit the validation images (a
             partial last batch is padded when the file is run).
         float_ops: TFLite op names kept in float under `"int8"`;
             `"auto"` is `INT8_FLOAT_OPS`, `()` quantizes everything.
@@ -456,10 +447,9 @@ def to_tflite(model: keras.Model, path: str | os.PathLike, *, quantization: str 
         num_threads: LiteRT threads (default: all cores).
         latency_repeats: timed runs for the median latencies.
         check: raise `ExportVerificationError` when the export misses its
-            mode's bar (`CHECKS`): fp32 max |logit diff| <= 1e-4 and 100%
-            top-1 agreement; float16 / dynamic >= 99%; int8 >= 97%.
-            `check=False` still measures and reports (`passed`, `criteria`),
-            keeps the file and logs a warning when the bar is missed.
+            mode's bar (`CHECKS`, listed in docs/deploy.md); `check=False`
+            still measures and reports (`passed`, `criteria`), keeps the
+            file and logs a warning when the bar is missed.
         verbose: log one line (INFO, logger "keras_vit") when the export passes;
             the report itself is returned (`print(report)` shows it).
         seed: the sampling seed (calibration and validation samples).
@@ -484,9 +474,9 @@ def to_tflite(model: keras.Model, path: str | os.PathLike, *, quantization: str 
 
     Example:
 
-    >>> report = keras_vit.export.to_tflite(
+    >>> report = keras_vit.export.to_tflite(  # reads /data/digits  # doctest: +SKIP
     ...     model, "vit.tflite", quantization="int8",
-    ...     representative_data="folder:/data/digits")  # doctest: +SKIP
+    ...     representative_data="folder:/data/digits")
     >>> report.calibration  # doctest: +SKIP
     {'split': 'train', 'images': 500, 'classes': 10, 'source': 'folder:/data/digits'}
     >>> report.validation["split"], report.top1_agreement, report.labels  # doctest: +SKIP

@@ -50,23 +50,20 @@ class TransformerBlock(keras.layers.Layer):
             (exact GELU, PyTorch's `nn.GELU()` as timm and transformers
             use it). Weights loaded from those libraries set it.
         remat: rematerialise the block in training calls (gradient
-            checkpointing, `keras.remat`): its activations are recomputed in
-            the backward pass instead of being kept, which lowers the peak
-            memory of training for more compute. The values and gradients
-            are those of the plain block (the recomputation draws the same
-            dropout and drop-path masks). Saved in the config.
-        attention: how the attention is computed, the same function each
-            way: `"fused"` (explicit matmul-softmax-matmul, written for
-            oneDNN's fusions; it materialises the `(batch, heads, tokens,
-            tokens)` weights), `"dot_product"` (`keras.ops.dot_product_attention`:
-            cuDNN / PyTorch / TPU flash-attention kernels where the backend
-            has them, which never materialise the weights), or `"auto"`
-            (the default): what measured faster on the backend and device
+            checkpointing, `keras.remat`): less memory, more compute, the
+            same values and gradients (the same dropout and drop-path
+            masks). Saved in the config. See
+            docs/models.md#remattrue-per-block-rematerialisation-gradient-checkpointing.
+        attention: the same function computed as `"fused"` (explicit
+            matmul-softmax-matmul for oneDNN's fusions), `"dot_product"`
+            (`keras.ops.dot_product_attention`'s flash-attention kernels),
+            or `"auto"` (the default): what measured faster on the backend
+            and device
             (`keras_vit.layers.fused.uses_dot_product_attention`:
-            `"dot_product"` on torch, and for inference on JAX on a GPU or
-            TPU; else `"fused"`). Calls
-            with `return_attention_scores=True`, and training calls with
-            attention dropout, always use `"fused"`. Saved in the config.
+            see docs/models.md#attention-which-kernels-compute-the-attention).
+            Calls with `return_attention_scores=True`, and training calls
+            with attention dropout, always use `"fused"`. Saved in the
+            config.
 
     Call arguments:
         inputs: `(batch, tokens, hidden)`.

@@ -41,17 +41,12 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
             pytorch_model.bin), a bare `.safetensors` file, or a PyTorch
             file (`torch.save` of a state dict or of a training checkpoint
             holding one; `keras_vit.weights.pytorch`). Those bring their
-            source's arithmetic
-            (GELU form, LayerNorm epsilon, fc_norm, hybrid stem, position-
-            embedding resize, input mean/std); see
-            `keras_vit.weights.hub`. A checkpoint without a head
-            (transformers `ViTModel`, or an official `.npz` that
-            `save_official_weights` wrote from an `include_top=False`
-            model) gives `include_top=False` and, with its pooler or
-            pre_logits, `pooling="token"`. DINO's released ViTs
-            (`keras_vit.weights.dino`) give `include_top=False,
-            pooling="token"`: DINO's forward output, the class token
-            after the final norm.
+            source's arithmetic (GELU form, LayerNorm epsilon, fc_norm,
+            hybrid stem, position-embedding resize, input mean/std). A
+            checkpoint without a head (transformers `ViTModel`, DINO's
+            ViTs, a head-less official `.npz`) gives `include_top=False`,
+            with its pooler `pooling="token"`. See
+            docs/models.md#weights-from-the-hugging-face-hub-timm-transformers.
         ema: with a PyTorch training checkpoint, its EMA weights
             (`state_dict_ema` / `model_ema`) instead of its weights.
         **kwargs: further builder arguments (`input_shape`, `classes`,

@@ -110,23 +110,11 @@ def VisionTransformer(
         input_shape: `(height, width, 3)`, multiples of the patch size
             (times the ResNet stride for hybrids); defaults to the
             checkpoint's resolution, else 224. Another size than the
-            checkpoint's resizes the position embeddings once, at loading,
-            with the official algorithm (bilinear, aligned corners).
-            `(None, None, 3)`, as keras.applications allows: one model for
-            any image size at call time. The position embedding is stored
-            at the checkpoint's grid (without weights: 224 pixels' worth)
-            and resized in the graph, with the same algorithm, to each
-            call's grid (not at all at the stored grid), so a call at a size
-            equals a model built at that size. Each height and width must
-            be a multiple of the patch size: another raises a `ValueError`
-            in eager calls and on JAX; in a TensorFlow graph it fails in a
-            reshape. Hybrids accept any size (their stem pads, as the
-            official one). E.g. `ViTB16(weights="imagenet",
-            input_shape=(None, None, 3))(images_384)`. Channels last
-            always, whatever `keras.config.image_data_format()` says (every
-            layer, the ResNet stem too, is built channels-last; under
-            "channels_first" a warning line says so): a shape that reads
-            as channels-first, e.g. `(3, 224, 224)`, is a `ValueError`.
+            checkpoint's resizes the position embeddings once, at loading
+            (bilinear, aligned corners). `(None, None, 3)`: one model for
+            any image size at call time. Channels last always: a shape
+            that reads as channels-first, e.g. `(3, 224, 224)`, is a
+            `ValueError`. See docs/models.md#kerasapplications-conventions.
         pooling: with `include_top=False`: None returns the token sequence
             after the final LayerNorm `(batch, tokens, hidden_size)`;
             `"token"` or `"gap"` the official pooled vector (then
@@ -134,8 +122,6 @@ def VisionTransformer(
             `num_classes=0`); `"avg"` or `"max"` the keras.applications
             feature vector: the mean / maximum over the patch tokens after
             the final LayerNorm, the class token left out, no `pre_logits`.
-            E.g. `ViTB16(weights="imagenet", include_top=False,
-            pooling="avg")` gives `(batch, 768)`.
         classes: number of classes; None keeps the checkpoint's head (1000
             without weights). Another number replaces the head by a
             zero-initialised one and drops `pre_logits`.
@@ -160,42 +146,28 @@ def VisionTransformer(
         ema: with a PyTorch training checkpoint as `weights` (timm's
             `train.py`, ...), load its EMA weights (`state_dict_ema` /
             `model_ema`) instead of its weights.
-        features_only: build a backbone for dense prediction (detection,
-            segmentation heads), as timm's `features_only=True`: the model
-            returns a list, one output per block of `out_indices` (Keras
-            gives a model of one output that tensor alone): the block's
-            output (before the final LayerNorm). No head, final
-            LayerNorm or pooling is built (`include_top` and
-            `classifier_activation` are not used; `pooling`, `classes` and
-            `representation_size` are a `ValueError`), the blocks after the
-            last one asked for are left out, and `weights` load as for
-            `include_top=False`. `keras_vit.models.feature_info(model)`
-            gives each output's channels and reduction.
-        out_indices: with `features_only=True`, which blocks, as timm's:
-            a sequence of block indices (negative: from the end; the outputs
-            come in the order given), or an int n: the last n blocks. None:
-            timm's default, the last 3 blocks (all of them when the model
-            has fewer).
+        features_only: a backbone for dense prediction, as timm's
+            `features_only=True`: the model returns a list, the outputs of
+            the blocks `out_indices` (before the final LayerNorm); no head,
+            final LayerNorm or pooling is built (`pooling`, `classes` and
+            `representation_size` are a `ValueError`).
+            `keras_vit.models.feature_info(model)` describes the outputs.
+            See docs/models.md#features_onlytrue-a-backbone-for-detection-and-segmentation-heads.
+        out_indices: with `features_only=True`, as timm's: block indices
+            (negative: from the end), or an int n: the last n blocks; None:
+            the last 3.
         feature_format: with `features_only=True`, `"nhwc"` (None, the
             default): `(batch, H / p, W / p, hidden_size)` maps of the patch
-            tokens (class token left out; p: the patch size times the ResNet
-            stride for hybrids); with `input_shape=(None, None, 3)` each
-            call's image size gives its grid. `"tokens"`: the token
-            sequence `(batch, tokens, hidden_size)`, class token first.
-        remat: rematerialise each transformer block in training
-            (gradient checkpointing, timm's `set_grad_checkpointing`;
-            `TransformerBlock(remat=True)`): activations are recomputed in
-            the backward pass instead of being kept, so training takes less
-            memory and more compute. Outputs and gradients are those of
-            `remat=False`. Saved in the blocks' configs: a reloaded `.keras`
-            model rematerialises as it did.
-        attention: how the blocks compute attention, the same function
-            each way (`TransformerBlock(attention=...)`): `"auto"` (the
-            default: `keras.ops.dot_product_attention`'s flash-attention
-            kernels where they measured faster: on torch, and for inference
-            on JAX on a GPU or TPU; the explicit oneDNN-fused path
-            elsewhere), `"dot_product"` or `"fused"`.
-            Saved in the blocks' configs.
+            tokens; `"tokens"`: the token sequence, class token first.
+        remat: rematerialise each transformer block in training (gradient
+            checkpointing): less memory, more compute, the same outputs
+            and gradients. Saved in the blocks' configs. See
+            docs/models.md#remattrue-per-block-rematerialisation-gradient-checkpointing.
+        attention: `"auto"` (the default), `"dot_product"` or `"fused"`:
+            the same function through flash-attention kernels or the
+            explicit oneDNN-fused path; `"auto"` takes the one that measured
+            faster on the backend and device. Saved in the blocks' configs.
+            See docs/models.md#attention-which-kernels-compute-the-attention.
 
     Returns:
         A functional `keras.Model`.
