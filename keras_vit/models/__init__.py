@@ -19,3 +19,16 @@ _EXPORTS = {
 }
 
 __getattr__, __dir__, __all__ = attach(__name__, _EXPORTS)
+
+
+def builder(name):
+    """The function that builds the named model `name` (`"ViTB16"`, a key of
+    `keras_vit.variants.ALL_VARIANTS`): the one way from a model's name to
+    its builder (`keras-vit`, `keras_vit.training.train`).
+
+    >>> builder("ViTB16").__name__
+    'ViTB16'
+    """
+    if name not in ALL_VARIANTS:
+        raise ValueError(f"Unknown model {name!r}; named models: {', '.join(ALL_VARIANTS)}.")
+    return __getattr__(name)
