@@ -1,6 +1,9 @@
-"""The checkpoint errors: what is wrong with a weights file, one class per
-kind of problem, each a `ValueError` (a bad `weights=` argument), and
-`WeightsDownloadError` (an `OSError`: a file could not be downloaded).
+"""Every public error class of keras_vit. The checkpoint errors: what is
+wrong with a weights file, one class per kind of problem, each a
+`ValueError` (a bad `weights=` argument), and `WeightsDownloadError` (an
+`OSError`: a file could not be downloaded); `MissingDependencyError` (an
+optional package is missing), `TrainingDivergedError` (training stopped
+on a NaN loss) and `ExportVerificationError` (an export missed its bar).
 
 The bottom floor of the package (imports nothing of it, no NumPy, no Keras),
 so that every module that reads or loads checkpoints raises the same
@@ -78,3 +81,20 @@ class CheckpointNotFoundError(ValueError, FileNotFoundError):
 class WeightsDownloadError(OSError):
     """A file could not be downloaded (offline, HTTP error, stalled or
     broken connection, bad mirror)."""
+
+
+class ExportVerificationError(ValueError):
+    """An export is further from the Keras model than its mode allows.
+
+    `report` holds the measured figures; the rejected file is kept next to
+    the requested path with a `.rejected` suffix for inspection, its report
+    beside it as `<path>.rejected.json`. Nothing is left at the requested
+    path."""
+
+    def __init__(self, message, report):
+        super().__init__(message)
+        self.report = report
+
+
+class MissingDependencyError(ImportError):
+    """`hf://` weights need huggingface_hub (the `hf` extra)."""

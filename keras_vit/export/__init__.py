@@ -28,7 +28,8 @@ file and in `<stem>.labels.txt`.
 """
 
 from keras_vit.export._labels import labels_path
-from keras_vit.export._report import ExportReport, ExportVerificationError
+from keras_vit.errors import ExportVerificationError
+from keras_vit.export._report import ExportReport
 from keras_vit.export.hub_folder import to_hub_folder
 from keras_vit.export.onnx import onnx_class_names, run_onnx, to_onnx, verify_onnx
 from keras_vit.export.openvino import (

@@ -8,22 +8,10 @@ import logging
 import os
 
 from keras_vit._console import json_dumps, plural
+from keras_vit.errors import ExportVerificationError
 from keras_vit.export._files import remove_path
 
 logger = logging.getLogger("keras_vit")
-
-
-class ExportVerificationError(ValueError):
-    """An export is further from the Keras model than its mode allows.
-
-    `report` holds the measured figures; the rejected file is kept next to
-    the requested path with a `.rejected` suffix for inspection, its report
-    beside it as `<path>.rejected.json`. Nothing is left at the requested
-    path."""
-
-    def __init__(self, message, report):
-        super().__init__(message)
-        self.report = report
 
 
 def _describe_row(info):

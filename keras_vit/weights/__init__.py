@@ -19,8 +19,8 @@ from keras_vit._lazy import attach
 _EXPORTS = {
     # the error classes from the bottom floor: reading one loads no Keras
     **dict.fromkeys(["CheckpointMismatchError", "CheckpointNotFoundError",
-                     "CorruptCheckpointError", "UnsupportedCheckpointError",
-                     "WeightsDownloadError"],
+                     "CorruptCheckpointError", "MissingDependencyError",
+                     "UnsupportedCheckpointError", "WeightsDownloadError"],
                     "keras_vit.errors"),
     "ACCEPTED_FORMATS": "sniff",
     "sniff_checkpoint": "sniff",
@@ -38,7 +38,6 @@ _EXPORTS = {
     "read_hub_checkpoint": "hub",
     "read_torch_state": "pytorch",
     "HubCheckpoint": "hub",
-    "MissingDependencyError": "hub",
 }
 
 __getattr__, __dir__, __all__ = attach(__name__, _EXPORTS)

@@ -57,6 +57,7 @@ from keras_vit.errors import (
     CheckpointMismatchError,
     CheckpointNotFoundError,
     CorruptCheckpointError,
+    MissingDependencyError,
     UnsupportedCheckpointError,
     WeightsDownloadError,
 )
@@ -106,10 +107,6 @@ _FORMAT_BITS = {"BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M
                 "F6_E2M3": 6, "F6_E3M2": 6}
 _MAX_DIMS = 64  # NumPy's limit; a larger list is a damaged header
 _TILING = "the safetensors format requires the tensors to tile the data section exactly"
-
-
-class MissingDependencyError(ImportError):
-    """`hf://` weights need huggingface_hub (the `hf` extra)."""
 
 
 def is_hub_uri(weights):
