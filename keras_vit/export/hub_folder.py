@@ -56,6 +56,7 @@ from keras_vit.layers.blocks import encoder_blocks, walk_layers
 from keras_vit.layers.resnet import RESNET_ARITHMETIC
 from keras_vit.models.auto import model_from_checkpoint
 from keras_vit.weights import timm as timm_format
+from keras_vit.weights import timm_export
 from keras_vit.weights import transformers as transformers_format
 from keras_vit.weights.architecture import architecture_from_checkpoint, describe
 from keras_vit.weights.hub import (
@@ -159,9 +160,9 @@ def hub_folder(model, library, size, class_names=None):
                 f"units) before its head, which {library}'s classifiers do not have; "
                 "fine-tune a model without one (representation_size=None)")
         if library == "timm":
-            files = {CONFIG: timm_format.hub_config(
+            files = {CONFIG: timm_export.hub_config(
                 family, arch, arithmetic, size, info.classes, mean, std, class_names)}
-            state = timm_format.from_official(params)
+            state = timm_export.from_official(params)
         else:
             if family != "vit":
                 raise ValueError("it is a Mixer, and transformers has no MLP-Mixer")

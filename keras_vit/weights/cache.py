@@ -218,4 +218,3 @@ def remove(path):
         os.remove(path)
     except FileNotFoundError:
         pass
-

@@ -235,4 +235,3 @@ def _fetch(url, filename, hint, verify=None):
         logger.info("Saved %s (%s bytes downloaded in %.1f s, checked).", final,
                     f"{received:,}", seconds)
         return final, value
-

@@ -64,4 +64,3 @@ def _unit(size):
         if size >= scale:
             return unit, scale
     return "KiB", 2**10
-

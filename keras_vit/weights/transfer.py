@@ -398,4 +398,3 @@ def _goog_md5(headers):
                 except (binascii.Error, ValueError):
                     return value, b""
     return None
-

@@ -37,7 +37,7 @@ from keras_vit.errors import (
 )
 from keras_vit.weights import config_values as cv
 from keras_vit.weights.npz import POSEMB_KEY
-from keras_vit.weights.timm import torch_array
+from keras_vit.weights.timm_export import torch_array
 
 FORMAT = "transformers"
 

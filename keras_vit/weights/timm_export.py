@@ -1,0 +1,181 @@
+"""Official arrays -> a timm state dict and `config.json`: the way back
+out of `keras_vit.weights.timm` (whose `to_official` and `source_name`
+this inverts), for `keras_vit.export.hub_folder`'s timm folders.
+
+The folder written opens with `timm.create_model("local-dir:DIR",
+pretrained=True)`; a model timm does not compute the same way is refused
+with what differs (`hub_config`).
+"""
+
+import re
+
+import numpy as np
+
+from keras_vit.weights.timm import GELU_FORMS, source_name
+
+
+def torch_array(key, value):
+    """An official array in PyTorch's layout: the inverse of the reshapes
+    and transposes `to_official` applies (the query, key and value kernels
+    each as one `(D, D)` Linear weight)."""
+    value = np.asarray(value, dtype=np.float32)
+    if value.ndim == 4:  # a convolution (kh, kw, I, O) -> (O, I, kh, kw)
+        value = value.transpose(3, 2, 0, 1)
+    elif re.search(r"/(query|key|value)/kernel$", key):  # (D, H, D/H) -> (D*, D)
+        value = value.reshape(value.shape[0], -1).T
+    elif re.search(r"/(query|key|value)/bias$", key):  # (H, D/H) -> (D*,)
+        value = value.reshape(-1)
+    elif key.endswith("MultiHeadDotProductAttention_1/out/kernel"):  # (H, D/H, D) -> (D, D*)
+        value = value.reshape(-1, value.shape[-1]).T
+    elif key.endswith("/kernel"):  # a Dense (I, O) -> a Linear (O, I)
+        value = value.T
+    return np.ascontiguousarray(value)
+
+
+def from_official(params):
+    """`{timm key: float32 array}` of official arrays (a ViT, hybrid or
+    Mixer): the inverse of `to_official`, named by `source_name`. The
+    query, key and value of each block are fused into timm's `qkv`.
+
+    Raises:
+        ValueError: an official key timm has no name for (`pre_logits`).
+
+    Example:
+
+    >>> import numpy as np
+    >>> sorted(from_official({"cls": np.zeros((1, 1, 8), "float32")}))
+    ['cls_token']
+    """
+    state, qkv = {}, {}
+    for key, value in params.items():
+        name = source_name(key)
+        if name == key or name.startswith("pre_logits."):
+            raise ValueError(f"timm's models have no counterpart of {key!r}.")
+        if ".attn.qkv." in name:
+            qkv.setdefault(name, {})[key.split("/")[-2]] = torch_array(key, value)
+        else:
+            state[name] = torch_array(key, value)
+    for name, parts in qkv.items():
+        state[name] = np.concatenate([parts["query"], parts["key"], parts["value"]])
+    if not any(".backbone.stages." in name for name in state):
+        # a stem without stages (R+Ti/16) is timm's backbone itself
+        state = {name.replace("patch_embed.backbone.stem.", "patch_embed.backbone."): value
+                 for name, value in state.items()}
+    return dict(sorted(state.items()))
+
+
+# timm's Mixer architectures: (patch, blocks, width) -> name; their code
+# fixes these three (`mixer_b16_224(**kwargs)` cannot take another width).
+MIXER_ARCHITECTURES = {(32, 8, 512): "mixer_s32_224", (16, 8, 512): "mixer_s16_224",
+                       (32, 12, 768): "mixer_b32_224", (16, 12, 768): "mixer_b16_224",
+                       (32, 24, 1024): "mixer_l32_224", (16, 24, 1024): "mixer_l16_224"}
+
+
+# timm's hybrids: ResNet stages -> name; their code builds the stem (width
+# 64, timm's StdConv2dSame and GroupNorm), config.json sets the ViT on it.
+HYBRID_ARCHITECTURES = {(): "vit_tiny_r_s16_p8_224", (2, 2, 2, 2): "vit_small_r26_s32_224",
+                        (3, 4, 9): "vit_base_r50_s16_224",
+                        (3, 4, 6, 3): "vit_large_r50_s32_224"}
+
+
+def _hybrid_architecture(arch, arithmetic):
+    layers = tuple(arch["resnet_layers"])
+    if layers not in HYBRID_ARCHITECTURES or arch["resnet_width"] != 1:
+        raise ValueError(
+            f"timm builds a hybrid's ResNet stem in the code of each architecture "
+            f"(stages {', '.join(map(str, HYBRID_ARCHITECTURES))}, width 1); this one has "
+            f"stages {layers} and width {arch['resnet_width']}")
+    if arithmetic.get("resnet_arithmetic") != "timm":
+        raise ValueError(
+            "its ResNet stem computes the official arithmetic (kernels standardised as "
+            "(w - mean) / (std + 1e-5), GroupNorm epsilon 1e-6) and timm's computes "
+            "(w - mean) / sqrt(var + 1e-8) with GroupNorm epsilon 1e-5, fixed in its code")
+    return HYBRID_ARCHITECTURES[layers]
+
+
+def _ratio(hidden, width, what):
+    """`width / hidden` as timm's `int(hidden * ratio)` gives it back."""
+    ratio = width / hidden
+    if int(hidden * ratio) != width:
+        raise ValueError(f"timm builds the {what} width as int(width x ratio), which "
+                         f"cannot give {width} for width {hidden}")
+    return ratio
+
+
+def hub_config(family, arch, arithmetic, image_size, classes, mean, std, class_names=None):
+    """The `config.json` that `timm.create_model("local-dir:DIR",
+    pretrained=True)` (or `hf-hub:ORG/NAME`) builds the model from:
+    `architecture`, `model_args` (the shape and arithmetic), and
+    `pretrained_cfg` (input size, mean/std on the [0, 1] scale, bilinear
+    resize without a crop, as keras_vit's eval pipeline) with `label_names`.
+
+    Args:
+        family, arch: `architecture.architecture_from_checkpoint` of the
+            model's official arrays.
+        arithmetic: `{"gelu", "layer_norm_epsilon", "fc_norm"}` of the model.
+        image_size: `(height, width)`; classes: the head's width.
+        mean, std: per-channel, on the [0, 1] scale.
+
+    Raises:
+        ValueError: a model timm does not compute the same way (the message
+            says what differs).
+    """
+    if arithmetic["layer_norm_epsilon"] != 1e-6:
+        raise ValueError(
+            f"its LayerNorm epsilon is {arithmetic['layer_norm_epsilon']:g} and timm's "
+            "ViT and Mixer LayerNorms have 1e-6 (not a model argument)")
+    size = [int(s) for s in image_size]
+    args = dict(img_size=size, num_classes=int(classes), in_chans=3)
+    if family == "mixer":
+        if arithmetic["gelu"] != "erf":
+            raise ValueError(
+                "it computes GELU with the tanh approximation (the official Mixer's) and "
+                "timm's MlpMixer computes the exact (erf) GELU, a class in its code that "
+                "config.json cannot change")
+        width = arch["hidden_size"]
+        shape = (_patch(arch["patch_size"]), arch["num_blocks"], width)
+        name = MIXER_ARCHITECTURES.get(shape)
+        if name is None:
+            raise ValueError(
+                "timm builds each Mixer shape from an architecture of fixed patch size, "
+                "depth and width (" + ", ".join(MIXER_ARCHITECTURES.values()) + "); this "
+                f"one (patch {shape[0]}, {shape[1]} blocks, width {width}) is none of them")
+        args.update(mlp_ratio=[
+            _ratio(width, arch["tokens_mlp_dim"], "token-mixing MLP"),
+            _ratio(width, arch["channels_mlp_dim"], "channel-mixing MLP")], global_pool="avg")
+        pool = "avg"
+    else:
+        name = _hybrid_architecture(arch, arithmetic) if "resnet_layers" in arch \
+            else "vit_base_patch16_224"
+        pool = "token" if arch["classifier"] == "token" else "avg"
+        width = arch["hidden_size"]
+        args.update(patch_size=_patch(arch["patch_size"]), embed_dim=width,
+                    depth=arch["num_layers"], num_heads=arch["num_heads"],
+                    mlp_ratio=_ratio(width, arch["mlp_dim"], "MLP"), global_pool=pool,
+                    class_token=pool == "token", fc_norm=bool(arithmetic["fc_norm"]),
+                    act_layer={v: k for k, v in GELU_FORMS.items()}[arithmetic["gelu"]])
+    cfg = dict(input_size=[3, *size], fixed_input_size=True, interpolation="bilinear",
+               crop_pct=1.0, crop_mode="center", mean=[float(m) for m in mean],
+               std=[float(s) for s in std], num_classes=int(classes),
+               first_conv=_first_conv(family, arch),
+               classifier="head")
+    config = dict(architecture=name, num_classes=int(classes), num_features=int(width),
+                  global_pool=pool, model_args=args, pretrained_cfg=cfg)
+    if class_names:
+        config["label_names"] = [str(n) for n in class_names]
+    return config
+
+
+def _first_conv(family, arch):
+    """timm's `pretrained_cfg["first_conv"]`: the model's first convolution."""
+    if family == "mixer":
+        return "stem.proj"
+    if "resnet_layers" not in arch:
+        return "patch_embed.proj"
+    return ("patch_embed.backbone.stem.conv" if arch["resnet_layers"]
+            else "patch_embed.backbone.conv")
+
+
+def _patch(patch_size):
+    patch = [int(p) for p in patch_size]
+    return patch[0] if patch[0] == patch[1] else patch
