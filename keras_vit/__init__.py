@@ -2,7 +2,12 @@
 with the official checkpoints.
 
 >>> import keras_vit
->>> model = keras_vit.ViTB16(weights="imagenet21k+imagenet2012")  # doctest: +SKIP
+>>> model = keras_vit.ViTB16(weights="imagenet21k+imagenet2012")  # downloads  # doctest: +SKIP
+>>> tiny = keras_vit.VisionTransformer(  # an architecture of your own, no weights
+...     patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+...     input_shape=(32, 32, 3), classes=10)
+>>> tiny.output_shape
+(None, 10)
 """
 
 # How the package loads (two constraints):

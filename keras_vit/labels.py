@@ -1,8 +1,13 @@
 """What a trained classifier knows about its outputs: class names and
 whether it outputs logits or probabilities.
 
->>> keras_vit.labels.set_class_names(model, ["cat", "dog"])  # doctest: +SKIP
->>> keras_vit.labels.class_names(model)  # doctest: +SKIP
+>>> import keras_vit
+>>> model = keras_vit.VisionTransformer(
+...     patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+...     input_shape=(32, 32, 3), classes=2)
+>>> keras_vit.labels.set_class_names(model, ["cat", "dog"])
+True
+>>> keras_vit.labels.class_names(model)
 ['cat', 'dog']
 """
 

@@ -11,7 +11,7 @@ naming those there are) or `DIR/<class>/<images>` (split by a
 deterministic, stratified `holdout`: `"train"` and the held-out
 `"validation"`).
 
->>> src = open_source("folder:/data/flowers", "validation")  # doctest: +SKIP
+>>> src = open_source("folder:/data/flowers", "validation")  # reads /data/flowers  # doctest: +SKIP
 >>> src.description  # doctest: +SKIP
 'folder:/data/flowers (validation: 10% holdout)'
 """
@@ -128,6 +128,20 @@ def open_source(source, split="train", data_dir=None, label_offset=0, holdout=0.
     >>> src = open_source("folder:/data/flowers", "validation", holdout=0.2)  # doctest: +SKIP
     >>> src.description, src.num_examples, src.classes_present  # doctest: +SKIP
     ('folder:/data/flowers (validation: 20% holdout)', 734, 5)
+
+    The same on a folder of two classes of five 8x8 PNGs:
+
+    >>> import shutil, tempfile
+    >>> import numpy as np
+    >>> folder = tempfile.mkdtemp()
+    >>> for name in ("cat", "dog"):
+    ...     for i in range(5):
+    ...         png = tf.io.encode_png(np.zeros((8, 8, 3), "uint8"))
+    ...         tf.io.write_file(os.path.join(folder, name, f"{i}.png"), png)
+    >>> src = open_source(f"folder:{folder}", "validation", holdout=0.2)
+    >>> src.num_examples, src.classes_present
+    (2, 2)
+    >>> shutil.rmtree(folder)
     """
     scheme, rest = parse_source(source)
     if scheme == "folder":

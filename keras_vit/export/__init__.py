@@ -12,6 +12,8 @@ Runtime) and OpenVINO IR (`to_openvino`, verified with the OpenVINO
 runtime) take float32 pixels with any batch, their class names inside the
 file and in `<stem>.labels.txt`.
 
+The examples read a folder of images (`/data/digits`): the tests skip them.
+
 >>> from keras_vit import export
 >>> export.to_saved_model(model, "served/1", resize=True,
 ...                       validation_data="folder:/data/digits")  # doctest: +SKIP

@@ -97,7 +97,7 @@ def remove_stale_temporaries(path):
     next export to it) logs "Removed 1 stale temporary of /data/vit.tflite
     left by an export whose process is gone (83.1 MB freed)." and returns 1:
 
-    >>> remove_stale_temporaries("vit.tflite")  # doctest: +SKIP
+    >>> remove_stale_temporaries("vit.tflite")  # needs a killed export  # doctest: +SKIP
     1
     """
     directory, name = _split_target(path)
@@ -168,10 +168,16 @@ def check_replaceable_directory(path, what, marker, lacks, hint="", written=None
     delete them). `what`: "a SavedModel", "a Hub folder"; `lacks`: how the
     message says `marker` is missing; `hint` ends the message.
 
-    >>> check_replaceable_directory("served/1", "a SavedModel", "saved_model.pb",
+    >>> import tempfile
+    >>> served = os.path.join(tempfile.mkdtemp(), "1")  # an export, and a note
+    >>> os.makedirs(served)
+    >>> for name in ("saved_model.pb", "NOTES.md"):
+    ...     open(os.path.join(served, name), "w").close()
+    >>> check_replaceable_directory(served, "a SavedModel", "saved_model.pb",
     ...     "that holds no saved_model.pb", written=("saved_model.pb", "variables"))
-    ... # doctest: +SKIP
-    ValueError: path='served/1' holds NOTES.md, which replacing the folder would delete; ...
+    Traceback (most recent call last):
+    ValueError: path='.../1' holds NOTES.md, which replacing the folder would delete; ...
+    >>> import shutil; shutil.rmtree(os.path.dirname(served))
     """
     if not os.path.lexists(path):
         return

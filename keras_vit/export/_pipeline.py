@@ -74,7 +74,9 @@ class ExportFormat:
     function it returns gives the logits compared with Keras, is timed for
     the latency (`timed`) and is handed to `report_fields`.
 
-    Example (a format that copies bytes the model was converted to):
+    Example (a format that copies bytes the model was converted to; a
+    sketch, skipped by the tests: `convert` and `load_copy` stand for a
+    format's converter and runtime):
 
     >>> class Copy(ExportFormat):  # doctest: +SKIP
     ...     name, checks = "copy", {"none": {"max_abs_diff": 1e-5}}
@@ -199,7 +201,7 @@ def export_verified(fmt, sampling, *, check=True, verbose=True, latency_repeats=
 
     Example (what `to_onnx` does once its arguments are checked):
 
-    >>> export_verified(_ONNX(model, "vit.onnx", "none", (224, 224)),
+    >>> export_verified(_ONNX(model, "vit.onnx", "none", (224, 224)),  # reads /data/digits
     ...                 Sampling(validation_data="folder:/data/digits"))  # doctest: +SKIP
     """
     calibration, validation = export_images(fmt.quantization, sampling, fmt.size)

@@ -472,7 +472,7 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
     >>> report.opset, report.top1_agreement, report.labels  # doctest: +SKIP
     (15, 1.0, 'vit.labels.txt')
     >>> import onnxruntime  # doctest: +SKIP
-    >>> session = onnxruntime.InferenceSession("vit.onnx")  # doctest: +SKIP
+    >>> session = onnxruntime.InferenceSession("vit.onnx")  # the file above  # doctest: +SKIP
     >>> logits, probabilities = session.run(None, {"images": float32_pixels})  # doctest: +SKIP
     >>> keras_vit.export.onnx_class_names("vit.onnx")[:2]  # doctest: +SKIP
     ['0', '1']

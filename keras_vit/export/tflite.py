@@ -7,7 +7,7 @@ see `tflite_metadata`) and the class names beside them
 
 A `to_tflite` file in MediaPipe (`pip install mediapipe`), on one image:
 
->>> import mediapipe as mp  # doctest: +SKIP
+>>> import mediapipe as mp  # not a test dependency  # doctest: +SKIP
 >>> from mediapipe.tasks.python import vision  # doctest: +SKIP
 >>> classifier = vision.ImageClassifier.create_from_model_path("vit.tflite")  # doctest: +SKIP
 >>> result = classifier.classify(mp.Image.create_from_file("cat.jpg"))  # doctest: +SKIP

@@ -25,7 +25,7 @@ What `keras_vit.export.to_tflite` writes (unless `metadata=False`):
   names, else the ImageNet-1k / ImageNet-21k names for a 1000 / 21843-class
   head, else `class_<i>`.
 
->>> meta = read_tflite_metadata("vit.tflite")  # doctest: +SKIP
+>>> meta = read_tflite_metadata("vit.tflite")  # needs an exported file  # doctest: +SKIP
 >>> meta["normalization"], meta["labels"][:2], meta["outputs"][0]["name"]  # doctest: +SKIP
 ({'mean': [0.0, 0.0, 0.0], 'std': [1.0, 1.0, 1.0]}, ['cat', 'dog'], 'probabilities')
 
@@ -551,7 +551,7 @@ def read_tflite_metadata(path):
 
     Example:
 
-    >>> meta = read_tflite_metadata("vit.tflite")  # doctest: +SKIP
+    >>> meta = read_tflite_metadata("vit.tflite")  # needs an exported file  # doctest: +SKIP
     >>> meta["outputs"][0]["name"], meta["outputs"][0]["stats"]  # doctest: +SKIP
     ('probabilities', {'min': [0.0], 'max': [1.0]})
     >>> meta["packed_files"]  # doctest: +SKIP

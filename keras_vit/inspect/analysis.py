@@ -56,7 +56,10 @@ def input_size(model, image_size, flag=None):
     command's flag, `"--image-size"`; None: the argument `image_size`).
 
     >>> import keras_vit
-    >>> input_size(keras_vit.ViTTi16(input_shape=(32, 32, 3), weights=None), 64, "--image-size")
+    >>> model = keras_vit.VisionTransformer(
+    ...     patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+    ...     input_shape=(32, 32, 3))
+    >>> input_size(model, 64, "--image-size")
     Traceback (most recent call last):
     ValueError: --image-size 64: the model takes 32x32 images; leave --image-size out.
     """
@@ -84,7 +87,9 @@ def stored_image_size(model):
     checkpoint's, else 224).
 
     >>> import keras_vit
-    >>> stored_image_size(keras_vit.ViTTi16(input_shape=(None, None, 3)))
+    >>> stored_image_size(keras_vit.VisionTransformer(
+    ...     patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+    ...     input_shape=(None, None, 3)))
     (224, 224)
     """
     vit = find_vit(model)

@@ -29,7 +29,7 @@ def rematerialized_call(forward, inputs, random_layers):
 
     Example (in a block's `call`):
 
-    >>> rematerialized_call(lambda x: self._forward(x, training), inputs,
+    >>> rematerialized_call(lambda x: self._forward(x, training), inputs,  # a line of a method
     ...                     [self.dropout, self.drop_path])  # doctest: +SKIP
     """
     generators = [layer.seed_generator for layer in random_layers

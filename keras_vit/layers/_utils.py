@@ -55,7 +55,7 @@ def dtype_config(layer):
 
     Example (in a block's `get_config`):
 
-    >>> config["dtype"] = dtype_config(self)  # doctest: +SKIP
+    >>> config["dtype"] = dtype_config(self)  # a line of a method  # doctest: +SKIP
     """
     quantized = {f"{layer.name}/{sublayer.name}": sublayer.dtype_policy
                  for sublayer in layer.dense_layers

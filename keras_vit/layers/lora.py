@@ -91,9 +91,15 @@ def enable_lora(model, rank, targets=None, alpha=None, seed=None):
 
     Example:
 
-    >>> model = keras_vit.ViTB16(weights="imagenet21k", classes=10)  # doctest: +SKIP
+    >>> import keras_vit
+    >>> model = keras_vit.ViTB16(weights="imagenet21k", classes=10)  # downloads  # doctest: +SKIP
     >>> enable_lora(model, rank=8)  # doctest: +SKIP
     {'parameters': 86406154, 'trainable_parameters': 302602}
+    >>> tiny = keras_vit.VisionTransformer(
+    ...     patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+    ...     input_shape=(32, 32, 3), classes=3)
+    >>> enable_lora(tiny, rank=4)
+    {'parameters': 8675, 'trainable_parameters': 819}
     """
     rank = _checks.positive_int(rank, "rank")
     if alpha is not None:
@@ -156,8 +162,15 @@ def merge_lora(model):
 
     Example:
 
-    >>> enable_lora(model, rank=4); model.fit(...)  # doctest: +SKIP
-    >>> plain = merge_lora(model)  # doctest: +SKIP
+    >>> import keras_vit
+    >>> model = keras_vit.VisionTransformer(
+    ...     patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+    ...     input_shape=(32, 32, 3), classes=3)
+    >>> plain_parameters = model.count_params()
+    >>> summary = enable_lora(model, rank=4)  # then model.fit(...)
+    >>> plain = merge_lora(model)
+    >>> plain.count_params() == plain_parameters
+    True
     """
     adapted = lora_layers(model)
     if not adapted:

@@ -50,7 +50,8 @@ def provenance(path):
     (copied into the cache by hand, or by a version before these records)
     or one that describes other bytes (the file was replaced since).
 
-    >>> provenance(fetch(url, "labels--ilsvrc2012_wordnet_lemmas.txt"))  # doctest: +SKIP
+    >>> provenance(  # downloads
+    ...     fetch(url, "labels--ilsvrc2012_wordnet_lemmas.txt"))  # doctest: +SKIP
     {'url': 'https://my.mirror/bit_models/ilsvrc2012_wordnet_lemmas.txt', 'bytes': 21675,
      'sha256': '…', 'date': '2025-05-01T09:30:12Z', 'mtime_ns': …}
     """
@@ -73,7 +74,7 @@ def cached_source(weights, path):
     URL) cached at `path`: with the URL its bytes came from, read from the
     entry's provenance record (`provenance`), where that is not `weights`.
 
-    >>> cached_source("sam", path)  # doctest: +SKIP
+    >>> cached_source("sam", path)  # needs a downloaded file  # doctest: +SKIP
     "'sam' (https://my.mirror/vit_models/sam/ViT-B_16.npz)"
     """
     record = provenance(path)

@@ -44,9 +44,9 @@ This module imports neither Keras nor TensorFlow (checkpoints are read by
 `keras_vit.weights.npz`, NumPy only), so a process that only downloads
 stays light:
 
->>> from keras_vit.weights.download import fetch  # doctest: +SKIP
+>>> from keras_vit.weights.download import fetch
 >>> fetch("https://storage.googleapis.com/bit_models/ilsvrc2012_wordnet_lemmas.txt",
-...       "labels--ilsvrc2012_wordnet_lemmas.txt")  # doctest: +SKIP
+...       "labels--ilsvrc2012_wordnet_lemmas.txt")  # downloads  # doctest: +SKIP
 '/home/me/.keras/models/keras_vit/labels--ilsvrc2012_wordnet_lemmas.txt'
 """
 
@@ -80,7 +80,7 @@ def fetch(url, filename, hint=None):
         hint: what to do offline, for the error message; by default where to
             copy the file by hand (`offline_hint`).
 
-    >>> fetch(url, "labels--ilsvrc2012_wordnet_lemmas.txt")  # doctest: +SKIP
+    >>> fetch(url, "labels--ilsvrc2012_wordnet_lemmas.txt")  # downloads  # doctest: +SKIP
     '/home/me/.keras/models/keras_vit/labels--ilsvrc2012_wordnet_lemmas.txt'
 
     Raises:
@@ -118,7 +118,7 @@ def fetch_checkpoint(url, filename):
     error page, a PyTorch file, ...) is deleted at once. Returns
     `(path, params)`.
 
-    >>> path, params = fetch_checkpoint(
+    >>> path, params = fetch_checkpoint(  # downloads
     ...     "https://storage.googleapis.com/vit_models/sam/ViT-B_16.npz",
     ...     "vit_models--sam--ViT-B_16.npz")  # doctest: +SKIP
     >>> params["head/bias"].shape  # doctest: +SKIP
