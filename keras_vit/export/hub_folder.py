@@ -39,9 +39,8 @@ import os
 import keras
 import numpy as np
 
-from keras_vit._atomic import publish
 from keras_vit.export.batches import batched
-from keras_vit.export._files import check_replaceable_directory
+from keras_vit.export._files import check_replaceable_directory, publish
 from keras_vit.export._images import Sampling
 from keras_vit.export._labels import model_class_names
 from keras_vit.export.model import (

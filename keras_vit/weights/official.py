@@ -28,8 +28,6 @@ import re
 
 import numpy as np
 
-from keras_vit import _atomic
-
 # The names marked F401: this module's public API, defined below it.
 from keras_vit.errors import (  # noqa: F401
     CheckpointMismatchError,
@@ -449,7 +447,7 @@ def save_official_weights(model, path):
     """
     path = os.fspath(path)
     arrays = official_arrays(model)
-    with _atomic.replacing(os.path.expanduser(path), "wb") as f:
+    with open(os.path.expanduser(path), "wb") as f:
         np.savez(f, **dict(sorted(arrays.items())))
     return path
 
