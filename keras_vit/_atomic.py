@@ -16,13 +16,39 @@ a partial file at the final path.
 
 import contextlib
 import os
+import re
 import secrets
+import shutil
+import socket
+
+
+def host():
+    """This machine's name as it appears in temporary names."""
+    return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())[:40] or "host"
 
 
 def temporary_beside(path):
-    """A fresh temporary name in `path`'s folder (`.<name>.tmp-<pid>-<random>`)."""
+    """A fresh temporary name in `path`'s folder
+    (`.<name>.tmp-<host>-<pid>-<random>`: an export's sweep of stale
+    temporaries reads the host and process back from it)."""
     directory, name = os.path.split(os.path.abspath(os.fspath(path)))
-    return os.path.join(directory, f".{name}.tmp-{os.getpid()}-{secrets.token_hex(4)}")
+    return os.path.join(directory,
+                        f".{name}.tmp-{host()}-{os.getpid()}-{secrets.token_hex(4)}")
+
+
+@contextlib.contextmanager
+def renamed_into_place(path, suffix=""):
+    """Yields a fresh temporary name beside `path` (ending in `suffix`, for
+    a writer that wants one, e.g. Keras' `.keras`) for a writer that opens
+    the file itself (`model.save`, a converter); when the block ends without
+    an error, renames it onto `path`. The temporary is removed either way."""
+    temporary = temporary_beside(path) + suffix
+    try:
+        yield temporary
+        os.replace(temporary, path)
+    finally:
+        if os.path.lexists(temporary):
+            os.remove(temporary)
 
 
 @contextlib.contextmanager
@@ -31,16 +57,11 @@ def replacing(path, mode="w", encoding="utf-8"):
     ends without an error, renames it onto `path` (a link there is replaced,
     never followed); on an error the temporary is removed and `path` is
     unchanged."""
-    temporary = temporary_beside(path)
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                 0o644)
-    try:
+    with renamed_into_place(path) as temporary:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                     | getattr(os, "O_NOFOLLOW", 0), 0o644)
         with open(fd, mode, encoding=None if "b" in mode else encoding) as f:
             yield f
-        os.replace(temporary, path)
-    finally:
-        if os.path.lexists(temporary):
-            os.remove(temporary)
 
 
 def write_text(path, text):
@@ -53,3 +74,26 @@ def write_bytes(path, data):
     """Writes `data` to `path` atomically."""
     with replacing(path, "wb") as f:
         f.write(data)
+
+
+def remove_path(path):
+    """Removes a file, a link or a directory tree; nothing when none is there."""
+    if os.path.isdir(path) and not os.path.islink(path):
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        os.remove(path)
+
+
+def publish(temporary, path):
+    """Moves `temporary` (a file or a directory, written whole) to `path`,
+    replacing what is there (a file or a directory, e.g. a SavedModel)
+    only now."""
+    path = path.rstrip("/") or path
+    if os.path.isdir(path) and not os.path.islink(path) or (
+            os.path.lexists(path) and os.path.isdir(temporary)):
+        old = temporary_beside(path) + ".old"
+        os.replace(path, old)
+        os.replace(temporary, path)
+        remove_path(old)
+    else:
+        os.replace(temporary, path)

@@ -11,7 +11,6 @@ Checked on: Keras 3.13-3.15, TensorFlow 2.20-2.21, ai-edge-litert 2.x.
 
 import contextlib
 import importlib
-import os
 
 from keras_vit import _atomic
 
@@ -307,21 +306,17 @@ class AroundBackupSave:
         if not all(isinstance(getattr(self, name, None), str) for name in final):
             raise _stale("BackupAndRestore._weights_path and _training_metadata_path (where "
                          "one backup is written)", _keras_release(), "Keras 3.15.1")
-        # (Keras' save_weights wants a name that ends in .weights.h5)
-        temporary = {name: _atomic.temporary_beside(path) + (
-            ".weights.h5" if name == "_weights_path" else "") for name, path in final.items()}
-        try:
-            for name, path in temporary.items():
-                setattr(self, name, path)
-            with self.saving_context():
-                super()._save_model()
-            for name in final:
-                os.replace(temporary[name], final[name])
-        finally:
-            for name, path in final.items():
-                setattr(self, name, path)
-                if os.path.lexists(temporary[name]):
-                    os.remove(temporary[name])
+        # (Keras' save_weights wants a name that ends in .weights.h5; the inner
+        # block's rename, the weights', comes first)
+        with _atomic.renamed_into_place(final["_training_metadata_path"]) as metadata, \
+                _atomic.renamed_into_place(final["_weights_path"], ".weights.h5") as weights:
+            try:
+                self._weights_path, self._training_metadata_path = weights, metadata
+                with self.saving_context():
+                    super()._save_model()
+            finally:
+                for name, path in final.items():
+                    setattr(self, name, path)
 
 
 def in_xla_context():

@@ -389,14 +389,9 @@ def save_atomically(model, path):
     """`model.save(path)` through a temporary `.keras` file in the same
     folder, renamed into place: a kill never leaves a partial file at
     `path`."""
-    temporary = _atomic.temporary_beside(path) + ".keras"  # (Keras wants the suffix)
-    try:
-        with host_values(model):
-            model.save(temporary)
-        os.replace(temporary, path)
-    finally:
-        if os.path.exists(temporary):
-            os.remove(temporary)
+    # (Keras wants the suffix)
+    with _atomic.renamed_into_place(path, ".keras") as temporary, host_values(model):
+        model.save(temporary)
 
 
 @contextlib.contextmanager

@@ -11,9 +11,11 @@ True
 ['cat', 'dog']
 """
 
+import io
+
 import keras
 
-from keras_vit import preprocessing
+from keras_vit import _atomic, preprocessing
 from keras_vit._checks import label_line_problem
 from keras_vit.layers.head import ClassifierHead
 
@@ -136,3 +138,42 @@ def _imagenet_names(num_classes, source, unavailable):
         raise ValueError(
             f"The {source} label file for {purpose} of this {num_classes}-class head "
             f"could not be loaded ({error}). {advice}") from error
+
+
+def labels_text(names):
+    """The text of a label file: `names` one per line, in label order, each
+    line ended by a newline (what every label file keras_vit writes holds:
+    `labels.txt` of a run, `<stem>.labels.txt` beside an export, the
+    SavedModel asset and the file inside a TFLite model)."""
+    return "".join(f"{name}\n" for name in names)
+
+
+def parse_labels(text):
+    """The class names of a label file's `text`: its non-blank lines (`\\n`,
+    `\\r\\n` or `\\r` ends a line).
+
+    >>> parse_labels("cat\\r\\ndog\\n\\n")
+    ['cat', 'dog']
+    """
+    return [line.rstrip("\n") for line in io.StringIO(text, newline=None) if line.strip()]
+
+
+def write_labels(names, path):
+    """Writes the label file of `names` (`labels_text`) to `path`
+    atomically (`keras_vit._atomic`); returns `path`."""
+    _atomic.write_text(path, labels_text(names))
+    return path
+
+
+def read_labels(path):
+    """The class names in the label file `path` (`parse_labels`;
+    `class_labels` checks their count against the model's classes).
+
+    Raises:
+        ValueError: no file at `path` ("Labels file not found: 'PATH'.").
+    """
+    try:
+        with open(path, encoding="utf-8") as f:
+            return parse_labels(f.read())
+    except FileNotFoundError:
+        raise ValueError(f"Labels file not found: {path!r}.") from None

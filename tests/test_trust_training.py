@@ -14,6 +14,7 @@ import pytest
 from data_helpers import make_folder
 
 from conftest import run_cli, tiny_keras_file
+from keras_vit import _atomic
 from keras_vit.training import recipes, trainer
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -169,7 +170,7 @@ def test_labels_are_written_through_a_temporary_and_a_rename(folder, tmp_path, m
     """labels.txt goes through keras_vit._atomic (a link planted after the
     check is replaced, never followed)."""
     written = []
-    monkeypatch.setattr(trainer._atomic, "write_text",
+    monkeypatch.setattr(_atomic, "write_text",
                         lambda path, text: written.append((path, text)))
     _train(folder, tmp_path / "run")
     assert "labels.txt" in [os.path.basename(p) for p, _ in written]

@@ -1,45 +1,28 @@
-"""Atomic writes: an export is written under a temporary name beside its
-target (`.<name>.tmp-<host>-<pid>-<random>`) and renamed into place only
-once verified; the temporaries of an export killed before its cleanup are
-removed by the next export to the same target."""
+"""An export's files: it is written under a temporary name beside its
+target (`keras_vit._atomic`'s `.<name>.tmp-<host>-<pid>-<random>`) and
+renamed into place (`_atomic.publish`) only once verified; the temporaries
+of an export killed before its cleanup are removed by the next export to
+the same target."""
 
 import errno
 import logging
 import os
 import re
-import secrets
-import shutil
-import socket
+
+from keras_vit import _atomic
+from keras_vit._atomic import remove_path
 
 logger = logging.getLogger("keras_vit")
-
-
-def remove_path(path):
-    """Removes a file, a link or a directory tree; nothing when none is there."""
-    if os.path.isdir(path) and not os.path.islink(path):
-        shutil.rmtree(path)
-    elif os.path.lexists(path):
-        os.remove(path)
-
-
-def _host():
-    """This machine's name as it appears in temporary names."""
-    return re.sub(r"[^A-Za-z0-9]", "_", socket.gethostname())[:40] or "host"
 
 
 def _split_target(path):
     return os.path.split(os.path.abspath(path.rstrip("/") or path))
 
 
-def _temporary_name(directory, name):
-    return os.path.join(directory,
-                        f".{name}.tmp-{_host()}-{os.getpid()}-{secrets.token_hex(4)}")
-
-
 def _writer_alive(host, pid):
     """Whether the process that named a temporary may still be writing it:
     one of another machine (or of this process) is taken as alive."""
-    if host != _host() or pid == os.getpid():
+    if host != _atomic.host() or pid == os.getpid():
         return True
     try:
         os.kill(pid, 0)
@@ -132,7 +115,7 @@ def temporary_path(path):
     directory, name = _split_target(path)
     os.makedirs(directory, exist_ok=True)
     remove_stale_temporaries(path)
-    return _temporary_name(directory, name)
+    return _atomic.temporary_beside(os.path.join(directory, name))
 
 
 def is_disk_full(error):
@@ -197,16 +180,4 @@ def check_replaceable_directory(path, what, marker, lacks, hint="", written=None
             f"writes ({', '.join(written)}). Give a new path, or move those files out.")
 
 
-def publish(temporary, path):
-    """Moves `temporary` to `path`, replacing what is there (a file or a
-    SavedModel directory) only now."""
-    path = path.rstrip("/") or path
-    if os.path.isdir(path) and not os.path.islink(path) or (
-            os.path.lexists(path) and os.path.isdir(temporary)):
-        old = _temporary_name(*_split_target(path)) + ".old"
-        os.replace(path, old)
-        os.replace(temporary, path)
-        remove_path(old)
-    else:
-        os.replace(temporary, path)
 

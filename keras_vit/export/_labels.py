@@ -1,23 +1,19 @@
 """The class names an export carries beside its file: `<stem>.labels.txt`,
-one name per line in label order, written atomically."""
+one name per line in label order (`keras_vit.labels.write_labels`)."""
 
 import os
 
-from keras_vit.export._files import temporary_path
+from keras_vit import labels as labels_lib
+from keras_vit.export._files import remove_stale_temporaries
 from keras_vit.labels import class_names
 
 
 def write_labels(names, path):
-    """Writes `names` one per line to `path` atomically; returns `path`."""
-    temporary = temporary_path(path)
-    try:
-        with open(temporary, "w", encoding="utf-8") as f:
-            f.write("".join(f"{name}\n" for name in names))
-        os.replace(temporary, path)
-    finally:
-        if os.path.lexists(temporary):
-            os.remove(temporary)
-    return path
+    """Writes the label file of `names` to `path` atomically, once the
+    temporaries a killed export left there are removed; returns `path`."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    remove_stale_temporaries(path)
+    return labels_lib.write_labels(names, path)
 
 
 def labels_path(path):

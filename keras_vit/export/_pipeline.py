@@ -25,7 +25,8 @@ import os
 
 import numpy as np
 
-from keras_vit.export._files import directory_size, publish, remove_path, temporary_path
+from keras_vit._atomic import publish, remove_path
+from keras_vit.export._files import directory_size, temporary_path
 from keras_vit.export._files import disk_full_error, is_disk_full
 from keras_vit.export._images import export_images
 from keras_vit.export._labels import labels_beside, model_class_names

@@ -7,9 +7,9 @@ import dataclasses
 import logging
 import os
 
+from keras_vit import _atomic
 from keras_vit._console import json_dumps, plural
 from keras_vit.errors import ExportVerificationError
-from keras_vit.export._files import remove_path
 
 logger = logging.getLogger("keras_vit")
 
@@ -178,12 +178,11 @@ def reject(report, file=None):
     `<report.path>.rejected.json` and raises `ExportVerificationError`."""
     final = report.path.rstrip("/").rstrip(os.sep)
     rejected = final + ".rejected"
-    remove_path(rejected)
-    os.replace(file or final, rejected)
+    _atomic.remove_path(rejected)
+    _atomic.publish(file or final, rejected)
     report.path = rejected
     report.labels = None
-    with open(rejected + ".json", "w") as f:
-        f.write(report.to_json() + "\n")
+    _atomic.write_text(rejected + ".json", report.to_json() + "\n")
     raise ExportVerificationError(
         f"The {report.format} export ({report.quantization}) fails its check "
         f"({report.criteria}): {_measured(report)}. Kept for inspection at {rejected} "

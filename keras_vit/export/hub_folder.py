@@ -39,8 +39,9 @@ import os
 import keras
 import numpy as np
 
+from keras_vit._atomic import publish
 from keras_vit.export.batches import batched
-from keras_vit.export._files import check_replaceable_directory, publish
+from keras_vit.export._files import check_replaceable_directory
 from keras_vit.export._images import Sampling
 from keras_vit.export._labels import model_class_names
 from keras_vit.export.model import (
@@ -59,10 +60,14 @@ from keras_vit.weights import timm as timm_format
 from keras_vit.weights import timm_export
 from keras_vit.weights import transformers as transformers_format
 from keras_vit.weights.architecture import architecture_from_checkpoint, describe
-from keras_vit.weights.hub import read_hub_checkpoint
-from keras_vit.weights.hub_layout import CONFIG, PREPROCESSOR, WEIGHTS
+from keras_vit.weights.hub import (
+    CONFIG,
+    PREPROCESSOR,
+    WEIGHTS,
+    read_hub_checkpoint,
+    write_safetensors,
+)
 from keras_vit.weights.official import official_arrays
-from keras_vit.weights.safetensors import write_safetensors
 
 LIBRARIES = ("timm", "transformers")
 # The folder is the model's float32 weights under other names: read back, it

@@ -13,8 +13,9 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import _compat
+from keras_vit._atomic import publish
 from keras_vit.export.batches import batched
-from keras_vit.export._files import check_replaceable_directory, publish
+from keras_vit.export._files import check_replaceable_directory
 from keras_vit.export._images import Sampling
 from keras_vit.export._labels import write_labels
 from keras_vit.export.model import (

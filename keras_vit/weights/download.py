@@ -53,6 +53,7 @@ stays light:
 import logging
 import os
 
+from keras_vit import _atomic
 from keras_vit.errors import (CorruptCheckpointError, NotAnNpzError, UnsupportedCheckpointError,
                               WeightsDownloadError)
 from keras_vit.weights import registry
@@ -231,7 +232,7 @@ def _fetch(url, filename, hint, verify=None):
                 remove(partial)
                 raise
         write_provenance(final, partial, url, sha256)
-        os.replace(partial, final)
+        _atomic.publish(partial, final)  # written whole and checked
         logger.info("Saved %s (%s bytes downloaded in %.1f s, checked).", final,
                     f"{received:,}", seconds)
         return final, value
