@@ -432,7 +432,7 @@ def add_metadata(content, metadata, files):
 def with_classifier_metadata(content, info):
     """`content` with the metadata of `info` (`classifier_metadata`'s dict)
     and its label file inside."""
-    labels = "".join(f"{name}\n" for name in info["labels"]).encode("utf-8")
+    labels = labels_lib.labels_text(info["labels"]).encode("utf-8")
     return add_metadata(content, metadata_buffer(info), {LABELS_FILE: labels})
 
 
@@ -532,7 +532,7 @@ def _parse_metadata(buf):
 
 
 def _labels(data):
-    return [line.rstrip("\r") for line in data.decode("utf-8").split("\n") if line.strip()]
+    return labels_lib.parse_labels(data.decode("utf-8"))
 
 
 def read_tflite_metadata(path):

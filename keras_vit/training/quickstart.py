@@ -16,7 +16,7 @@ import sys
 import time
 
 import keras_vit
-from keras_vit import _checks
+from keras_vit import _atomic, _checks
 
 # This module loads nothing heavy: `keras_vit.training` imports it at load
 # (its `quickstart` function shadows the module's name there), and
@@ -45,9 +45,9 @@ def write_digits(root, size=32):
             for i, (x, y) in enumerate(zip(xs, ys, strict=True)):
                 folder = os.path.join(root, split, str(y))
                 os.makedirs(folder, exist_ok=True)
-                with open(os.path.join(folder, f"{i:04d}.png"), "wb") as f:
-                    f.write(tf.io.encode_png(x).numpy())
-        open(marker, "w").close()
+                _atomic.write_bytes(os.path.join(folder, f"{i:04d}.png"),
+                                    tf.io.encode_png(x).numpy())
+        _atomic.write_text(marker, "")
     return {"train": len(x_train), "test": len(x_test)}
 
 
