@@ -218,8 +218,10 @@ def describe(distribution=None):
     one device) for the final JSON line; a TensorFlow strategy's:
     `keras_vit.training.strategy.describe_strategy`.
 
-    >>> describe(None)  # doctest: +SKIP
+    >>> describe(None)  # on JAX  # doctest: +SKIP
     {'backend': 'jax', 'kind': 'none', 'devices': 1, 'processes': 1}
+    >>> {key: value for key, value in describe(None).items() if key != "backend"}
+    {'kind': 'none', 'devices': 1, 'processes': 1}
     """
     backend = keras.backend.backend()
     processes = 1

@@ -28,9 +28,13 @@ def layer_depths(model):
     blocks (nested models included): depth 0 before the first block, `i +
     1` for block `i`, `L + 1` after the last.
 
-    >>> depths, num_layers = layer_depths(model)  # doctest: +SKIP
-    >>> depths["patch_encoder/class_token"], depths["head/kernel"]  # doctest: +SKIP
-    (0, 13)
+    >>> import keras_vit
+    >>> model = keras_vit.VisionTransformer(
+    ...     patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+    ...     input_shape=(32, 32, 3), classes=3)
+    >>> depths, num_layers = layer_depths(model)
+    >>> depths["patch_encoder/class_token"], depths["head/kernel"], num_layers
+    (0, 3, 2)
     """
     blocks = encoder_blocks(model)
     if not blocks:
@@ -55,8 +59,14 @@ def layer_decay_scales(model, rate):
     """`{variable path: rate ** (L + 1 - depth)}` for every variable of
     `model` (see `layer_depths`); `rate` in (0, 1].
 
-    >>> layer_decay_scales(model, 0.65)["head/kernel"]  # doctest: +SKIP
+    >>> import keras_vit
+    >>> model = keras_vit.VisionTransformer(
+    ...     patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+    ...     input_shape=(32, 32, 3), classes=3)
+    >>> layer_decay_scales(model, 0.65)["head/kernel"]
     1.0
+    >>> layer_decay_scales(model, 0.5)["patch_encoder/class_token"]  # 0.5 ** 3
+    0.125
     """
     if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 < rate <= 1:
         raise ValueError(f"layer_decay={rate!r}; allowed: a number in (0, 1] (e.g. 0.65 "
@@ -118,8 +128,12 @@ class _LayerDecay:
 class LayerDecaySGD(_LayerDecay, keras.optimizers.SGD):
     """Keras' SGD with layer-wise learning rates (`layer_decay_scales`).
 
-    >>> LayerDecaySGD(0.01, momentum=0.9,
-    ...               learning_rate_scales=layer_decay_scales(model, 0.75))  # doctest: +SKIP
+    >>> import keras_vit
+    >>> model = keras_vit.VisionTransformer(
+    ...     patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+    ...     input_shape=(32, 32, 3), classes=3)
+    >>> optimizer = LayerDecaySGD(0.01, momentum=0.9,
+    ...                           learning_rate_scales=layer_decay_scales(model, 0.75))
     """
 
 
@@ -128,6 +142,11 @@ class LayerDecayAdamW(_LayerDecay, keras.optimizers.Adam):
     """Keras' Adam with layer-wise learning rates and decoupled weight
     decay scaled with them (AdamW as timm's layer-decay param groups).
 
-    >>> LayerDecayAdamW(1e-3, learning_rate_scales=layer_decay_scales(model, 0.65),
-    ...                 decoupled_weight_decay=0.05, no_decay=["bias"])  # doctest: +SKIP
+    >>> import keras_vit
+    >>> model = keras_vit.VisionTransformer(
+    ...     patch_size=8, hidden_size=16, num_layers=2, num_heads=2, mlp_dim=32,
+    ...     input_shape=(32, 32, 3), classes=3)
+    >>> optimizer = LayerDecayAdamW(
+    ...     1e-3, learning_rate_scales=layer_decay_scales(model, 0.65),
+    ...     decoupled_weight_decay=0.05, no_decay=["bias"])
     """

@@ -246,8 +246,11 @@ def check_host_memory(model, batch_size, *, image_size, name, optimizer_slots,
 
     Example:
 
-    >>> check_host_memory(model, 512, image_size=384, name="ViTTi16",
-    ...                   optimizer_slots=1)  # doctest: +SKIP
+    >>> import keras_vit
+    >>> model = keras_vit.ViTTi16(weights=None, input_shape=(384, 384, 3), classes=10)
+    >>> check_host_memory(model, 512, image_size=384, name="ViTTi16", optimizer_slots=1,
+    ...     can_remat=True, available=18_200_000_000)  # doctest: +NORMALIZE_WHITESPACE
+    Traceback (most recent call last):
     ValueError: A training step of ViTTi16 at 384 px with batches of 512 images
     needs about 104.5 GB of memory (estimated), and 18.2 GB is available; pass
     --batch-size 86 or less, --batch-size 64 --gradient-accumulation-steps 8 (the

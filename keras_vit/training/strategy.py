@@ -91,7 +91,7 @@ def describe_strategy(strategy):
     `strategy` for the final JSON line (a `keras.distribution`'s:
     `keras_vit.training.distribution.describe`).
 
-    >>> describe_strategy(tf.distribute.get_strategy())  # doctest: +SKIP
+    >>> describe_strategy(tf.distribute.get_strategy())  # doctest: +NORMALIZE_WHITESPACE
     {'backend': 'tensorflow', 'kind': '_DefaultDistributionStrategy', 'devices': 1,
      'processes': 1}
     """
