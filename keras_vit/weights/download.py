@@ -63,7 +63,7 @@ from keras_vit.weights.cache import (INCOMPLETE_SUFFIX, SOURCE_SUFFIX, CacheLock
 from keras_vit.weights.download_limits import Limits
 from keras_vit.weights.npz import as_not_npz, read_checkpoint
 from keras_vit.weights.registry import cache_path
-from keras_vit.weights.transfer import IntegrityError, download
+from keras_vit.weights.transfer import IntegrityError, download_partial
 
 logger = logging.getLogger("keras_vit")
 
@@ -223,7 +223,7 @@ def _fetch(url, filename, hint, verify=None):
             return final, None
         partial = final + INCOMPLETE_SUFFIX
         discard_foreign_partial(url, partial)
-        received, seconds, sha256 = download(url, partial, limits, hint)
+        received, seconds, sha256 = download_partial(url, partial, limits, hint)
         value = None
         if verify is not None:
             try:

@@ -125,7 +125,7 @@ class _Transfer:
         return time.monotonic() >= self.end
 
 
-def download(url, partial, limits, hint):
+def download_partial(url, partial, limits, hint):
     """Downloads `url` into `partial` (resuming what is there) within
     `limits` (a `download_limits.Limits`), checks its size and MD5; returns `(bytes
     received, seconds, SHA-256 hex digest)`; raises `WeightsDownloadError`
