@@ -7,6 +7,8 @@ module): never a silent fallback. When a framework release breaks one, this
 file and that test are the only places to look.
 
 Checked on: Keras 3.13-3.15, TensorFlow 2.20-2.21, ai-edge-litert 2.x.
+What a framework says only in words (an error's text) is read in its
+neighbour, `_framework_text.py`, under the same rule.
 """
 
 import contextlib

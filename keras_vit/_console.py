@@ -14,30 +14,15 @@ import contextlib
 import json
 import logging
 import os
-import re
 import sys
 import threading
 import warnings
 
 from keras_vit._checks import finite_or_none
+from keras_vit._framework_text import is_native_log_line, op_error_sentence
 
 PROG = "keras-vit"
 _state = {"verbose": False}
-
-# Lines written by TensorFlow's C++ logging (glog/absl format: "I0000 00:00:...",
-# "W1234 12:00:00.123 ..."), its pre-initialisation banner, and MLIR/converter
-# debug output.
-_NATIVE_LOG = re.compile(
-    r"^(?:[IWEF]\d{4} [\d:.]+\s+\d+ [\w.+-]+:\d+\] "
-    r"|WARNING: All log messages before absl::InitializeLog\(\)"
-    r"|To enable the following instructions: .* rebuild TensorFlow"
-    r"|INFO: (?:Created|Initialized) TensorFlow Lite"
-    r"|loc\(|\s*(?:fused|callsite)\(|\s*at callsite\("
-    r"|Summary on the non-converted ops:|\s*\* (?:Accepted|Non-Converted) dialects:"
-    r"|Estimated count of arithmetic ops:|\s*- tfl\.|\s*\* \d+ ARITH ops"
-    r"|fully_quantize: \d, inference_type: \d+, input_inference_type: \w+, "
-    r"output_inference_type: \w+)")
-
 
 def quiet(verbose=False):
     """Silences the logging a command-line user cannot act on; call before
@@ -97,7 +82,7 @@ def filtered_stderr():
             if not chunk and pending:  # EOF: the last line had no newline
                 lines.append(pending)
             data = b"".join(line + b"\n" for line in lines
-                            if not _NATIVE_LOG.match(line.decode("utf-8", "replace")))
+                            if not is_native_log_line(line.decode("utf-8", "replace")))
             while data:
                 data = data[os.write(saved, data):]
             if not chunk:
@@ -196,33 +181,14 @@ def install_hint(module):
     return hint
 
 
-_TF_INTERNALS = (
-    re.compile(r"\{\{function_node [^}]*\}\}\s*"),
-    re.compile(r"\[\[\{\{node [^}]*\}\}\]\]"),
-    re.compile(r"\s*\[Op:\w+\](?: name: \S*)?"),
-    re.compile(r"\s*\[\[[^\]]*\]\]"),
-)
-
-
 def _one_line(text):
     lines = [line.strip() for line in str(text).strip().splitlines() if line.strip()]
     return " ".join(lines) if len(lines) <= 3 else lines[0]
 
 
-# The Python stack TensorFlow puts before a graph op's own sentence
-# ("Graph execution error:", "Detected at node X defined at (most recent call
-# last):", "File "...", line N, in f" lines).
-_GRAPH_STACK = re.compile(r'^\s*(Graph execution error:|Detected at node .*|File ".*", line \d+, '
-                          r'in .*)\s*$', re.MULTILINE)
-
-
 def _op_error_message(error):
     message = getattr(error, "message", None) or str(error)
-    message = _GRAPH_STACK.sub("", message)
-    for pattern in _TF_INTERNALS:
-        message = pattern.sub(" ", message)
-    message = re.sub(r"\s+", " ", message).strip(" ;:\n")
-    return message or type(error).__name__
+    return op_error_sentence(message) or type(error).__name__
 
 
 def _is_op_error(error):

@@ -15,19 +15,16 @@ job."""
 import contextlib
 import json
 import os
-import re
 import zipfile
 
 import keras_vit
-from keras_vit import _atomic, _checks, _compat
+from keras_vit import _atomic, _checks, _compat, _framework_text
 from keras_vit.weights.sniff import MAX_CHECKPOINT_BYTES_ENV, max_checkpoint_bytes
 
 MAX_CONFIG_BYTES = 16 << 20  # a .keras file's config.json (ViT-H/14's: under 100 KB)
 MAX_EXPANSION = 10  # Keras stores members uncompressed: a member over 64 MiB may be
 _EXPANSION_FLOOR = 64 << 20  # compressed at most 10:1 (a zip tool's deflate: about 1.1:1)
 _WEIGHTS_MEMBERS = ("model.weights.h5", "model.weights.npz")
-_UNREGISTERED = re.compile(r"Could not locate (?:class|function) '([^']+)'")
-_REGISTERED_AS = re.compile(r"'registered_name': '([^']+)'")
 
 
 def check_keras_path(path, what="MODEL"):
@@ -95,7 +92,7 @@ def load_keras_model(path, what="MODEL"):
         return keras.saving.load_model(path)
     except (ValueError, TypeError, OSError, KeyError, zipfile.BadZipFile) as error:
         text = str(error).strip()
-        missing = _UNREGISTERED.search(text)
+        missing = _framework_text.keras_unlocated(text)
         code = _code_asked_for(path, text, missing)
         if code:
             raise ValueError(
@@ -104,8 +101,7 @@ def load_keras_model(path, what="MODEL"):
                 "model keras_vit writes never holds code; load .keras files only from a "
                 "source you trust.") from None
         if missing:
-            registered = _REGISTERED_AS.search(text, missing.end())  # its own config
-            name = registered.group(1) if registered else missing.group(1)
+            name = missing.registered_name or missing.name  # its own config's name first
             if name.startswith("keras_vit>"):
                 raise ValueError(
                     f"Cannot load {path!r}: it needs keras_vit's {name.split('>')[1]!r}, "
@@ -125,18 +121,6 @@ def load_keras_model(path, what="MODEL"):
         raise ValueError(f"Cannot load {path!r} as a Keras model: {first}") from error
 
 
-_ENCOUNTERED = "Exception encountered: "
-_GENERIC = "could not be deserialized properly"
-# A layer's own config at the start of one of Keras' nested messages: its
-# class and name ("'class_name': 'ClassifierHead', 'config': {'name': 'head'"),
-# or "Error when deserializing class 'Patches' using config={'name': 'patches'".
-_LAYER = re.compile(r"'module': '([^']*)', 'class_name': '(\w+)', 'config': \{'name': '([^']*)'"
-                    r"|Error when deserializing class '(\w+)' using config=\{'name': '([^']*)'")
-_NOT_LAYERS = ("keras.initializers", "keras.regularizers", "keras.constraints")
-_NOT_LOADED = re.compile(r"A total of (\d+) objects could not be loaded\. Example error "
-                         r"message for object <(\w+) name=([^,>]+)[^>]*>:\s*\n\s*(\S[^\n]*)")
-
-
 def _layer_cause(text):
     """`((class, layer name) or None, cause, what failed)` from Keras'
     load error `text`, or `(None, None, None)` when Keras said nothing more
@@ -150,25 +134,16 @@ def _layer_cause(text):
       Example error message for object <ClassifierHead name=head, ...>:"):
       that object and its message.
     """
-    loaded = _NOT_LOADED.search(text)
+    loaded = _framework_text.keras_weights_refused(text)
     if loaded:
-        count, cls, name, cause = loaded.groups()
-        others = int(count) - 1
+        count, cls, name, cause = loaded
+        others = count - 1
         return (cls, name), _sentence(cause), "does not fit its weights" + (
             f" (and {others} other layer{'s' * (others > 1)})" if others else "")
-    if _ENCOUNTERED not in text:
+    refused = _framework_text.keras_config_refused(text)
+    if refused is None:
         return None, None, None
-    before, cause = text.rsplit(_ENCOUNTERED, 1)
-    cause = cause.strip().splitlines()[0].strip() if cause.strip() else ""
-    if not cause or _GENERIC in cause:
-        return None, None, None
-    layer = None
-    for match in _LAYER.finditer(before):
-        module, cls, name, cls2, name2 = match.groups()
-        if cls2:
-            layer = (cls2, name2)
-        elif not (cls.endswith("DTypePolicy") or module.startswith(_NOT_LAYERS)):
-            layer = (cls, name)
+    layer, cause = refused
     return layer, _sentence(cause), "refused its config"
 
 
@@ -329,14 +304,14 @@ def _code_asked_for(path, text, missing):
     Python lambda (which safe_mode refuses), or a function that is neither
     Keras' nor registered by name ('package>name': the user's own, to
     import); else None."""
-    if "`Lambda` layer whose `function` is a Python lambda" in text:
+    if _framework_text.keras_refused_lambda(text):
         found = _function_references(path, lambda ref: ref.get("class_name") == "__lambda__")
         where = next((layer for layer, _, _ in found), None)
         return (f"a Lambda layer {where!r} holding Python bytecode" if where
                 else "a Lambda layer holding Python bytecode")
-    if not missing or not missing.group(0).startswith("Could not locate function"):
+    if not missing or missing.kind != "function":
         return None
-    name = missing.group(1)
+    name = missing.name
     if ">" in name:  # a registered custom function: its module is to import
         return None
     found = _function_references(path, lambda ref: ref.get("class_name") == "function"

@@ -25,7 +25,8 @@ FLOORS = [
     # the package, so importing it from one loads nothing new; it imports
     # only this floor, and the public API by name on first use (`_lazy`).
     ("base", ["keras_vit", "keras_vit.variants", "keras_vit.errors", "keras_vit._checks",
-              "keras_vit._compat", "keras_vit._lazy", "keras_vit._console",
+              "keras_vit._compat", "keras_vit._framework_text", "keras_vit._lazy",
+              "keras_vit._console",
               "keras_vit._image_files", "keras_vit._atomic"]),
     ("layers", ["keras_vit.layers"]),
     ("weights", ["keras_vit.weights"]),

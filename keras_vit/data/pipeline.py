@@ -3,11 +3,11 @@ one_hot_labels)` batches `model.fit` wants."""
 
 import dataclasses
 import logging
-import re
 
 import tensorflow as tf
 
 from keras_vit import _checks
+from keras_vit._framework_text import assert_data, decode_failure
 from keras_vit.data import augment
 from keras_vit.data._binary import read_bytes, unsigned
 from keras_vit.data.graph import as_written
@@ -154,43 +154,13 @@ _header_shape_graph = tf.function(header_shape, autograph=False,
                                   input_signature=[tf.TensorSpec([], tf.string)])
 
 
-# The tf.debugging.Assert messages of `make_dataset`, and how `data_error`
-# finds the file name in them: TF prints each Assert datum as `[value]`.
+# The tf.debugging.Assert messages of `make_dataset`; `data_error` finds the
+# file name in them with `_framework_text.assert_data`.
 _CORRUPT = "Corrupt or non-image file"
 _CORRUPT_END = "(pass skip_corrupt=True to skip and count such records)"
-_CORRUPT_RE = re.compile(re.escape(f"[{_CORRUPT}] [") + r"(.*?)"
-                         + re.escape(f"] [{_CORRUPT_END}]"), re.DOTALL)
-_LABEL_RE = re.compile(r"\[Label out of range \[0, (\d+)\) for\] \[(.*?)\] \[label\] "
-                       r"\[(-?\d+)\]", re.DOTALL)
+_LABEL = ("Label out of range [0, ", int, ") for")
 _TOO_LARGE = "Image file too large"
-_TOO_LARGE_RE = re.compile(re.escape(f"[{_TOO_LARGE}] [") + r"(.*?)\] \[height\] \[(\d+)\] "
-                           r"\[width\] \[(\d+)\] \[bound\] \[(\d+)\]", re.DOTALL)
-# What TensorFlow's decoders say about bytes that look like an image but are not.
-_DECODE_RE = re.compile(
-    r"(Invalid PNG[^\n\[]*|jpeg::Uncompress failed[^\n\[]*|Invalid JPEG data[^\n\[]*|"
-    r"Invalid GIF data[^\n\[]*|Failed to decode GIF[^\n\[]*|"
-    r"Number of channels inherent in the image[^\n\[]*|Unknown image file format[^\n\[]*|"
-    r"Invalid BMP[^\n\[]*|Error in decoding[^\n\[]*)")
 _SKIP_HINT = "pass skip_corrupt=True (keras-vit: --skip-corrupt) to skip and count such files"
-
-
-_ESCAPE_RE = re.compile(rb"\\([0-7]{1,3}|x[0-9a-fA-F]{1,2}|.)", re.DOTALL)
-_ESCAPES = {b"n": b"\n", b"t": b"\t", b"r": b"\r", b"a": b"\a", b"b": b"\b", b"f": b"\f",
-            b"v": b"\v"}
-
-
-def _unescape(text):
-    """Undoes the C escaping TensorFlow applies to a string it prints in an
-    Assert message (`\\'`, `\\"`, `\\\\`, `\\n`, octal bytes)."""
-    def one(match):
-        code = match.group(1)
-        if code[:1] in b"01234567":
-            return bytes([int(code, 8) & 0xFF])
-        if code[:1] == b"x" and len(code) > 1:
-            return bytes([int(code[1:], 16)])
-        return _ESCAPES.get(code, code)
-
-    return _ESCAPE_RE.sub(one, text.encode("utf-8")).decode("utf-8", "replace")
 
 
 def _messages(error):
@@ -238,28 +208,25 @@ def data_error(error):
     ```
     """
     for message in _messages(error):
-        match = _CORRUPT_RE.search(message)
-        if match:
-            return ValueError(f"{_CORRUPT} {_unescape(match.group(1))!r}; {_SKIP_HINT}.")
-        match = _TOO_LARGE_RE.search(message)
-        if match:
-            name, height, width, bound = match.groups()
-            return too_large_error(_unescape(name), int(height), int(width), int(bound),
-                                   _SKIP_HINT)
-        match = _LABEL_RE.search(message)
-        if match:
-            k, name, label = match.groups()
-            name = _unescape(name)
+        found = assert_data(message, _CORRUPT, str, _CORRUPT_END)
+        if found:
+            return ValueError(f"{_CORRUPT} {found[0]!r}; {_SKIP_HINT}.")
+        found = assert_data(message, _TOO_LARGE, str, "height", int, "width", int, "bound", int)
+        if found:
+            return too_large_error(*found, _SKIP_HINT)
+        found = assert_data(message, _LABEL, str, "label", int)
+        if found:
+            k, name, label = found
             return ValueError(
                 f"Label {label} of {name!r} is out of range [0, {k}): the data has {k} "
                 "classes. Check label_offset (keras-vit: --label-offset; -1 for 1-based "
                 "labels) and num_classes.")
     for message in _messages(error):
-        match = _DECODE_RE.search(message)
-        if match:
+        failure = decode_failure(message)
+        if failure:
             return ValueError(
                 f"An image file could not be decoded (TensorFlow: "
-                f"{match.group(1).strip().rstrip('.')}.) though it looks like an image; "
+                f"{failure.strip().rstrip('.')}.) though it looks like an image; "
                 f"TensorFlow does not say which file. {_SKIP_HINT[0].upper()}{_SKIP_HINT[1:]} "
                 "(it decodes each file apart and skips those that fail).")
     return None

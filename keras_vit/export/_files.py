@@ -11,6 +11,7 @@ import re
 
 from keras_vit import _atomic
 from keras_vit._atomic import remove_path
+from keras_vit._framework_text import says_disk_full
 
 logger = logging.getLogger("keras_vit")
 
@@ -123,7 +124,7 @@ def is_disk_full(error):
     OSError with ENOSPC / EDQUOT, or a TensorFlow error saying so."""
     if isinstance(error, OSError):
         return error.errno in (errno.ENOSPC, errno.EDQUOT)
-    return "No space left on device" in str(error)
+    return says_disk_full(str(error))
 
 
 def disk_full_error(error, temporary, path, what):

@@ -21,11 +21,11 @@ import dataclasses
 import importlib
 import json
 import os
-import re
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from keras_vit._framework_text import openvino_unconverted_ops
 from keras_vit._atomic import publish
 from keras_vit.export.batches import batched
 from keras_vit.export._images import Sampling, as_images
@@ -95,11 +95,11 @@ def convert(model, *, image_size=None, outputs="auto"):
     try:
         ov_model = ov.convert_model(function)
     except Exception as error:  # noqa: BLE001 - OpConversionFailure: say which ops
-        found = re.search(r"No conversion rule found for operations: ([^\n]+)", str(error))
+        found = openvino_unconverted_ops(str(error))
         if found is None:
             raise
         raise ValueError(
-            f"{model.name!r} cannot be exported to OpenVINO: {found.group(1).strip()} has no "
+            f"{model.name!r} cannot be exported to OpenVINO: {found} has no "
             f"conversion in OpenVINO {_version()}'s TensorFlow frontend.") from None
     names = [port.get_names() for port in ov_model.outputs]  # a tensor may have several
     if ("images" not in ov_model.inputs[0].get_names() or len(names) != 2

@@ -21,7 +21,6 @@ import collections
 import dataclasses
 import importlib
 import os
-import re
 import tempfile
 import warnings
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from keras_vit import _compat
+from keras_vit._framework_text import tflite_unsupported_ops
 from keras_vit.export.batches import check_batch_size
 from keras_vit.export._images import INT8_NEEDS_DATA, Sampling, as_images, calibration_data
 from keras_vit.export._measure import compare
@@ -152,14 +152,6 @@ def verify_tflite(path, model, images, *, image_size=None, outputs="auto", num_t
                                          normalize_input=False))
 
 
-def _unsupported_ops(message):
-    names = re.findall(r"tf\.([A-Za-z0-9_]+)\(", message)
-    listed = re.search(r"(?:TF Select ops|Flex ops): ([^\n]+)", message)
-    if listed:
-        names += [n.strip() for n in listed.group(1).split(",")]
-    return sorted(set(n for n in names if n))
-
-
 def convert(model, *, quantization="none", representative_data=None, batch_size=1,
             image_size=None, outputs="auto", float_ops="auto", num_calibration=500,
             calibration_split="train", seed=0):
@@ -216,7 +208,7 @@ def convert(model, *, quantization="none", representative_data=None, batch_size=
                 return float16_constants(converter.convert())
             return converter.convert()
         except converter_error as error:
-            ops = _unsupported_ops(str(error))
+            ops = tflite_unsupported_ops(str(error))
             raise ValueError(
                 f"{model.name!r} cannot be exported to TFLite with built-in ops only: "
                 f"{', '.join(ops) if ops else 'see the converter message below'} "
