@@ -8,14 +8,6 @@ from keras_vit.export._files import remove_stale_temporaries
 from keras_vit.labels import class_names
 
 
-def write_labels(names, path):
-    """Writes the label file of `names` to `path` atomically, once the
-    temporaries a killed export left there are removed; returns `path`."""
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    remove_stale_temporaries(path)
-    return labels_lib.write_labels(names, path)
-
-
 def labels_path(path):
     """`<stem>.labels.txt` beside an export file."""
     return os.path.splitext(str(path))[0] + ".labels.txt"
@@ -27,7 +19,8 @@ def labels_beside(names, path):
     there and returns None."""
     labels = labels_path(path)
     if names:
-        return write_labels(names, labels)
+        remove_stale_temporaries(labels)  # a killed export's
+        return labels_lib.write_labels(names, labels)
     if os.path.exists(labels):
         os.remove(labels)
     return None

@@ -17,7 +17,6 @@ from keras_vit._atomic import publish
 from keras_vit.export.batches import batched
 from keras_vit.export._files import check_replaceable_directory
 from keras_vit.export._images import Sampling
-from keras_vit.export._labels import write_labels
 from keras_vit.export.model import (
     exported_model,
     logits_and_probabilities,
@@ -28,6 +27,7 @@ from keras_vit.export.model import (
 )
 from keras_vit.export._pipeline import ExportFormat, export_verified
 from keras_vit.export._report import ExportReport
+from keras_vit.labels import write_labels
 from keras_vit.layers import BottleneckUnit, PatchEncoder, Patches, ResNetRoot
 from keras_vit.layers.fused import portable_graph
 from keras_vit.layers.blocks import walk_layers
