@@ -75,8 +75,8 @@ def swapped_variable_values(pairs):
     `numpy()` and saving read). Checked on Keras 3.15.1 (TensorFlow 2.21.0,
     JAX backend).
 
-    >>> with swapped_variable_values([(dense.kernel, whole_kernel)]):  # doctest: +SKIP
-    ...     model.save_weights("backup.weights.h5")
+    >>> with swapped_variable_values([(dense.kernel, whole_kernel)]):  # a fragment
+    ...     model.save_weights("backup.weights.h5")  # doctest: +SKIP
     """
     pairs = list(pairs)
     for variable, _ in pairs:
@@ -101,7 +101,8 @@ def in_multi_worker_mode(strategy):
     Calls `strategy.extended._in_multi_worker_mode()` (private: TensorFlow
     asks nothing else publicly). Checked on TensorFlow 2.21.0.
 
-    >>> in_multi_worker_mode(tf.distribute.get_strategy())  # doctest: +SKIP
+    >>> import tensorflow as tf
+    >>> in_multi_worker_mode(tf.distribute.get_strategy())
     False
     """
     method = getattr(strategy.extended, "_in_multi_worker_mode", None)
@@ -127,7 +128,7 @@ def build_from_first_replica(model, strategy):
     data_batch=...)` (private) in the strategy's scope. Checked on Keras
     3.15.1 (TensorFlow 2.21.0).
 
-    >>> strategy = tf.distribute.MultiWorkerMirroredStrategy()  # doctest: +SKIP
+    >>> strategy = tf.distribute.MultiWorkerMirroredStrategy()  # several workers  # doctest: +SKIP
     >>> build_from_first_replica(model, strategy)  # doctest: +SKIP
     """
     for name in ("_maybe_symbolic_build", "_symbolic_build"):
@@ -163,7 +164,7 @@ def build_before_fit(model, element_spec):
     compiled in. Calls `Trainer._symbolic_build(data_batch=...)` (private).
     Checked on Keras 3.15.1 (TensorFlow 2.21.0).
 
-    >>> build_before_fit(model, dataset.element_spec)  # doctest: +SKIP
+    >>> build_before_fit(model, dataset.element_spec)  # a fragment  # doctest: +SKIP
     """
     method = getattr(model, "_symbolic_build", None)
     if not callable(method):
@@ -180,7 +181,8 @@ def compute_loss(model, x, y, y_pred, sample_weight, training=True):
     Calls `Trainer._compute_loss` (private: the wrapper Keras' train steps
     use). Checked on Keras 3.15.1 (TensorFlow 2.21.0).
 
-    >>> loss = compute_loss(model, x, y, model(x, training=True), None)  # doctest: +SKIP
+    >>> loss = compute_loss(  # a fragment of a train step
+    ...     model, x, y, model(x, training=True), None)  # doctest: +SKIP
     """
     method = getattr(model, "_compute_loss", None)
     if not callable(method):
@@ -206,7 +208,7 @@ def update_loss_tracker(model, loss, batch_size):
     unscale_loss_for_distribution` (a private module). Checked on Keras
     3.15.1 (TensorFlow 2.21.0).
 
-    >>> update_loss_tracker(model, loss, tf.shape(x)[0])  # doctest: +SKIP
+    >>> update_loss_tracker(model, loss, tf.shape(x)[0])  # a fragment  # doctest: +SKIP
     """
     tracker = getattr(model, "_loss_tracker", _ABSENT)
     if tracker is _ABSENT:
@@ -225,7 +227,7 @@ def update_metrics_variables(model, metrics_variables, unscaled_loss, x, y, y_pr
     Calls `JAXTrainer._update_metrics_variables` (private). Checked on
     Keras 3.15.1 (JAX backend).
 
-    >>> logs, metrics_variables = update_metrics_variables(  # doctest: +SKIP
+    >>> logs, metrics_variables = update_metrics_variables(  # a fragment  # doctest: +SKIP
     ...     model, metrics_variables, loss, x, y, y_pred, None)
     """
     method = getattr(model, "_update_metrics_variables", None)
@@ -242,7 +244,9 @@ def optimizer_learning_rate(optimizer):
 
     Reads `Optimizer._learning_rate` (private). Checked on Keras 3.15.1.
 
-    >>> optimizer_learning_rate(keras.optimizers.SGD(schedule)) is schedule  # doctest: +SKIP
+    >>> import keras
+    >>> schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 100, 0.5)
+    >>> optimizer_learning_rate(keras.optimizers.SGD(schedule)) is schedule
     True
     """
     rate = getattr(optimizer, "_learning_rate", _ABSENT)
@@ -261,8 +265,12 @@ def optimizer_variable_index(optimizer, variable):
     Calls `Optimizer._get_variable_index` (private: how Keras' own
     `update_step`s find a variable's slots). Checked on Keras 3.15.1.
 
-    >>> optimizer_variable_index(optimizer, variable)  # doctest: +SKIP
-    3
+    >>> import keras
+    >>> model = keras.Sequential([keras.Input((5,)), keras.layers.Dense(2)])
+    >>> optimizer = keras.optimizers.SGD(momentum=0.9)
+    >>> optimizer.build(model.trainable_variables)
+    >>> optimizer_variable_index(optimizer, model.trainable_variables[1])  # the bias
+    1
     """
     method = getattr(optimizer, "_get_variable_index", None)
     if not callable(method):
@@ -282,7 +290,8 @@ class AroundBackupSave:
     Checked on Keras 3.15.1; the class refuses to construct when its base
     has no `_save_model`.
 
-    >>> class Backup(AroundBackupSave, keras.callbacks.BackupAndRestore):  # doctest: +SKIP
+    >>> import keras
+    >>> class Backup(AroundBackupSave, keras.callbacks.BackupAndRestore):
     ...     def saving_context(self):
     ...         return gathered(self.model)
     """
@@ -330,7 +339,10 @@ def in_xla_context():
     private module: TensorFlow has no public question for it). Checked on
     TensorFlow 2.21.0.
 
-    >>> tf.function(lambda: in_xla_context(), jit_compile=True)()  # doctest: +SKIP
+    >>> import tensorflow as tf
+    >>> in_xla_context()
+    False
+    >>> bool(tf.function(lambda: in_xla_context(), jit_compile=True, autograph=False)())
     True
     """
     import tensorflow as tf  # heavy
@@ -353,8 +365,9 @@ def build_shapes(layer):
     Reads `Layer._build_shapes_dict` (private: set by the wrapper Keras puts
     around every `build`). Checked on Keras 3.15.1 (TensorFlow 2.21.0).
 
-    >>> model = keras.Sequential([keras.layers.Dense(2)])  # doctest: +SKIP
-    >>> model.build((None, 5)); build_shapes(model)  # doctest: +SKIP
+    >>> import keras
+    >>> model = keras.Sequential([keras.layers.Dense(2)])
+    >>> model.build((None, 5)); build_shapes(model)
     {'input_shape': (None, 5)}
     """
     try:
@@ -377,7 +390,7 @@ def attach_to_export_archive(archive, name, trackable):
     `write_out` passes to `tf.saved_model.save`). Checked on Keras 3.15.1
     (TensorFlow 2.21.0).
 
-    >>> attach_to_export_archive(archive, "labels", asset)  # doctest: +SKIP
+    >>> attach_to_export_archive(archive, "labels", asset)  # a fragment  # doctest: +SKIP
     >>> archive.write_out("served/1")  # doctest: +SKIP
     >>> tf.saved_model.load("served/1").labels.asset_path  # doctest: +SKIP
     """
@@ -397,7 +410,8 @@ def tflite_op_names(interpreter):
     list of a model's ops). Checked on ai-edge-litert 2.3.0 (`python -c
     "import ai_edge_litert; print(ai_edge_litert.__version__)"`).
 
-    >>> tflite_op_names(Interpreter(model_path="vit.tflite"))[:2]  # doctest: +SKIP
+    >>> tflite_op_names(  # needs an exported file
+    ...     Interpreter(model_path="vit.tflite"))[:2]  # doctest: +SKIP
     ['CONV_2D', 'RESHAPE']
     """
     details = getattr(interpreter, "_get_ops_details", None)
@@ -422,7 +436,7 @@ def freeze_concrete_function(function):
     aggressive_inlining=True)` (a private module: TensorFlow has no public
     way to freeze a TF2 function). Checked on TensorFlow 2.21.0.
 
-    >>> function = tf.function(f).get_concrete_function(spec)  # doctest: +SKIP
+    >>> function = tf.function(f).get_concrete_function(spec)  # a fragment  # doctest: +SKIP
     >>> freeze_concrete_function(function).graph.as_graph_def()  # doctest: +SKIP
     """
     convert = _private("tensorflow.python.framework.convert_to_constants",
@@ -439,7 +453,7 @@ def silenced_tensorflow_deprecations():
     Returns `tensorflow.python.util.deprecation.silence()` (a private
     module). Checked on TensorFlow 2.21.0.
 
-    >>> with silenced_tensorflow_deprecations():  # doctest: +SKIP
+    >>> with silenced_tensorflow_deprecations():  # a fragment  # doctest: +SKIP
     ...     tf2onnx.convert.from_graph_def(graph_def, ...)
     """
     silence = _private("tensorflow.python.util.deprecation", "silence", _tensorflow_release,
@@ -455,7 +469,7 @@ def tflite_converter_error():
     Returns `tensorflow.lite.python.convert_phase.ConverterError` (a private
     module). Checked on TensorFlow 2.21.0.
 
-    >>> try:  # doctest: +SKIP
+    >>> try:  # a fragment (the caller's converter)  # doctest: +SKIP
     ...     converter.convert()
     ... except tflite_converter_error() as error:
     ...     print(error)
@@ -479,8 +493,11 @@ def tflite_schema():
     `tensorflow.lite.python.schema_py_generated` (a private module).
     Checked on ai-edge-litert 2.3.0 and TensorFlow 2.21.0.
 
-    >>> schema = tflite_schema()  # doctest: +SKIP
-    >>> schema.ModelT.InitFromObj(schema.Model.GetRootAsModel(content, 0))  # doctest: +SKIP
+    >>> schema = tflite_schema()
+    >>> hasattr(schema, "ModelT")
+    True
+    >>> schema.ModelT.InitFromObj(  # content: a .tflite file's bytes
+    ...     schema.Model.GetRootAsModel(content, 0))  # doctest: +SKIP
     """
     try:
         from ai_edge_litert import schema_py_generated as schema  # optional: [export]
