@@ -125,7 +125,8 @@ def open_source(source, split="train", data_dir=None, label_offset=0, holdout=0.
 
     Example:
 
-    >>> src = open_source("folder:/data/flowers", "validation", holdout=0.2)  # doctest: +SKIP
+    >>> src = open_source(  # reads /data/flowers
+    ...     "folder:/data/flowers", "validation", holdout=0.2)  # doctest: +SKIP
     >>> src.description, src.num_examples, src.classes_present  # doctest: +SKIP
     ('folder:/data/flowers (validation: 20% holdout)', 734, 5)
 
