@@ -71,3 +71,13 @@ def test_class_labels_errors(monkeypatch):
             "The ImageNet-21k label file for the metadata of this 21843-class head could not "
             "be loaded (no network). Give the names.")):
         labels.class_labels(None, 21843, unavailable=("the metadata", "Give the names."))
+
+
+def test_label_files_are_written_and_read_by_one_module(tmp_path):
+    path = tmp_path / "labels.txt"
+    assert labels.write_labels(NAMES, path) == path
+    assert path.read_text() == "ant\nbee\ncow\n" == labels.labels_text(NAMES)
+    assert labels.read_labels(path) == list(NAMES)
+    assert labels.parse_labels("ant\r\nbee\n\n  \ncow") == list(NAMES)
+    with pytest.raises(ValueError, match=re.escape(f"Labels file not found: {str(tmp_path / 'no.txt')!r}.")):
+        labels.read_labels(str(tmp_path / "no.txt"))
