@@ -13,7 +13,7 @@ and the peak after its imports alone, next to a peer:
   2.4 GB for 40 on the previous code).
 - `npz bomb`: `official.read_checkpoint` of a 512 MiB-of-zeros array
   compressed with bzip2 (a few KB on disk) vs `numpy.load` of it.
-- `safetensors`: `hub.read_safetensors` of a 360 MB file vs the
+- `safetensors`: `safetensors.read_safetensors` of a 360 MB file vs the
   `safetensors` library's `load_file`.
 
 Prints the CPU model and flags; writes one JSON document.
@@ -123,7 +123,8 @@ def safetensors_rows(tmp):
     mb = os.path.getsize(path) / 1e6
     return [
         {"case": "safetensors", "what": f"keras_vit read_safetensors ({mb:.0f} MB)",
-         **child("from keras_vit.weights import hub", f"hub.read_safetensors({path!r})")},
+         **child("from keras_vit.weights import safetensors",
+                 f"safetensors.read_safetensors({path!r})")},
         {"case": "safetensors", "what": "safetensors.numpy.load_file (peer)",
          **child("from safetensors.numpy import load_file", f"load_file({path!r})")},
     ]

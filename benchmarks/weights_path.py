@@ -120,11 +120,11 @@ def cases(tmp):
     except ImportError:
         torch = None
     if torch is not None:
-        from keras_vit.weights import hub
+        from keras_vit.weights import safetensors
 
         pth = os.path.join(tmp, "vit.pth")
         torch.save({k: torch.from_numpy(v.copy()) for k, v in
-                    hub.read_safetensors(bare).items()}, pth)
+                    safetensors.read_safetensors(bare).items()}, pth)
         cases[".pth, builder"] = (lambda: keras_vit.VisionTransformer(**TIMM, weights=pth), pth)
     return cases | {
         "npz, builder": (lambda: keras_vit.VisionTransformer(**OFFICIAL, weights=npz), npz),

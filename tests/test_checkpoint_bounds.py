@@ -23,7 +23,7 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 import keras_vit
-from keras_vit.weights import hub, official
+from keras_vit.weights import hub_layout, official, safetensors
 from keras_vit.weights.official import CorruptCheckpointError, UnsupportedCheckpointError
 
 TILE = "the safetensors format requires the tensors to tile the data section exactly"
@@ -167,7 +167,7 @@ def test_safetensors_that_break_the_format_are_corrupt(tmp_path, case):
     path = write_safetensors(tmp_path / f"{case}.safetensors", header, data)
     with pytest.raises(CorruptCheckpointError, match=re.escape(f"{str(path)!r}{message}")
                        + "$"):
-        hub.read_safetensors(path)
+        safetensors.read_safetensors(path)
 
 
 @pytest.mark.parametrize("case", ["overlap", "gap", "first_not_at_zero", "out_of_range",
@@ -188,7 +188,7 @@ def test_header_length_beyond_the_file_or_the_format_limit(tmp_path):
     with pytest.raises(CorruptCheckpointError, match=re.escape(
             f"{str(path)!r} is truncated: its safetensors header length is 10,000 bytes, "
             f"but only {size - 8:,} follow the length field. Download it again.")):
-        hub.read_safetensors(path)
+        safetensors.read_safetensors(path)
     # the official-format sniffer (read_checkpoint) says the same, not "unknown format"
     with pytest.raises(CorruptCheckpointError, match=re.escape(
             f"{str(path)!r} is a truncated safetensors file: its header length is 10,000 "
@@ -198,7 +198,7 @@ def test_header_length_beyond_the_file_or_the_format_limit(tmp_path):
     with pytest.raises(CorruptCheckpointError, match=re.escape(
             f"{str(path)!r}: its safetensors header length is 200,000,000 bytes, more "
             "than the format's limit of 100,000,000.")):
-        hub.read_safetensors(path)
+        safetensors.read_safetensors(path)
     # a length no header has (2**40), then `{`: a damaged safetensors file
     write_safetensors(path, header, bytes(16), length=2**40)
     size = os.path.getsize(path)
@@ -217,7 +217,7 @@ def test_header_length_beyond_the_file_or_the_format_limit(tmp_path):
     with pytest.raises(CorruptCheckpointError, match=re.escape(
             f"{str(path)!r} is not a readable safetensors file: 3 bytes, fewer than the "
             "8 of the header length.")):
-        hub.read_safetensors(path)
+        safetensors.read_safetensors(path)
 
 
 @pytest.mark.parametrize("header", [b'["a"]', b'"tensors"', b"12"])
@@ -241,7 +241,7 @@ def test_a_valid_dtype_keras_vit_does_not_read_is_unsupported_not_corrupt(tmp_pa
     with pytest.raises(UnsupportedCheckpointError, match=re.escape(
             f"{str(path)!r}: tensor 'a' has dtype U8; keras_vit reads F32, F16, F64, "
             "BF16, I64, I32 tensors.")) as info:
-        hub.read_safetensors(path)
+        safetensors.read_safetensors(path)
     assert not isinstance(info.value, CorruptCheckpointError)
 
 
@@ -260,7 +260,7 @@ def test_valid_files_match_the_safetensors_library(tmp_path):
     }
     path = tmp_path / "model.safetensors"
     save_file(arrays, str(path), metadata={"format": "pt"})
-    got = hub.read_safetensors(path)
+    got = safetensors.read_safetensors(path)
     reference = load_file(str(path))
     assert set(got) == set(reference) == set(arrays)
     for key, value in reference.items():
@@ -276,7 +276,7 @@ def test_the_data_section_is_bounded(tmp_path, monkeypatch):
             f"{str(path)!r} declares 256 bytes of arrays, more than the limit of 100 "
             "(KERAS_VIT_MAX_CHECKPOINT_BYTES; the largest official checkpoint, "
             "ViT-H/14, is 2.5 GB). Set KERAS_VIT_MAX_CHECKPOINT_BYTES higher to read it.")):
-        hub.read_safetensors(path)
+        safetensors.read_safetensors(path)
 
 
 # --- sharded folders: the index ----------------------------------------------------
@@ -313,7 +313,7 @@ def test_an_index_without_a_weight_map_of_strings_is_corrupt(tmp_path, weight_ma
     with pytest.raises(CorruptCheckpointError, match=re.escape(
             f"Index {index!r} has no weight_map of tensor names to shard files (a "
             f"non-empty JSON object of strings); got {got}.")):
-        hub._read_folder_weights(str(folder))
+        hub_layout._read_folder_weights(str(folder))
 
 
 @pytest.mark.parametrize("shard", ["../x.safetensors", "/etc/passwd", "sub/../../x"])
@@ -335,7 +335,7 @@ def test_an_index_that_does_not_match_its_shards_is_corrupt(tmp_path):
     with pytest.raises(CorruptCheckpointError, match=re.escape(
             f"Shard {str(folder / 'one.safetensors')!r} does not match {index!r}: it "
             "holds 'b', which the index maps elsewhere or not at all (1 such).")):
-        hub._read_folder_weights(str(folder))
+        hub_layout._read_folder_weights(str(folder))
 
 
 # --- .npz: declared sizes against the zip directory ----------------------------------

@@ -40,7 +40,7 @@ BLOCK = re.compile(r"(?:^<!-- docs-test: skip \((?P<skip>.*?)\) -->\n)?^```pytho
 DOWNLOAD = re.compile(r"hf://|https?://|decode_predictions\(|"
                       r"weights\s*=\s*[\"'](?:imagenet|sam|gsam|augreg)")
 # keras_vit/weights/transfer.py (official files, label files) and
-# keras_vit/weights/hub.py (hf://), when the server cannot be reached.
+# keras_vit/weights/hub_layout.py (hf://), when the server cannot be reached.
 OFFLINE = "If this machine is offline or cannot reach that host"
 HUB_OFFLINE = "HF_HUB_OFFLINE is set and the files are not in the Hugging Face cache"
 # The statements that download, per page (each checked for the offline sentence).
@@ -140,13 +140,13 @@ def vit_repo(tmp_path_factory):
     """`vit_repo/`: a Hub folder as older repositories hold it, config.json
     and `pytorch_model.bin` (torch.save of the timm fixture's weights)."""
     torch = pytest.importorskip("torch")
-    from keras_vit.weights import hub
+    from keras_vit.weights import safetensors
 
     fixture = REPO_ROOT / "tests" / "fixtures" / "hub" / "timm_vit_token"
     folder = tmp_path_factory.mktemp("docs") / "vit_repo"
     folder.mkdir()
     shutil.copy(fixture / "config.json", folder)
-    state = hub.read_safetensors(fixture / "model.safetensors")
+    state = safetensors.read_safetensors(fixture / "model.safetensors")
     torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()},
                folder / "pytorch_model.bin")
     return folder

@@ -524,7 +524,7 @@ def test_augreg_file_names_cannot_leave_the_cache():
     from keras_vit.variants import VIT_VARIANTS
 
     with pytest.raises(ValueError) as info:
-        registry.resolve("augreg:B_16-x/../../evil", VIT_VARIANTS["B/16"], "ViT-B_16")
+        registry.lookup("augreg:B_16-x/../../evil", VIT_VARIANTS["B/16"], "ViT-B_16")
     assert str(info.value) == (
         "AugReg file name 'B_16-x/../../evil' is not a file name: it may hold letters, "
         "digits and '._+-' only (no '/'), e.g. "

@@ -340,7 +340,7 @@ def test_which_registered_files_have_an_official_size():
     unsized = set()
     for variant in ALL_VARIANTS.values():
         for name in registry.families_for(variant):
-            remote = registry.resolve(name, variant, variant.official_name)
+            remote = registry.lookup(name, variant, variant.official_name)
             if registry.expected_size(remote.url) is None:
                 unsized.add(remote.url.split("/", 3)[3])
     # No official source states these sizes: the GSAM ViTs, the AugReg

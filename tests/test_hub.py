@@ -23,7 +23,7 @@ import pytest
 
 import keras_vit
 from conftest import predict, run_cli
-from keras_vit.weights import hub, posemb
+from keras_vit.weights import hub, hub_layout, posemb, safetensors
 from keras_vit.weights import timm as timm_format
 from keras_vit.weights.official import CheckpointMismatchError
 
@@ -193,7 +193,7 @@ def tampered(tmp_path, name, change):
 
     folder = tmp_path / name
     shutil.copytree(HUB / name, folder)
-    state = hub.read_safetensors(folder / "model.safetensors")
+    state = safetensors.read_safetensors(folder / "model.safetensors")
     change(state)
     save_file({k: np.ascontiguousarray(v) for k, v in state.items()},
               str(folder / "model.safetensors"))
@@ -440,7 +440,7 @@ def test_truncated_safetensors_is_corrupt(tmp_path):
     data = (HUB / "timm_mixer" / "model.safetensors").read_bytes()
     path.write_bytes(data[: len(data) // 2])
     with pytest.raises(keras_vit.weights.CorruptCheckpointError, match="truncated"):
-        hub.read_safetensors(path)
+        safetensors.read_safetensors(path)
 
 
 # --- position embeddings ----------------------------------------------------------
@@ -471,7 +471,7 @@ def test_missing_huggingface_hub_names_the_extra(monkeypatch):
 
 def test_bad_hub_reference():
     with pytest.raises(ValueError, match="hf://ORG/NAME"):
-        hub.parse_uri("hf://just_a_name")
+        hub_layout.parse_uri("hf://just_a_name")
 
 
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -544,7 +544,7 @@ def test_hf_uri_through_a_loopback_hub(tmp_path):
     torch_only = tmp_path / "torch_only"
     torch_only.mkdir()
     shutil.copy(HUB / "timm_vit_token" / "config.json", torch_only)
-    state = hub.read_safetensors(HUB / "timm_vit_token" / "model.safetensors")
+    state = safetensors.read_safetensors(HUB / "timm_vit_token" / "model.safetensors")
     torch.save({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()},
                torch_only / "pytorch_model.bin")
     _HubHandler.repos = {"test/tiny-timm-vit": HUB / "timm_vit_token",
@@ -625,7 +625,7 @@ def test_sharded_folder_and_bfloat16_weights(tmp_path):
 
     from safetensors.numpy import save_file
 
-    state = hub.read_safetensors(HUB / "timm_vit_token" / "model.safetensors")
+    state = safetensors.read_safetensors(HUB / "timm_vit_token" / "model.safetensors")
     sharded = tmp_path / "sharded"
     sharded.mkdir()
     shutil.copy(HUB / "timm_vit_token" / "config.json", sharded)
@@ -657,7 +657,7 @@ def test_sharded_folder_and_bfloat16_weights(tmp_path):
     bf16.mkdir()
     shutil.copy(HUB / "timm_vit_token" / "config.json", bf16)
     write_bf16(bf16 / "model.safetensors", state)
-    read = hub.read_safetensors(bf16 / "model.safetensors")
+    read = safetensors.read_safetensors(bf16 / "model.safetensors")
     for key, value in state.items():
         truncated = ((value.astype("<f4").view("<u4") >> 16) << 16).view("<f4")
         np.testing.assert_array_equal(read[key], truncated, err_msg=key)

@@ -26,7 +26,7 @@ import pytest
 import keras_vit
 from conftest import predict, process_env
 from keras_vit.errors import CorruptCheckpointError, UnsupportedCheckpointError
-from keras_vit.weights import hub
+from keras_vit.weights import hub, hub_layout, safetensors
 from keras_vit.weights.pytorch import read_torch_file, read_torch_state
 
 torch = pytest.importorskip("torch")
@@ -38,7 +38,7 @@ PHOTOS = REFS["photos/32"].astype("float32")
 
 def tensors(name):
     """The fixture's state dict as torch tensors."""
-    state = hub.read_safetensors(HUB / name / "model.safetensors")
+    state = safetensors.read_safetensors(HUB / name / "model.safetensors")
     return {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in state.items()}
 
 
@@ -71,7 +71,7 @@ def test_a_pytorch_model_bin_folder_gives_the_source_librarys_logits(tmp_path, n
 def test_safetensors_are_preferred_when_a_folder_has_both(tmp_path, monkeypatch):
     folder = torch_folder(tmp_path, "timm_vit_token")
     shutil.copy(HUB / "timm_vit_token" / "model.safetensors", folder)
-    monkeypatch.setattr(hub, "read_torch_state", lambda *a, **k: pytest.fail("read the .bin"))
+    monkeypatch.setattr(hub_layout, "read_torch_state", lambda *a, **k: pytest.fail("read the .bin"))
     keras_vit.model_from_checkpoint(folder)
 
 

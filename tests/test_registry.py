@@ -63,7 +63,7 @@ def registered_files():
             if family.folder == "vit_models/augreg":
                 continue
             for key in family.files:
-                url = registry.resolve(family.name, variants[key], key).url
+                url = registry.lookup(family.name, variants[key], key).url
                 stem = url.rsplit("/", 1)[1].replace("%2B", "+")[:-len(".npz")]
                 files.setdefault(family.folder, []).append(stem)
     return files
@@ -83,9 +83,9 @@ def test_every_family_cites_its_evidence():
 
 def test_augreg_b8_recommended_pair():
     variant = VIT_VARIANTS["B/8"]
-    assert registry.resolve("augreg", variant, "B/8").url.endswith(f"/{AUGREG_B8}.npz")
+    assert registry.lookup("augreg", variant, "B/8").url.endswith(f"/{AUGREG_B8}.npz")
     ft = registry.VIT_FAMILIES["augreg+imagenet2012"]
-    assert registry.resolve(ft.name, variant, "B/8").url.endswith(f"/{AUGREG_B8_FT}.npz")
+    assert registry.lookup(ft.name, variant, "B/8").url.endswith(f"/{AUGREG_B8_FT}.npz")
     assert ft.resolution_for("B/8") == 224 and ft.resolution_for("B/16") == 384
 
 
@@ -100,8 +100,8 @@ def test_imagenet_choice_is_a_registered_1k_classifier(function):
         return
     assert choice.weights in one_k and choice.evidence
     assert registry.available_weights(variant)[0] == "imagenet"
-    alias = registry.resolve("imagenet", variant, variant.official_name)
-    family = registry.resolve(choice.weights, variant, variant.official_name)
+    alias = registry.lookup("imagenet", variant, variant.official_name)
+    family = registry.lookup(choice.weights, variant, variant.official_name)
     assert (alias.url, alias.filename) == (family.url, family.filename)  # one cache file
 
 
@@ -113,7 +113,7 @@ def test_imagenet_choices_follow_the_official_numbers():
     assert vit["L/32"].weights == "imagenet21k+imagenet2012"  # no AugReg L/32
     assert vit["B/8"].weights == "augreg+imagenet2012" and vit["B/8"].top1 == 85.58
     assert registry.IMAGENET_CHOICES["mixer"]["L/16"].weights == "imagenet1k"
-    assert registry.resolve("imagenet", MIXER_VARIANTS["S/8"], "x").url.endswith(
+    assert registry.lookup("imagenet", MIXER_VARIANTS["S/8"], "x").url.endswith(
         "/mixer_models/gsam/Mixer-S_8.npz")
     assert "'imagenet' is 'augreg+imagenet2012' (384px, top-1 85.49%)" in " ".join(
         keras_vit.ViTB16.__doc__.split()).replace('`weights="imagenet"`', "'imagenet'")

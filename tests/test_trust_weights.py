@@ -19,7 +19,7 @@ import pytest
 import keras_vit
 from conftest import TINY_VIT, tiny_vit
 from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
-from keras_vit.weights import hub
+from keras_vit.weights import safetensors
 from keras_vit.weights.official import official_arrays
 from keras_vit.weights.pytorch import read_torch_file, read_torch_state
 
@@ -43,7 +43,7 @@ def timm_folder(tmp_path, change, name="timm_vit_token", config=None):
 
     folder = tmp_path / name
     shutil.copytree(HUB / name, folder)
-    state = hub.read_safetensors(folder / "model.safetensors")
+    state = safetensors.read_safetensors(folder / "model.safetensors")
     change(state)
     save_file({k: np.ascontiguousarray(v) for k, v in state.items()},
               str(folder / "model.safetensors"))
@@ -124,7 +124,7 @@ def test_inf_in_a_timm_folder_and_safetensors_file_is_named_as_timm_names_it(tmp
 
 
 def test_nan_in_a_pytorch_file_is_refused(tmp_path):
-    state = hub.read_safetensors(HUB / "timm_vit_token" / "model.safetensors")
+    state = safetensors.read_safetensors(HUB / "timm_vit_token" / "model.safetensors")
     state["blocks.0.attn.qkv.weight"][3, 2] = np.nan
     items, storages = [], {}
     for i, (key, value) in enumerate(sorted(state.items())):
@@ -246,7 +246,7 @@ def test_a_sharded_folder_is_bounded_as_a_whole(tmp_path, monkeypatch):
     the folder's float32 arrays do not."""
     from safetensors.numpy import save_file
 
-    state = hub.read_safetensors(HUB / "timm_vit_token" / "model.safetensors")
+    state = safetensors.read_safetensors(HUB / "timm_vit_token" / "model.safetensors")
     folder = tmp_path / "sharded"
     folder.mkdir()
     shutil.copy(HUB / "timm_vit_token" / "config.json", folder)
@@ -342,7 +342,7 @@ def test_a_safetensors_shape_no_array_can_have_is_one_sentence(tmp_path):
     with pytest.raises(CorruptCheckpointError, match=(
             r"big.safetensors': tensor 'w' has shape \[0, 4611686018427387904\], whose "
             "dimensions multiply past the 2\\*\\*63 bytes any float32 array can have")):
-        hub.read_safetensors(path)
+        safetensors.read_safetensors(path)
 
 
 def test_a_string_array_in_a_keras_weights_file_is_one_sentence(tmp_path):

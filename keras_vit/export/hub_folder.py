@@ -60,14 +60,10 @@ from keras_vit.weights import timm as timm_format
 from keras_vit.weights import timm_export
 from keras_vit.weights import transformers as transformers_format
 from keras_vit.weights.architecture import architecture_from_checkpoint, describe
-from keras_vit.weights.hub import (
-    CONFIG,
-    PREPROCESSOR,
-    WEIGHTS,
-    read_hub_checkpoint,
-    write_safetensors,
-)
+from keras_vit.weights.hub import read_hub_checkpoint
+from keras_vit.weights.hub_layout import CONFIG, PREPROCESSOR, WEIGHTS
 from keras_vit.weights.official import official_arrays
+from keras_vit.weights.safetensors import write_safetensors
 
 LIBRARIES = ("timm", "transformers")
 # The folder is the model's float32 weights under other names: read back, it

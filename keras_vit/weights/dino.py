@@ -40,7 +40,7 @@ features = model(images)            # (batch, 384): DINO's forward output
 import os
 import re
 
-from keras_vit.weights.timm import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+from keras_vit.weights.timm import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, architecture
 
 LIBRARY = "dino"
 # The released files (and the training checkpoints beside them), and the
@@ -109,3 +109,11 @@ def preprocessing():
     crop 224."""
     return {"mean": IMAGENET_DEFAULT_MEAN, "std": IMAGENET_DEFAULT_STD,
             "input_size": (3, 224, 224), "interpolation": "bicubic", "crop_pct": 0.875}
+
+
+def read_config(state, config=None, preprocessor=None):
+    """`(family, architecture, arithmetic, preprocessing, class names)` of
+    DINO's ViT: the architecture off timm's keys (DINO's files have no
+    config.json), DINO's arithmetic and preprocessing, no class names."""
+    family, arch = architecture(state, None)
+    return family, arch, arithmetic(), preprocessing(), None

@@ -268,31 +268,61 @@ def _what_the_file_is(params):
         return "no complete official ViT, hybrid or Mixer checkpoint", None
 
 
-def _mismatch_message(model, params, source, missing, unexpected, misshaped):
-    what, variant = _what_the_file_is(params)
-    path = source if isinstance(source, str) and os.path.isfile(
-        os.path.expanduser(source)) else None
-    shown = repr(path) if path else "path"
-    named = f" or keras_vit.{variant.function}(weights={shown})" if variant else ""
-    lines = [
-        f"Checkpoint {source} does not fit model {model.name!r}: "
-        f"{len(missing)} missing, {len(unexpected)} unexpected, "
-        f"{len(misshaped)} mis-shaped keys; the file looks like {what}.",
-        f"  To build the model the file describes, use "
-        f"keras_vit.model_from_checkpoint({shown}){named} (command line: "
-        f"keras-vit predict --model auto --weights {path or 'PATH'}); "
-        "`keras-vit models` lists which model each checkpoint family fits.",
-    ]
-    if missing:
-        lines.append(f"  missing keys ({len(missing)}): {_fmt(missing)}")
-    if unexpected:
-        lines.append(f"  unexpected keys ({len(unexpected)}): {_fmt(unexpected)}")
-    if misshaped:
-        lines.append(f"  mis-shaped keys ({len(misshaped)}): {_fmt(misshaped)}")
-    return "\n".join(lines)
+def mismatch_error(model, params, source, missing, unexpected, misshaped,
+                   key_name=None, fmt=None):
+    """The one `CheckpointMismatchError` of keys that do not fit `model`: a
+    line counting the missing, unexpected and mis-shaped keys, how to build
+    the model the checkpoint describes, then at most 20 keys of each kind.
+    `fmt`: a timm / transformers checkpoint, whose keys are named as in it
+    (`key_name` of each official key); else an official file, described
+    from `params`."""
+    if key_name is not None:
+        missing, unexpected, misshaped = (
+            _named(keys, key_name) for keys in (missing, unexpected, misshaped))
+    counts = (f"{len(missing)} missing, {len(unexpected)} unexpected, "
+              f"{len(misshaped)} mis-shaped keys")
+    if fmt is not None:
+        lines = [
+            f"Checkpoint {source} ({fmt} format) does not fit model {model.name!r}: "
+            f"{counts} (named as in the checkpoint; no key is ignored).",
+            f"  To build the model the checkpoint describes, use "
+            f"keras_vit.model_from_checkpoint({source!r}).",
+        ]
+    else:
+        what, variant = _what_the_file_is(params)
+        path = source if isinstance(source, str) and os.path.isfile(
+            os.path.expanduser(source)) else None
+        shown = repr(path) if path else "path"
+        named = f" or keras_vit.{variant.function}(weights={shown})" if variant else ""
+        lines = [
+            f"Checkpoint {source} does not fit model {model.name!r}: "
+            f"{counts}; the file looks like {what}.",
+            f"  To build the model the file describes, use "
+            f"keras_vit.model_from_checkpoint({shown}){named} (command line: "
+            f"keras-vit predict --model auto --weights {path or 'PATH'}); "
+            "`keras-vit models` lists which model each checkpoint family fits.",
+        ]
+    for what, keys in (("missing", missing), ("unexpected", unexpected),
+                       ("mis-shaped", misshaped)):
+        if keys:
+            lines.append(f"  {what} keys ({len(keys)}): {_fmt(keys)}")
+    return CheckpointMismatchError(
+        "\n".join(lines), missing=missing, unexpected=unexpected,
+        misshaped=misshaped, source=source, model_name=model.name)
 
 
-def load_official_weights(model, params, source=None, dropped=(), key_name=None):
+def _named(keys, key_name):
+    """`keys` ("KEY" or "KEY: what is wrong") under the checkpoint's own
+    names, each once."""
+    out = []
+    for key in keys:
+        head, _, rest = key.partition(": ")
+        name = key_name(head)
+        out.append(f"{name}: {rest}" if rest else name)
+    return list(dict.fromkeys(out))
+
+
+def load_official_weights(model, params, source=None, dropped=(), key_name=None, fmt=None):
     """Assigns official checkpoint weights to `model`'s weights.
 
     Args:
@@ -306,6 +336,8 @@ def load_official_weights(model, params, source=None, dropped=(), key_name=None)
             neither loaded nor reported as unexpected.
         key_name: how messages name an official key (the checkpoint's own
             name of it, for a timm or transformers file); default: itself.
+        fmt: the format of a timm or transformers file (its mismatch
+            message names its keys with `key_name`).
 
     Returns:
         The number of model weights assigned.
@@ -371,11 +403,8 @@ def load_official_weights(model, params, source=None, dropped=(), key_name=None)
         if k not in expected and not any(k.startswith(p) for p in dropped)
     ]
     if missing or unexpected or misshaped:
-        raise CheckpointMismatchError(
-            _mismatch_message(model, params, source, missing, unexpected, misshaped),
-            missing=missing, unexpected=unexpected, misshaped=misshaped,
-            source=source, model_name=model.name,
-        )
+        raise mismatch_error(model, params, source, missing, unexpected, misshaped,
+                             key_name if fmt else None, fmt)
     for key, array in loaded:
         _check_finite(array, source, key_name(key) if key_name else key)
     for param, value in assignments:

@@ -18,7 +18,7 @@ in that format:
 - Storages are read from `data/<key>` with their dtype (float32, float16,
   bfloat16, float64, the integer types, bool); tensors are their views with
   offset, shape and strides, each checked against the storage, and copied.
-  Floating tensors come out as float32 (as `hub.read_safetensors`).
+  Floating tensors come out as float32 (as `safetensors.read_safetensors`).
 - Bounded: `data.pkl` at most `MAX_PICKLE_BYTES`; stored (uncompressed)
   members only, each name once, as torch writes them; a tensor at most the
   elements of the storage it views (no stride-0 expansion), the tensors at

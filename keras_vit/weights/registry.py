@@ -29,7 +29,7 @@ variant, at its own resolution (`IMAGENET_CHOICES`, with the number and
 where it is written).
 
 >>> from keras_vit.variants import VIT_VARIANTS
->>> resolve("imagenet", VIT_VARIANTS["B/16"], "ViT-B_16").url.rsplit("/", 1)[-1]
+>>> lookup("imagenet", VIT_VARIANTS["B/16"], "ViT-B_16").url.rsplit("/", 1)[-1]
 'B_16-i21k-300ep-lr_0.001-aug_medium1-wd_0.1-do_0.0-sd_0.0--imagenet2012-steps_20k-lr_0.03-res_384.npz'
 """
 
@@ -578,7 +578,7 @@ def _file_stem(variant, file_key):
     return variant.official_name + suffix
 
 
-def resolve(weights, variant, model_description):
+def lookup(weights, variant, model_description):
     """Returns the `RemoteCheckpoint` of a registered name for `variant`.
 
     Args:

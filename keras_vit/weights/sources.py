@@ -9,7 +9,7 @@ class names), and no file is opened again after it:
 |--------------------------------------|-----------------------------------------|
 | None                                 | none (random initialisation)            |
 | a `Checkpoint`                       | itself (read already)                   |
-| `"hf://ORG/NAME[@REV]"`              | the Hugging Face Hub (`weights.hub`)    |
+| `"hf://ORG/NAME[@REV]"`              | the Hugging Face Hub (`hub_layout`)     |
 | `"http(s)://..."`                    | a download, cached (`weights.download`) |
 | a path (exists, has a separator or a | a local file or Hub folder, told by its |
 | checkpoint suffix, starts with `~`)  | bytes (`read_local`): an official       |
@@ -26,7 +26,7 @@ import reprlib
 
 from keras_vit import _checks
 from keras_vit.errors import UnsupportedCheckpointError
-from keras_vit.weights import hub, registry
+from keras_vit.weights import hub, hub_layout, registry
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.cache import cached_source
 from keras_vit.weights.download import fetch_checkpoint
@@ -104,8 +104,8 @@ def resolve(weights: str | os.PathLike | Checkpoint | None, variant: Variant | N
             f"{type(weights).__name__} {weights!r}."
         )
     weights = os.fspath(weights)
-    if hub.is_hub_uri(weights):
-        return hub.read_hub_checkpoint(hub.download(weights), source=weights, ema=ema)
+    if hub_layout.is_hub_uri(weights):
+        return hub.read_hub_checkpoint(hub_layout.download(weights), source=weights, ema=ema)
     url = weights.startswith(("http://", "https://"))
     if not url and _looks_like_path(weights):
         return read_local(weights, ema=ema)
@@ -116,7 +116,7 @@ def resolve(weights: str | os.PathLike | Checkpoint | None, variant: Variant | N
         # bucket URL comes from $KERAS_VIT_MIRROR when that is set.
         return _fetched(weights, registry.download_url(weights),
                         registry.url_cache_name(weights))
-    remote = registry.resolve(weights, variant, description)
+    remote = registry.lookup(weights, variant, description)
     return _fetched(weights, remote.url, remote.filename)
 
 
@@ -131,7 +131,7 @@ def read_local(path: str | os.PathLike, ema: bool = False) -> Checkpoint:
     ema = _checks.boolean(ema, "ema")
     name = os.fspath(path)
     path = os.path.expanduser(name)
-    if hub.is_hub_folder(path):
+    if hub_layout.is_hub_folder(path):
         return hub.read_hub_checkpoint(path, source=name, ema=ema)
     try:
         kind = sniff_checkpoint(path, name=name, safetensors=True, torch=True)
@@ -166,7 +166,7 @@ def read_source(path: str | os.PathLike | Checkpoint, ema: bool = False) -> Chec
             "model_from_checkpoint's `path` must be a str or os.PathLike path, an "
             f"'hf://ORG/NAME' reference or a keras_vit.weights Checkpoint, got {shown}"
             f"{decode}.")
-    if isinstance(path, Checkpoint) or hub.is_hub_uri(path) or (
+    if isinstance(path, Checkpoint) or hub_layout.is_hub_uri(path) or (
             isinstance(path, str) and path.startswith(("http://", "https://"))):
         return resolve(path, ema=ema)  # a URL: an official .npz, downloaded and cached
     return read_local(path, ema=ema)

@@ -336,6 +336,29 @@ def class_names(config):
     return names
 
 
+
+def read_config(state, config, preprocessor):
+    """`(family, architecture, arithmetic, preprocessing, class names)` of
+    a transformers checkpoint (`config` and `preprocessor` None for a bare
+    file, whose preprocessing is then None)."""
+    family, arch = architecture(state, config)
+    return (family, arch, arithmetic(config),
+            preprocessing(preprocessor) if config is not None else None,
+            class_names(config))
+
+
+def check_files(config, config_file, preprocessor, preprocessor_file, state):
+    """`preprocessor_config.json`, when there is one: a JSON object of
+    values of the right types."""
+    if preprocessor is not None:
+        cv.check_object(preprocessor, preprocessor_file)
+        cv.check_values(preprocessor, PREPROCESSOR_VALUES, preprocessor_file)
+
+
+def state_source_name(key, state):
+    """`source_name` under the prefix `state`'s keys have (`vit.` or none)."""
+    return source_name(key, "vit." if any(k.startswith("vit.") for k in state) else "")
+
 # --- back out: official arrays -> a transformers state dict and configs ----
 
 
