@@ -104,20 +104,43 @@ def resolve(weights: str | os.PathLike | Checkpoint | None, variant: Variant | N
             f"{type(weights).__name__} {weights!r}."
         )
     weights = os.fspath(weights)
-    if hub_layout.is_hub_uri(weights):
-        return hub.read_hub_checkpoint(hub_layout.download(weights), source=weights, ema=ema)
-    url = weights.startswith(("http://", "https://"))
-    if not url and _looks_like_path(weights):
-        return read_local(weights, ema=ema)
-    if ema:
+    where = _where(weights)
+    if ema and where in ("url", "name"):
         raise ema_error(weights, "an official checkpoint")
-    if url:
-        # One cache entry per URL (its digest in the name); an official
-        # bucket URL comes from $KERAS_VIT_MIRROR when that is set.
-        return _fetched(weights, registry.download_url(weights),
-                        registry.url_cache_name(weights))
+    return _SOURCES[where](weights, variant, description, ema)
+
+
+def _where(weights):
+    """What `weights` (a str) names: "hf" (an `hf://` reference), "url",
+    "path" (a local file or folder) or "name" (a registered name)."""
+    if hub_layout.is_hub_uri(weights):
+        return "hf"
+    if weights.startswith(("http://", "https://")):
+        return "url"
+    return "path" if _looks_like_path(weights) else "name"
+
+
+def _from_hub(weights, variant, description, ema):
+    return hub.read_hub_checkpoint(hub_layout.download(weights), source=weights, ema=ema)
+
+
+def _from_path(weights, variant, description, ema):
+    return read_local(weights, ema=ema)
+
+
+def _from_url(weights, variant, description, ema):
+    # One cache entry per URL (its digest in the name); an official
+    # bucket URL comes from $KERAS_VIT_MIRROR when that is set.
+    return _fetched(weights, registry.download_url(weights), registry.url_cache_name(weights))
+
+
+def _from_registry(weights, variant, description, ema):
     remote = registry.lookup(weights, variant, description)
     return _fetched(weights, remote.url, remote.filename)
+
+
+# What `weights` names (`_where`) -> its reader.
+_SOURCES = {"hf": _from_hub, "path": _from_path, "url": _from_url, "name": _from_registry}
 
 
 def read_local(path: str | os.PathLike, ema: bool = False) -> Checkpoint:
@@ -131,20 +154,41 @@ def read_local(path: str | os.PathLike, ema: bool = False) -> Checkpoint:
     ema = _checks.boolean(ema, "ema")
     name = os.fspath(path)
     path = os.path.expanduser(name)
-    if hub_layout.is_hub_folder(path):
-        return hub.read_hub_checkpoint(path, source=name, ema=ema)
+    kind = "hub_folder" if hub_layout.is_hub_folder(path) else _sniffed(path, name)
+    if ema and kind in _NO_EMA:
+        raise ema_error(name, _NO_EMA[kind])
+    return _READERS[kind](path, name, ema, kind)
+
+
+def _sniffed(path, name):
     try:
-        kind = sniff_checkpoint(path, name=name, safetensors=True, torch=True)
+        return sniff_checkpoint(path, name=name, safetensors=True, torch=True)
     except UnsupportedCheckpointError as error:
         raise as_not_npz(error, name) from error
-    if kind == "torch" or (kind == "safetensors" and not ema):
-        return hub.read_hub_checkpoint(path, source=name, ema=ema, kind=kind)
-    if ema:
-        raise ema_error(name, {"safetensors": "a safetensors file", "npz": "an official .npz",
-                             "keras_weights": "a Keras .weights.h5 file"}[kind])
-    if kind == "keras_weights":
-        return KerasWeightsFile(source=name, path=path)
+
+
+def _hub_folder(path, name, ema, kind):
+    return hub.read_hub_checkpoint(path, source=name, ema=ema)
+
+
+def _hub_file(path, name, ema, kind):
+    return hub.read_hub_checkpoint(path, source=name, ema=ema, kind=kind)
+
+
+def _keras_weights(path, name, ema, kind):
+    return KerasWeightsFile(source=name, path=path)
+
+
+def _npz(path, name, ema, kind):
     return Checkpoint(source=name, path=path, params=read_npz(path, name))
+
+
+# A local checkpoint's kind (`sniff_checkpoint`'s, or a Hub folder) -> its
+# reader; the kinds that hold no EMA weights, as messages name them.
+_READERS = {"hub_folder": _hub_folder, "torch": _hub_file, "safetensors": _hub_file,
+            "keras_weights": _keras_weights, "npz": _npz}
+_NO_EMA = {"safetensors": "a safetensors file", "npz": "an official .npz",
+           "keras_weights": "a Keras .weights.h5 file"}
 
 
 def read_source(path: str | os.PathLike | Checkpoint, ema: bool = False) -> Checkpoint:
