@@ -17,6 +17,8 @@ import pytest
 
 from conftest import predict, process_env, random_weights, run_cli, tiny_mixer, tiny_vit
 from keras_vit import training
+from keras_vit.layers import MixerBlock, TransformerBlock
+from keras_vit.layers.blocks import encoder_blocks
 from keras_vit.layers.lora import (
     adapter_values,
     enable_lora,
@@ -255,3 +257,13 @@ def test_lora_flags_are_checked_before_any_work(tmp_path):
             "`lora_rank` must be a positive integer, got 1.5.")):
         training.train("ViTTi16", "folder:/nowhere", lora_rank=1.5)
     assert not (tmp_path / "run").exists()
+
+
+def test_encoder_blocks_are_both_kinds_in_depth_order_nested_models_included():
+    vit, mixer = tiny_vit(), tiny_mixer()
+    blocks = encoder_blocks(vit)
+    assert blocks and all(isinstance(b, TransformerBlock) for b in blocks)
+    assert [b.name for b in blocks] == [f"encoderblock_{i}" for i in range(len(blocks))]
+    assert encoder_blocks(mixer) and all(isinstance(b, MixerBlock) for b in encoder_blocks(mixer))
+    outer = keras.Sequential([vit])
+    assert encoder_blocks(outer) == blocks
