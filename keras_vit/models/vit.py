@@ -101,11 +101,11 @@ def VisionTransformer(
         resnet_width: ResNet width factor (width = 64 * factor).
         include_top: whether to include the classification head.
         weights: None, a registered name (`keras-vit models` lists them), an
-            `"augreg:<filename>"`, a URL, a path to an official `.npz` or a
-            Keras `.weights.h5` file, a timm / transformers checkpoint
+            `"augreg:<filename>"`, a URL, an official `.npz` or a Keras
+            `.weights.h5` file, a timm / transformers checkpoint
             (`"hf://ORG/NAME"`, a Hub folder, a `.safetensors` file), or a
-            `keras_vit.weights.Checkpoint` that `keras_vit.weights.resolve`
-            read already. Each is read once (`keras_vit.weights.resolve`).
+            `keras_vit.weights.Checkpoint`; read once
+            (`keras_vit.weights.resolve`). See docs/models.md#checkpoints.
         input_tensor: optional Keras tensor to use as image input.
         input_shape: `(height, width, 3)`, multiples of the patch size
             (times the ResNet stride for hybrids); defaults to the
@@ -115,34 +115,28 @@ def VisionTransformer(
             any image size at call time. Channels last always: a shape
             that reads as channels-first, e.g. `(3, 224, 224)`, is a
             `ValueError`. See docs/models.md#kerasapplications-conventions.
-        pooling: with `include_top=False`: None returns the token sequence
-            after the final LayerNorm `(batch, tokens, hidden_size)`;
-            `"token"` or `"gap"` the official pooled vector (then
-            `pre_logits` if the model has one, as the official model with
-            `num_classes=0`); `"avg"` or `"max"` the keras.applications
-            feature vector: the mean / maximum over the patch tokens after
-            the final LayerNorm, the class token left out, no `pre_logits`.
+        pooling: with `include_top=False`: None, the token sequence after
+            the final LayerNorm `(batch, tokens, hidden_size)`; `"token"`
+            or `"gap"`, the official pooled vector (with `pre_logits` if the
+            model has one); `"avg"` or `"max"`, the keras.applications
+            feature vector over the patch tokens, no `pre_logits`.
         classes: number of classes; None keeps the checkpoint's head (1000
             without weights). Another number replaces the head by a
             zero-initialised one and drops `pre_logits`.
         classifier_activation: activation of the head; None for logits.
-        include_preprocessing: if True the model takes raw pixels in
-            [0, 255] and applies `(x - 127.5) / 127.5` (or the checkpoint's
-            mean and std), so `keras_vit.preprocess_input` is a
-            pass-through, as keras.applications'; if False it takes
-            normalised pixels: `keras_vit.normalize_pixels(x)`.
+        include_preprocessing: True: the model takes raw pixels in
+            [0, 255] and normalises them itself (`keras_vit.preprocess_input`
+            is a pass-through); False: it takes
+            `keras_vit.normalize_pixels(x)`.
         name: model name.
         gelu, layer_norm_epsilon, fc_norm, resnet_arithmetic, image_mean,
-            image_std: the arithmetic. None (the default) takes it from
-            the checkpoint's source library when `weights` is a timm or
-            transformers checkpoint (`hf://...`, a Hub folder,
-            `.safetensors`), else the official one: `gelu="tanh"` (or
-            `"erf"`, exact), `layer_norm_epsilon=1e-6`, `fc_norm=False`
-            (True: pool, then LayerNorm, as timm's gap models),
-            `resnet_arithmetic="official"` (or `"timm"`: the hybrid stem's
-            weight standardisation and GroupNorm epsilons), and input
-            normalisation `image_mean=image_std=0.5` per channel on the
-            [0, 1] scale, i.e. `(x - 127.5) / 127.5`.
+            image_std: the arithmetic. None (the default): a timm or
+            transformers checkpoint's, else the official one:
+            `gelu="tanh"` (or `"erf"`), `layer_norm_epsilon=1e-6`,
+            `fc_norm=False` (True: pool, then LayerNorm),
+            `resnet_arithmetic="official"` (or `"timm"`), and
+            `image_mean=image_std=0.5` per channel on the [0, 1] scale.
+            See docs/models.md#weights-from-the-hugging-face-hub-timm-transformers.
         ema: with a PyTorch training checkpoint as `weights` (timm's
             `train.py`, ...), load its EMA weights (`state_dict_ema` /
             `model_ema`) instead of its weights.
