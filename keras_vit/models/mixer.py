@@ -17,14 +17,12 @@ import keras
 
 from keras_vit import _checks
 from keras_vit.layers import MixerBlock, Patches
-from keras_vit.models.application import (
-    Encoder,
-    build_application,
+from keras_vit.models.application import Encoder, build_application, named_model_builder
+from keras_vit.models.arguments import (
     check_classes,
     check_feature_args,
     check_pooling,
     check_remat,
-    named_model_builder,
 )
 from keras_vit.variants import MIXER_VARIANTS, find_variant
 from keras_vit.weights.checkpoint import Checkpoint

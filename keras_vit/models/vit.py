@@ -27,14 +27,12 @@ from keras_vit.layers import (
 )
 from keras_vit.layers.fused import check_attention
 from keras_vit.layers.resnet import resnet_arithmetic as resnet_arithmetic_args
-from keras_vit.models.application import (
-    Encoder,
-    build_application,
+from keras_vit.models.application import Encoder, build_application, named_model_builder
+from keras_vit.models.arguments import (
     check_classes,
     check_feature_args,
     check_pooling,
     check_remat,
-    named_model_builder,
 )
 from keras_vit.variants import VIT_VARIANTS, effective_patch_size, find_variant
 from keras_vit.weights.checkpoint import Checkpoint
