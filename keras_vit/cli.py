@@ -24,17 +24,18 @@ TensorFlow is imported only by the commands that need it, after
 `keras_vit._console.quiet()` (`--verbose` keeps its logs).
 """
 
-import argparse
 import contextlib
 import os
 import pathlib
 import sys
 
 import keras_vit  # light here: `keras_vit_cli` makes it load its names on first use
-from keras_vit import _checks, _console
-from keras_vit._image_files import image_paths, image_paths_and_left_out, read_image_file
+from keras_vit import _checks, _cli_parser, _console
+from keras_vit._cli_parser import BARE_EMA, EXPORT_QUANTIZE, HUB_FORMATS, JIT_COMPILE
+from keras_vit._image_files import image_paths_and_left_out
 from keras_vit._saving import check_keras_path as _check_model_file
 from keras_vit._saving import load_keras_model
+from keras_vit.model_arguments import check_model_arguments
 from keras_vit.training import quickstart
 from keras_vit.training.precision import compute_policy, warn_if_emulated
 from keras_vit.variants import ALL_VARIANTS, effective_patch_size
@@ -200,7 +201,7 @@ def _download_target(name, model):
             f"The file of weights {name!r} depends on the model: pass --model, one "
             f"of {', '.join(having)}."
         )
-    remote = registry.lookup(name, variant, variant.official_name)
+    remote = registry.resolve(name, variant, variant.official_name)
     return variant, remote.url, remote.filename
 
 
@@ -245,252 +246,19 @@ def _load_keras_model(path, what="MODEL"):
     return load_keras_model(path, what)
 
 
-def _decode_image(path, skip_corrupt=False):
-    """The uint8 image in `path`; None for a file that cannot be read or
-    decoded with `skip_corrupt`, else a ValueError naming it: train's
-    sentences (a regular file only: a FIFO or a device is never read; the
-    structural check before the decoder)."""
-    tf = _console.load_tensorflow()
-    from keras_vit.data.augment import decode_image  # heavy (see the top)
-    from keras_vit.data.pipeline import (  # heavy (see the top)
-        looks_like_image, oversized, too_large_error)
-
-    try:
-        data = read_image_file(path)
-    except OSError as error:
-        if skip_corrupt:
-            return None
-        raise ValueError(f"Cannot read image file {path!r} ({error.strerror or error}); "
-                         "pass --skip-corrupt to skip such files.") from None
-    try:
-        if not bool(looks_like_image(data)):  # truncated, empty, not an image
-            raise tf.errors.InvalidArgumentError(None, None, "")
-        large = oversized(data)
-        if large:  # never decoded
-            if skip_corrupt:
-                return None
-            raise too_large_error(path, *large, "pass --skip-corrupt to skip such files")
-        return decode_image(data)  # upright by its EXIF orientation
-    except tf.errors.OpError as error:
-        if skip_corrupt:
-            return None
-        reason = _console._op_error_message(error) if error.message else ""
-        raise ValueError(f"Corrupt or non-image file {path!r}"
-                         + (f" ({reason})" if reason else "")
-                         + "; pass --skip-corrupt to skip such files.") from None
-
-
-def _decode_images(paths, skip_corrupt=False):
-    """(decoded uint8 arrays, kept paths, skipped paths)."""
-    images, kept, skipped = [], [], []
-    for path in paths:
-        image = _decode_image(path, skip_corrupt)
-        if image is None:
-            skipped.append(path)
-            continue
-        images.append(image)
-        kept.append(path)
-    return images, kept, skipped
-
-
-def _resized_batches(paths, size, batch_size, skipped, skip_corrupt=False):
-    """Yields `(pixels, paths)` in the order of `paths`: float32 (n <=
-    batch_size, height, width, 3) images, each resized (bilinear) right
-    after it is decoded, so that one batch of resized images and one
-    full-size image are held at a time. Files that do not decode (with
-    `skip_corrupt`) are appended to `skipped`."""
-    import numpy as np  # heavy (see the top)
-    import tensorflow as tf  # heavy (see the top)
-
-    pixels, kept = [], []
-    for path in paths:
-        image = _decode_image(path, skip_corrupt)
-        if image is None:
-            skipped.append(path)
-            continue
-        pixels.append(tf.image.resize(image, size, method="bilinear").numpy())
-        kept.append(path)
-        del image  # before the next file is decoded
-        if len(pixels) == batch_size:
-            yield np.stack(pixels).astype("float32"), kept
-            pixels, kept = [], []
-    if pixels:
-        yield np.stack(pixels).astype("float32"), kept
-
-
-def _resize(images, size):
-    import numpy as np  # heavy (see the top)
-    import tensorflow as tf  # heavy (see the top)
-
-    return np.stack([tf.image.resize(image, size, method="bilinear").numpy()
-                     for image in images]).astype("float32")
-
-
-def _load_images(paths, size):
-    images, _, _ = _decode_images(image_paths(paths))
-    return _resize(images, size)
-
-
-# The files --model auto reads the architecture of (besides Hub folders and hf://).
-CHECKPOINT_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar")
-
-
 def _check_model_args(args):
     """Validates `--model` / `--weights` without importing TensorFlow."""
-    model = args.model
-    if model.endswith(".keras"):
-        given = [flag for flag, value in (("--weights", args.weights),
-                                          ("--weights-ema", args.ema)) if value]
-        if given:  # never ignored (as train refuses --weights-ema for a .keras model)
-            raise ValueError(
-                f"{' and '.join(given)} appl{'y' if len(given) > 1 else 'ies'} to a named "
-                f"model or --model auto; --model {model!r} is a .keras file that holds its "
-                f"own weights: leave {' and '.join(given)} out.")
-        _check_model_file(model, "--model")
-        return
-    hub_folder = os.path.isfile(os.path.join(model, "config.json"))
-    if model.endswith(CHECKPOINT_SUFFIXES) or hub_folder:
-        what = ("an official checkpoint" if model.endswith(".npz") else
-                "a Hugging Face Hub folder" if hub_folder else "a checkpoint")
-        raise ValueError(f"--model takes a named model (e.g. ViTB16), 'auto' or a .keras "
-                         f"file; got {model!r} ({what}: use --model auto "
-                         f"--weights {model}).")
-    if model != "auto" and model not in ALL_VARIANTS:
-        if os.path.splitext(model)[1] or os.sep in model:
-            _check_model_file(model, "--model")
-        raise ValueError(f"Unknown --model {model!r}; choose from {sorted(ALL_VARIANTS)}, "
-                         "'auto' or a .keras file.")
-    given_model = [p for p in getattr(args, "images", None) or () if p.endswith(".keras")]
-    if args.weights is None and given_model:  # `predict model.keras image.png`
-        raise ValueError(f"{given_model[0]!r} is a Keras model file, not an image: give it "
-                         f"as --model {given_model[0]}.")
-    if args.weights is None:
-        raise ValueError(f"--model {model!r} needs --weights (a registered name, "
-                         "augreg:<file>, URL or path).")
-    if model != "auto":
-        return
-    weights = args.weights
-    if weights.startswith(("hf://", "http://", "https://")):  # a URL: an official .npz
-        return
-    if not weights.endswith(CHECKPOINT_SUFFIXES) and not os.path.isdir(weights):
-        raise ValueError(
-            "--model auto reads the architecture from a local official .npz, a "
-            "Hugging Face Hub folder (config.json + model.safetensors or "
-            "pytorch_model.bin), a .safetensors or PyTorch file (.pth, .pt, .bin, "
-            f".ckpt, .pth.tar), hf://ORG/NAME or the http(s) URL of an official .npz; for "
-            f"--weights {weights!r} name the "
-            "model, e.g. --model ViTB16.")
-    if not os.path.exists(weights):
-        raise ValueError(f"Checkpoint not found: {weights!r}.")
+    check_model_arguments(args.model, args.weights, args.ema,
+                          getattr(args, "images", None) or (), flags=True)
 
 
 def _model_from_args(args):
     """The model of `--model` / `--weights` / `--image-size` (predict, explain)."""
     _check_model_args(args)
-    if args.model.endswith(".keras"):
-        return _load_keras_model(args.model, "--model")
     _keras()
-    shape = (args.image_size, args.image_size, 3) if args.image_size else None
-    if args.model == "auto":
-        return keras_vit.model_from_checkpoint(args.weights, input_shape=shape, ema=args.ema)
-    return getattr(keras_vit, args.model)(weights=args.weights, input_shape=shape,
-                                          ema=args.ema)
+    from keras_vit.prediction import build_model  # heavy (see the top)
 
-
-def _read_labels(path):
-    """The non-blank lines of the --labels file (`class_labels` checks
-    their count against the model's classes)."""
-    try:
-        with open(path, encoding="utf-8") as f:
-            return [line.rstrip("\n") for line in f if line.strip()]
-    except FileNotFoundError:
-        raise ValueError(f"Labels file not found: {path!r}.") from None
-
-
-def _class_labels(model, args, num_classes):
-    """--labels, else `keras_vit.labels.class_labels`: the names stored in
-    the model's head, the ImageNet label files (1000 / 21843 classes), or
-    class_<i>."""
-    from keras_vit.labels import class_labels  # heavy (see the top)
-
-    given = _read_labels(args.labels) if args.labels else None
-    what = f"--labels {args.labels!r}" if args.labels else "--labels"
-    return class_labels(model, num_classes, given, what=what)[0]
-
-
-def _probabilities(model, raw, outputs):
-    """Softmax of logits; probabilities as they are."""
-    import numpy as np  # heavy (see the top)
-
-    from keras_vit.export.model import output_kind  # heavy (see the top)
-
-    try:
-        kind = output_kind(model, outputs)
-    except ValueError as error:
-        raise ValueError(
-            f"{str(error).split('; pass ')[0]}; pass --outputs logits or "
-            "--outputs probabilities.") from None
-    raw = np.asarray(raw, dtype="float64")
-    if kind == "logits":
-        raw = np.exp(raw - raw.max(axis=1, keepdims=True))
-        raw /= raw.sum(axis=1, keepdims=True)
-    return raw, kind
-
-
-def _input_size(model, image_size):
-    """(height, width) to resize images to for `model`
-    (`keras_vit.inspect.analysis.input_size`, the check evaluate makes too)."""
-    from keras_vit.inspect.analysis import input_size  # heavy (see the top)
-
-    return input_size(model, image_size, "--image-size")
-
-
-def _top_classes(paths, probs, labels, top):
-    """The `predictions` entries of `paths` from their probabilities."""
-    import numpy as np  # heavy (see the top)
-
-    results = []
-    for path, row in zip(paths, probs, strict=True):
-        order = np.argsort(-row, kind="stable")[:top]
-        results.append({"image": path, "top": [
-            {"label": labels[i], "index": int(i), "probability": float(row[i])}
-            for i in order]})
-    return results
-
-
-def _check_finite(raw, paths):
-    """`raw` outputs (one row per path of `paths`) unless one is NaN or inf
-    (`check_finite_outputs`, naming the first such image): a ranking of NaN
-    probabilities is no answer."""
-    import numpy as np  # heavy (see the top)
-
-    from keras_vit.inspect.analysis import check_finite_outputs  # heavy (see the top)
-
-    raw = np.asarray(raw)
-    bad = [path for path, row in zip(paths, raw.reshape(len(raw), -1), strict=True)
-           if not np.isfinite(row).all()]
-    if bad:
-        more = f" and {_console.plural(len(bad) - 1, 'other image')}" if len(bad) > 1 else ""
-        check_finite_outputs(raw, f"{bad[0]!r}{more}", "probabilities")
-    return raw
-
-
-def _predictions(model, args, paths, size):
-    """`(predictions, skipped paths)`: the images streamed in batches of
-    `--batch-size` (decoded, resized, classified; only the top classes
-    kept), in the order of `paths`."""
-    from keras_vit.export.batches import check_batch_size  # heavy (see the top)
-
-    batch_size = check_batch_size(args.batch_size, size, "--batch-size")
-    results, skipped, labels = [], [], None
-    for pixels, kept in _resized_batches(paths, size, batch_size, skipped,
-                                         args.skip_corrupt):
-        raw = model.predict(pixels, batch_size=batch_size, verbose=0)
-        _check_finite(raw, kept)
-        probs, _ = _probabilities(model, raw, args.outputs)
-        labels = labels or _class_labels(model, args, probs.shape[1])
-        results += _top_classes(kept, probs, labels, min(args.top, probs.shape[1]))
-    return results, skipped
+    return build_model(args.model, args.weights, args.ema, args.image_size, flags=True)
 
 
 def cmd_predict(args, out):
@@ -501,8 +269,12 @@ def cmd_predict(args, out):
         print(f"{_console.PROG}: {sentence}", file=sys.stderr)
     model = _model_from_args(args)
     warn_if_emulated(compute_policy(model))
-    size = _input_size(model, args.image_size)
-    results, skipped = _predictions(model, args, paths, size)
+    from keras_vit.prediction import predict_images  # heavy (see the top)
+
+    results, skipped, size = predict_images(
+        model, paths, top=args.top, labels=args.labels, outputs=args.outputs,
+        image_size=args.image_size, batch_size=args.batch_size,
+        skip_corrupt=args.skip_corrupt, flags=True)
     if args.json:
         print(_console.json_dumps({"model": args.model, "weights": args.weights,
                           "image_size": list(size), "predictions": results,
@@ -528,15 +300,18 @@ def cmd_explain(args, out):
     _check_model_args(args)
     for sentence in left_out:  # image types keras_vit does not read: counted, never silent
         print(f"{_console.PROG}: {sentence}", file=sys.stderr)
-    images, _, _ = _decode_images(paths)
+    _console.load_tensorflow()  # quietly, before keras_vit.prediction imports it
+    from keras_vit.prediction import decode_images, resize_images  # heavy (see the top)
+
+    images, _, _ = decode_images(paths, flags=True)
     model = _model_from_args(args)
-    from keras_vit.inspect.analysis import stored_image_size  # heavy (see the top)
+    from keras_vit.inspect.analysis import input_size, stored_image_size  # heavy (see the top)
     from keras_vit.inspect.plots import explain  # heavy (see the top)
 
-    _input_size(model, args.image_size)
+    input_size(model, args.image_size, "--image-size")
     size = stored_image_size(model)  # a model taking any size: its stored grid
     names = [pathlib.Path(p).stem for p in paths]
-    written = explain(model, _resize(images, size), args.out, names=names)
+    written = explain(model, resize_images(images, size), args.out, names=names)
     if args.json:
         print(_console.json_dumps({"out": args.out, "image_size": list(size), "pictures": written}),
               file=out)
@@ -563,7 +338,7 @@ def _progress_verbosity(args):
 
 
 def cmd_train(args, out):
-    if args.ema is _BARE_EMA:
+    if args.ema is BARE_EMA:
         raise ValueError("--ema takes a decay in (0, 1), e.g. --ema 0.9998 (a moving "
                          "average of the weights while training); a PyTorch checkpoint's "
                          "EMA weights are --weights-ema.")
@@ -622,18 +397,6 @@ def cmd_evaluate(args, out):
                        data_dir=args.data_dir, **extra)
     print(_console.json_dumps(results), file=out)
     return 0
-
-
-# --jit-compile values: train's jit_compile.
-JIT_COMPILE = {"auto": "auto", "on": True, "off": False}
-
-
-# --quantize values each export --format takes.
-EXPORT_QUANTIZE = {"saved_model": ("none",), "tflite": ("none", "float16", "dynamic", "int8"),
-                   "onnx": ("none", "dynamic", "int8"), "openvino": ("none", "float16"),
-                   "timm": ("none",), "transformers": ("none",)}
-# The formats that write a Hugging Face Hub folder (`export.to_hub_folder`).
-HUB_FORMATS = ("timm", "transformers")
 
 
 def cmd_export(args, out):
@@ -731,369 +494,14 @@ def cmd_quickstart(args, out):
     return 0
 
 
-def _global_flags(defaults):
-    """--verbose/--debug, accepted before and after the command."""
-    parser = argparse.ArgumentParser(add_help=False)
-    kw = {} if defaults else {"default": argparse.SUPPRESS}
-    parser.add_argument("--verbose", action="store_true", **kw,
-                        help="show TensorFlow's and Keras' logs and warnings")
-    parser.add_argument("--debug", action="store_true", **kw,
-                        help="show the traceback of an error")
-    return parser
-
-
-def _checked(check, parse):
-    """An argparse type: `parse` the text, then `check` it (one sentence)."""
-    def convert(text):
-        try:
-            value = parse(text)
-        except ValueError:
-            value = text
-        try:
-            return check(value)
-        except (TypeError, ValueError) as error:
-            raise argparse.ArgumentTypeError(str(error).rstrip(".")) from None
-    convert.__name__ = check.__name__  # argparse names the type in some errors
-    return convert
-
-
-def PATH(text):  # noqa: N802  (an argparse type, named as the others)
-    """An argparse type: a path that is not empty (`--out ""`)."""
-    if not text.strip():
-        raise argparse.ArgumentTypeError(f"must be a file or folder path, got {text!r}")
-    return text
-
-
-# `keras-vit train --ema` without a decay (it once meant --weights-ema).
-_BARE_EMA = object()
-POSITIVE_INT = _checked(_checks.positive_int, int)
-NON_NEGATIVE_INT = _checked(_checks.non_negative_int, int)
-SEED = _checked(_checks.seed, int)
-POSITIVE_FLOAT = _checked(_checks.positive_float, float)
-FRACTION = _checked(_checks.fraction, float)
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse with the command's one-line errors (no usage block)."""
-
-    def error(self, message):
-        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
-
-
 def build_parser():
-    """The `keras-vit` parser: the global flags (before or after the
-    command) and one subparser per command."""
-    parser = _Parser(
-        prog="keras-vit", parents=[_global_flags(True)],
-        description="Vision Transformers / MLP-Mixers with the official checkpoints.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
-                                help="keras-vit COMMAND --help shows its options")
-    flags = _global_flags(False)
+    """The `keras-vit` parser (`keras_vit._cli_parser`), each command's
+    `func` the `cmd_` function of this module."""
+    return _cli_parser.build_parser({
+        "models": cmd_models, "download": cmd_download, "predict": cmd_predict,
+        "explain": cmd_explain, "train": cmd_train, "evaluate": cmd_evaluate,
+        "export": cmd_export, "quickstart": cmd_quickstart})
 
-    def add(name, **kw):
-        kw.setdefault("description", kw["help"][0].upper() + kw["help"][1:] + ".")
-        return sub.add_parser(name, parents=[flags], **kw)
-
-    for add_command in (_models_parser, _download_parser, _predict_parser, _explain_parser,
-                        _train_parser, _evaluate_parser, _export_parser, _quickstart_parser):
-        add_command(add)
-    return parser
-
-
-def _models_parser(add):
-    """The `keras-vit models` subcommand and its flags."""
-    p = add("models", help="list model variants and checkpoint families",
-            description="Lists the named models (keras_vit.<function>: patch, width, depth, "
-                        "heads, MLP, the weights registered for each), the checkpoint "
-                        "families (weights=...) and what weights='imagenet' loads. Reads "
-                        "no file and imports no TensorFlow.")
-    p.add_argument("--json", action="store_true", help="one JSON document")
-    p.set_defaults(func=cmd_models)
-
-
-def _download_parser(add):
-    """The `keras-vit download` subcommand and its flags."""
-    p = add("download", help="fill the weights cache ahead of time (or, with --print-url, "
-                             "say where to copy a file downloaded elsewhere)",
-            description="Downloads a registered checkpoint into the Keras cache "
-                        "($KERAS_HOME/models/keras_vit, default ~/.keras), where "
-                        "weights=NAME finds it later. KERAS_VIT_MIRROR replaces the "
-                        "official host.")
-    p.add_argument("name", metavar="NAME",
-                   help="registered name (keras-vit models lists them; 'imagenet': the "
-                        "best ImageNet-1k classifier), augreg:<filename>, or an http(s) URL")
-    p.add_argument("--model", help="named model the file is for, e.g. ViTB16 (needed for "
-                                   "registered names other than augreg:<filename>)")
-    p.add_argument("--print-url", action="store_true",
-                   help="print the URL and the exact cache path to copy the file to; "
-                        "download nothing")
-    p.add_argument("--json", action="store_true", help="one JSON object")
-    p.set_defaults(func=cmd_download)
-
-
-def _predict_parser(add):
-    """The `keras-vit predict` subcommand and its flags."""
-    p = add("predict", help="top-k classes of images (files or directories)")
-    p.add_argument("images", nargs="+", metavar="IMAGE",
-                   help="image files, or directories (their image files, recursively)")
-    p.add_argument("--model", default="auto",
-                   help="named model, e.g. ViTB16; 'auto' (default): the architecture the "
-                        "checkpoint describes (official .npz, hf://ORG/NAME, Hub folder, "
-                        ".safetensors, PyTorch file); or a .keras file")
-    p.add_argument("--weights",
-                   help="registered name, augreg:<file>, URL, path to an official .npz, "
-                        "hf://ORG/NAME (timm / transformers), a Hub folder, .safetensors "
-                        "or PyTorch file (.pth, .bin, ...)")
-    p.add_argument("--weights-ema", "--ema", dest="ema", action="store_true",
-                   help="with a PyTorch training checkpoint as --weights, its EMA weights "
-                        "(state_dict_ema / model_ema)")
-    p.add_argument("--top", type=POSITIVE_INT, default=5, help="classes per image (default 5)")
-    p.add_argument("--image-size", type=POSITIVE_INT, default=None,
-                   help="input resolution (default: the checkpoint's; for a .keras "
-                        "model that takes any size, its position embedding's size)")
-    p.add_argument("--labels", help="text file with one class name per line (default: the "
-                                    "names stored in the model, else ImageNet's, else "
-                                    "class_<i>)")
-    p.add_argument("--outputs", default="auto", choices=["auto", "logits", "probabilities"],
-                   help="what the model outputs; auto reads its head (softmax is applied "
-                        "to logits)")
-    p.add_argument("--skip-corrupt", action="store_true",
-                   help="skip unreadable image files (listed at the end) instead of failing")
-    p.add_argument("--batch-size", type=POSITIVE_INT, default=32,
-                   help="images decoded, resized and classified at a time (default 32; at "
-                        "most 256 MiB of float32 pixels: 445 at 224 px)")
-    p.add_argument("--json", action="store_true", help="one JSON document")
-    p.set_defaults(func=cmd_predict)
-
-
-def _explain_parser(add):
-    """The `keras-vit explain` subcommand and its flags."""
-    p = add("explain", help="attention rollout, attention distance, position "
-                            "embeddings and filters as PNG pictures")
-    p.add_argument("images", nargs="+", metavar="IMAGE",
-                   help="image files, or directories (their image files, recursively): "
-                        "the pictures of each are named after it")
-    p.add_argument("--model", default="auto",
-                   help="named model (ViTB16), 'auto' (the architecture the checkpoint "
-                        "describes) or a .keras file")
-    p.add_argument("--weights", help="registered name, augreg:<file>, URL, .npz path, "
-                                     "hf://ORG/NAME, Hub folder, .safetensors or PyTorch "
-                                     "file")
-    p.add_argument("--weights-ema", "--ema", dest="ema", action="store_true",
-                   help="with a PyTorch training checkpoint as --weights, its EMA weights "
-                        "(state_dict_ema / model_ema)")
-    p.add_argument("--image-size", type=POSITIVE_INT, default=None,
-                   help="input resolution in pixels (default: the checkpoint's; must "
-                        "match the input size of a .keras model that has a fixed one)")
-    p.add_argument("--out", required=True, type=PATH, help="folder for the PNG files")
-    p.add_argument("--json", action="store_true", help="one JSON line listing the files")
-    p.set_defaults(func=cmd_explain)
-
-
-def _train_parser(add):
-    """The `keras-vit train` subcommand and its flags."""
-    p = add("train", help="train or fine-tune with a recipe; ends with a JSON line")
-    p.add_argument("--model", default="ViTB16", help="named model or a .keras file")
-    p.add_argument("--weights", help="registered name, augreg:<file>, path, "
-                                     "hf://ORG/NAME, Hub folder, .safetensors or PyTorch "
-                                     "file")
-    p.add_argument("--weights-ema", action="store_true",
-                   help="with a PyTorch training checkpoint as --weights, its EMA weights "
-                        "(state_dict_ema / model_ema)")
-    p.add_argument("--data", required=True, help="tfds:NAME, tfrecord:DIR_OR_GLOB, folder:DIR")
-    p.add_argument("--recipe", default="finetune", choices=["finetune", "augreg", "scratch"],
-                   help="optimizer, schedule and defaults: finetune (SGD, the paper's "
-                        "fine-tuning; default), augreg (AdamW, AugReg pre-training) or "
-                        "scratch (AdamW, label smoothing 0.1: small data from scratch)")
-    p.add_argument("--image-size", type=POSITIVE_INT,
-                   help="training resolution in pixels (default: the recipe's, 384 for "
-                        "finetune, else 224; a .keras model with a fixed input size: that "
-                        "size)")
-    p.add_argument("--batch-size", type=POSITIVE_INT,
-                   help="global batch size (default: the recipe's; clipped to the "
-                        "training split)")
-    p.add_argument("--steps", type=POSITIVE_INT,
-                   help="length of the run in batches, all epochs together (give --steps "
-                        "or --epochs; --steps alone: as many epochs as it takes)")
-    p.add_argument("--epochs", type=POSITIVE_INT,
-                   help="length of the run in epochs, each the training split once unless "
-                        "--steps-per-epoch says otherwise (give --epochs or --steps)")
-    p.add_argument("--steps-per-epoch", type=POSITIVE_INT,
-                   help="batches per epoch (default: the training split once)")
-    p.add_argument("--learning-rate", type=POSITIVE_FLOAT,
-                   help="peak learning rate (default: the recipe's)")
-    p.add_argument("--sam-rho", type=POSITIVE_FLOAT, help="train with SAM at this radius")
-    p.add_argument("--lora", type=POSITIVE_INT, metavar="RANK",
-                   help="LoRA fine-tuning: adapters of this rank; only they and the head "
-                        "train (model.keras holds the merged model)")
-    p.add_argument("--lora-targets", metavar="NAMES",
-                   help="comma-separated Dense layers of each block that get adapters: "
-                        "qkv, attention_output, mlp (ViT; default qkv,attention_output); "
-                        "token_mixing, channel_mixing (Mixer; default both)")
-    p.add_argument("--layer-decay", type=float, metavar="RATE",
-                   help="layer-wise learning-rate decay in (0, 1]: block i of L trains at "
-                        "RATE**(L-i) times the rate, the head at 1 (e.g. 0.65)")
-    p.add_argument("--ema", type=float, nargs="?", const=_BARE_EMA, metavar="DECAY",
-                   help="keep a moving average of the weights with this decay (e.g. "
-                        "0.9998): validation, best.keras and model.keras use it")
-    p.add_argument("--remat", action="store_true",
-                   help="named models: recompute each block's activations in the backward "
-                        "pass (less memory, more time)")
-    p.add_argument("--precision", default="float32",
-                   choices=["float32", "mixed_bfloat16", "mixed_float16"],
-                   help="Keras dtype policy (default float32; mixed_bfloat16 on TPUs and "
-                        "recent CPUs/GPUs)")
-    p.add_argument("--jit-compile", default="auto", choices=sorted(JIT_COMPILE),
-                   help="compile the training step: auto (default: XLA on GPU/TPU and "
-                        "under JAX, not for TensorFlow on a CPU; torch: eager), on (XLA; "
-                        "on torch, torch.compile, which recompiles for minutes), off. A "
-                        "float32 run of a small model on a CPU: on measured 1.05-1.18x "
-                        "faster per step for ViT-S/16")
-    p.add_argument("--strategy", default="auto",
-                   choices=["auto", "tpu", "multiworker", "mirrored", "default"],
-                   help="TensorFlow backend: tf.distribute strategy")
-    p.add_argument("--distribution", default="auto",
-                   help="JAX backend (keras.distribution): auto, data, model:N (kernels "
-                        "split over N devices) or none")
-    p.add_argument("--coordinator", help="JAX multi-process: HOST:PORT of process 0 "
-                                         "(or KERAS_DISTRIBUTION_JOB_ADDRESSES)")
-    p.add_argument("--num-processes", type=POSITIVE_INT,
-                   help="JAX multi-process: process count (or KERAS_DISTRIBUTION_NUM_PROCESSES)")
-    p.add_argument("--process-id", type=NON_NEGATIVE_INT,
-                   help="JAX multi-process: this process, 0 .. N-1 (or "
-                        "KERAS_DISTRIBUTION_PROCESS_ID)")
-    p.add_argument("--gradient-accumulation-steps", type=POSITIVE_INT,
-                   help="batches per optimizer update (a larger effective batch)")
-    p.add_argument("--preset", help="keras_vit.data preset (default: the recipe's)")
-    p.add_argument("--train-split", default="train", help="split to train on (default train)")
-    p.add_argument("--val-split", default=None,
-                   help="default: 'validation' when the data has it, else 'test' (a folder: "
-                        "its --holdout)")
-    p.add_argument("--holdout", type=FRACTION, default=None,
-                   help="fraction of a folder held out for validation/test (default 0.1)")
-    p.add_argument("--skip-corrupt", action="store_true",
-                   help="skip corrupt image files instead of failing")
-    p.add_argument("--data-dir", help="TFDS data directory")
-    p.add_argument("--seed", type=SEED, default=0,
-                   help="seed of the initialisation, shuffling and augmentation (default 0)")
-    p.add_argument("--out", default="runs/keras_vit", type=PATH,
-                   help="run directory; a killed run resumes when the same command runs "
-                        "again; a folder holding another or a finished run is refused")
-    p.add_argument("--overwrite", action="store_true",
-                   help="remove the run files in --out and start afresh")
-    p.add_argument("--no-memory-check", action="store_true",
-                   help="train even where the step's estimated memory is more than the CPU "
-                        "machine has available (swap; checked by default: the OOM killer "
-                        "would end the run without a message)")
-    p.add_argument("--quiet", action="store_true", help="one log line per epoch")
-    p.add_argument("--json", action="store_true",
-                   help="stdout: only the results' JSON line (progress goes to stderr)")
-    p.set_defaults(func=cmd_train)
-
-
-def _evaluate_parser(add):
-    """The `keras-vit evaluate` subcommand and its flags."""
-    p = add("evaluate", help="accuracy of a saved model; one JSON line",
-            description="Accuracy and cross-entropy of a saved model on a split of a data "
-                        "source, as one JSON line. Its cross_entropy has no label "
-                        "smoothing, unlike train's val_loss (the training loss, with the "
-                        "recipe's label smoothing): the two differ.")
-    p.add_argument("model_path", metavar="MODEL.keras",
-                   help="the .keras model to evaluate (e.g. a run's model.keras)")
-    p.add_argument("--data", required=True,
-                   help="tfds:NAME, tfrecord:DIR_OR_GLOB or folder:DIR (its class names "
-                        "must be the model's)")
-    p.add_argument("--split", default=None,
-                   help="default: 'validation' when the data has it, else 'test'")
-    p.add_argument("--holdout", type=FRACTION, default=None,
-                   help="fraction of a folder held out (default 0.1, as in train)")
-    p.add_argument("--skip-corrupt", action="store_true",
-                   help="skip corrupt image files instead of failing")
-    p.add_argument("--image-size", type=POSITIVE_INT,
-                   help="resolution in pixels (default: the model's input size)")
-    p.add_argument("--batch-size", type=POSITIVE_INT, default=64,
-                   help="images per batch (default 64)")
-    p.add_argument("--data-dir", help="TFDS data directory")
-    p.add_argument("--json", action="store_true",
-                   help="one JSON line (the output is always JSON)")
-    p.set_defaults(func=cmd_evaluate)
-
-
-def _export_parser(add):
-    """The `keras-vit export` subcommand and its flags."""
-    p = add("export", help="SavedModel, TFLite, ONNX, OpenVINO or a Hub folder for timm / "
-                           "transformers, verified against Keras",
-            description="Exports a saved model, runs the export on a sample of images and "
-                        "compares it with Keras. It prints its report (one JSON line with "
-                        "--json); an export that misses its bar is moved to "
-                        "<out>.rejected, its report printed all the same, and the command "
-                        "exits with status 2 (--no-check keeps it).")
-    p.add_argument("model_path", metavar="MODEL.keras", help="the .keras model to export")
-    p.add_argument("--format", required=True,
-                   choices=["saved_model", "tflite", "onnx", "openvino", *HUB_FORMATS],
-                   help="timm, transformers: a Hugging Face Hub folder (config.json + "
-                        "model.safetensors) that timm.create_model('local-dir:DIR', "
-                        "pretrained=True) or ViTForImageClassification.from_pretrained(DIR) "
-                        "opens")
-    p.add_argument("--quantize", default="none", choices=["none", "float16", "dynamic", "int8"],
-                   help="weight quantization (default none). --format tflite: none, "
-                        "float16, dynamic or int8; onnx: none, dynamic or int8; openvino: "
-                        "none or float16; int8 (tflite, onnx) calibrates on --calibration")
-    p.add_argument("--opset", type=POSITIVE_INT, default=None,
-                   help="ONNX opset (default: tf2onnx's, 15)")
-    p.add_argument("--calibration", help="int8 calibration images: a data source "
-                                         "(folder:DIR, tfrecord:..., tfds:...)")
-    p.add_argument("--calibration-split", default=None,
-                   help="split of --calibration to calibrate on (default train)")
-    p.add_argument("--calibration-samples", type=POSITIVE_INT, default=None,
-                   help="calibration images (default 500)")
-    p.add_argument("--validation", help="images to verify on: a data source (default: "
-                                        "the calibration source, else random pixels)")
-    p.add_argument("--validation-split", default=None,
-                   help="default: 'validation' when the data has it, else 'test'")
-    p.add_argument("--validation-samples", type=POSITIVE_INT, default=None,
-                   help="images to verify on (default 2000)")
-    p.add_argument("--holdout", type=FRACTION, default=None,
-                   help="fraction of a folder without split subfolders held out for "
-                        "verification (default 0.1, as in train)")
-    p.add_argument("--skip-corrupt", action="store_true",
-                   help="leave image files that do not decode out of the samples "
-                        "(counted in the report) instead of failing")
-    p.add_argument("--batch-size", type=POSITIVE_INT, default=1, help="static TFLite batch")
-    p.add_argument("--resize", action="store_true",
-                   help="SavedModel: accept uint8 images of any size")
-    p.add_argument("--top-k", type=POSITIVE_INT, default=5, help="SavedModel: top_k outputs")
-    p.add_argument("--outputs", default="auto", choices=["auto", "logits", "probabilities"],
-                   help="what the model outputs (auto reads its head)")
-    p.add_argument("--no-check", action="store_true",
-                   help="keep an export that misses its accuracy bar")
-    p.add_argument("--no-metadata", action="store_true",
-                   help="TFLite: no TFLite Metadata (input normalization, labels inside) "
-                        "in the file; MediaPipe's ImageClassifier needs it")
-    p.add_argument("--out", required=True, type=PATH,
-                   help="SavedModel directory, .tflite, .onnx or OpenVINO .xml file, or the "
-                        "Hub folder (timm, transformers)")
-    p.add_argument("--json", action="store_true", help="the report as one JSON line")
-    p.set_defaults(func=cmd_export)
-
-
-def _quickstart_parser(add):
-    """The `keras-vit quickstart` subcommand and its flags."""
-    p = add("quickstart", help="train a small ViT on the digits (offline)")
-    p.add_argument("--out", default="runs/quickstart", type=PATH,
-                   help="run folder: the digits, model.keras, the logs and the TFLite file "
-                        "(default runs/quickstart); a folder holding a finished quickstart "
-                        "is refused (give --overwrite or another --out), a killed one resumes")
-    p.add_argument("--overwrite", action="store_true",
-                   help="remove the last run's files in --out (model.keras, best.keras, logs; "
-                        "not the digits) and train afresh")
-    p.add_argument("--epochs", type=POSITIVE_INT, default=40,
-                   help="training epochs (default 40: the README's number)")
-    p.add_argument("--no-export", action="store_true", help="skip the TFLite export")
-    p.add_argument("--json", action="store_true",
-                   help="stdout: only the results' JSON line (progress goes to stderr)")
-    p.set_defaults(func=cmd_quickstart)
 
 def main(argv=None, out=None):
     """Runs the command; returns its exit status (0; 2 for an error; 1 for a

@@ -592,9 +592,9 @@ def test_cli_predict_with_a_hub_folder(tmp_path):
     result = json.loads(out)
     assert result["image_size"] == [32, 32]
     model = keras_vit.model_from_checkpoint(str(HUB / "transformers_vit_classifier"))
-    from keras_vit.cli import _load_images
+    from keras_vit.prediction import load_images
 
-    expected = model.predict(_load_images([str(tmp_path)], (32, 32)), verbose=0)
+    expected = model.predict(load_images([str(tmp_path)], (32, 32)), verbose=0)
     for row, probs in zip(result["predictions"], expected, strict=True):
         got = {t["index"]: t["probability"] for t in row["top"]}
         assert {t["label"] for t in row["top"]} == {f"class_{i}" for i in range(10)}

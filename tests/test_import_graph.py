@@ -33,8 +33,9 @@ FLOORS = [
     ("models", ["keras_vit.models", "keras_vit.preprocessing", "keras_vit.labels"]),
     ("data", ["keras_vit.data"]),
     ("applications", ["keras_vit.training", "keras_vit.export", "keras_vit.inspect",
+                      "keras_vit.prediction", "keras_vit.model_arguments",
                       "keras_vit._saving"]),
-    ("cli", ["keras_vit.cli", "keras_vit.__main__"]),
+    ("cli", ["keras_vit.cli", "keras_vit._cli_parser", "keras_vit.__main__"]),
 ]
 
 # The only modules that import keras_vit modules inside functions, and why.

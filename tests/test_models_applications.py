@@ -282,8 +282,9 @@ def test_cli_predict_and_inspect_take_a_model_of_any_size(tmp_path):
 
     from PIL import Image
 
-    from keras_vit import cli, inspect
+    from keras_vit import inspect
     from keras_vit.inspect.analysis import stored_image_size
+    from keras_vit.prediction import resize_images
 
     path = checkpoint(tmp_path, VIT, 32)
     model = keras_vit.VisionTransformer(**VIT, weights=path, input_shape=(None, None, 3))
@@ -298,7 +299,7 @@ def test_cli_predict_and_inspect_take_a_model_of_any_size(tmp_path):
         assert code == 0
         result = json.loads(out)
         assert result["image_size"] == [size, size]
-        resized = cli._resize([photo.astype("float32")], (size, size))
+        resized = resize_images([photo.astype("float32")], (size, size))
         expected = predict(model, resized)[0]
         got = {t["index"]: t["probability"] for t in result["predictions"][0]["top"]}
         np.testing.assert_allclose([got[i] for i in range(5)], expected, atol=1e-5)

@@ -34,6 +34,16 @@ ACCEPTED_FORMATS = (
     ".safetensors and PyTorch (.pth, .bin) files and Hub folders"
 )
 
+# The one list of weights-file name endings. The checkpoints whose
+# architecture `model_from_checkpoint` reads (`keras-vit predict --model
+# auto`; besides Hub folders and hf://): official .npz, safetensors, PyTorch
+# (".tar": `.pth.tar`).
+ARCHITECTURE_SUFFIXES = (".npz", ".safetensors", ".pth", ".pt", ".bin", ".ckpt", ".tar")
+# Names with any of these endings are files, never registered names: a
+# missing one is "not found", not "unknown weights name".
+FILE_SUFFIXES = (*ARCHITECTURE_SUFFIXES, ".h5", ".hdf5", ".keras", ".pkl", ".pickle",
+                 ".npy", ".msgpack", ".index")
+
 _HDF5_MAGIC = b"\x89HDF\r\n\x1a\n"
 MAX_CHECKPOINT_BYTES_ENV = "KERAS_VIT_MAX_CHECKPOINT_BYTES"
 DEFAULT_MAX_CHECKPOINT_BYTES = 16 * 2**30

@@ -33,15 +33,8 @@ from keras_vit.weights.download import fetch_checkpoint
 from keras_vit.weights.keras_h5 import KerasWeightsFile
 from keras_vit.weights.npz import as_not_npz, read_npz
 from keras_vit.weights.pytorch import ema_error
-from keras_vit.weights.sniff import sniff_checkpoint
+from keras_vit.weights.sniff import FILE_SUFFIXES, sniff_checkpoint
 from keras_vit.variants import Variant
-
-# Names with these endings are files, never registered names: a missing one
-# is "not found", not "unknown weights name".
-FILE_SUFFIXES = (
-    ".npz", ".h5", ".hdf5", ".keras", ".pth", ".pt", ".bin", ".ckpt",
-    ".safetensors", ".pkl", ".pickle", ".npy", ".msgpack", ".index",
-)
 
 
 def resolve(weights: str | os.PathLike | Checkpoint | None, variant: Variant | None = None,
