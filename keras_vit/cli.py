@@ -201,7 +201,7 @@ def _download_target(name, model):
             f"The file of weights {name!r} depends on the model: pass --model, one "
             f"of {', '.join(having)}."
         )
-    remote = registry.resolve(name, variant, variant.official_name)
+    remote = registry.lookup(name, variant, variant.official_name)
     return variant, remote.url, remote.filename
 
 
