@@ -23,8 +23,8 @@ PACKAGE = pathlib.Path(REPO_ROOT) / "keras_vit"
 def _modules_with_examples():
     names = []
     for path in sorted(PACKAGE.rglob("*.py")):
-        if ">>>" not in path.read_text(encoding="utf-8"):
-            continue
+        if path.name == "__main__.py" or ">>>" not in path.read_text(encoding="utf-8"):
+            continue  # (importing a __main__ would run it)
         parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
