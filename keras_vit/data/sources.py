@@ -123,25 +123,15 @@ def open_source(source, split="train", data_dir=None, label_offset=0, holdout=0.
             image, no read permission) is left out and named in
             `Source.skipped`; False (default): a ValueError naming it.
 
-    Example:
+    Example (a folder of two classes of five 8x8 PNGs):
 
-    >>> src = open_source(  # reads /data/flowers
-    ...     "folder:/data/flowers", "validation", holdout=0.2)  # doctest: +SKIP
-    >>> src.description, src.num_examples, src.classes_present  # doctest: +SKIP
-    ('folder:/data/flowers (validation: 20% holdout)', 734, 5)
-
-    The same on a folder of two classes of five 8x8 PNGs:
-
-    >>> import shutil, tempfile
-    >>> import numpy as np
-    >>> folder = tempfile.mkdtemp()
-    >>> for name in ("cat", "dog"):
-    ...     for i in range(5):
-    ...         png = tf.io.encode_png(np.zeros((8, 8, 3), "uint8"))
-    ...         tf.io.write_file(os.path.join(folder, name, f"{i}.png"), png)
+    >>> import shutil, tempfile, numpy as np
+    >>> folder, png = tempfile.mkdtemp(), tf.io.encode_png(np.zeros((8, 8, 3), "uint8"))
+    >>> for i in range(10):
+    ...     tf.io.write_file(os.path.join(folder, ("cat", "dog")[i % 2], f"{i}.png"), png)
     >>> src = open_source(f"folder:{folder}", "validation", holdout=0.2)
-    >>> src.num_examples, src.classes_present
-    (2, 2)
+    >>> src.description, src.num_examples, src.classes_present
+    ('folder:... (validation: 20% holdout)', 2, 2)
     >>> shutil.rmtree(folder)
     """
     scheme, rest = parse_source(source)
