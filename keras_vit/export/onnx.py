@@ -435,19 +435,12 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
             `"int8"` is the QDQ form int8 accelerators read.
         opset: the ONNX opset (13 to `max_opset()`); None: tf2onnx's
             default (15). The report states it.
-        representative_data: calibration images for `"int8"`: a
-            `keras_vit.data` source string (a seeded class-stratified
-            sample of `num_calibration` images of its `calibration_split`),
-            an array or a `tf.data.Dataset` (its first `num_calibration`
-            images).
+        representative_data: calibration images for `"int8"`, as in
+            `to_tflite`.
         image_size: `(height, width)` for a model built with a free size.
         outputs: `"auto"`, `"logits"` or `"probabilities"`: what the model
             outputs (auto reads the head).
-        validation_data: images to verify on, as in `to_tflite`: default
-            the validation split of the `representative_data` source (never
-            its calibration images); for calibration arrays, those; else 8
-            seeded random pixel images.
-        validation_split, num_validation, num_calibration,
+        validation_data, validation_split, num_validation, num_calibration,
         calibration_split, seed, data_dir, holdout, skip_corrupt: as in
             `to_tflite`.
         num_threads: ONNX Runtime intra-op threads (default: its own).

@@ -248,15 +248,8 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
             grid's size (the checkpoint's resolution).
         outputs: `"auto"`, `"logits"` or `"probabilities"`: what the model
             outputs (auto reads the head).
-        validation_data: images to verify on: a `keras_vit.data` source
-            string (a seeded class-stratified sample of its
-            `validation_split`), an array or a `tf.data.Dataset`; default:
-            the `representative_data` source's validation split, as in
-            `to_tflite`, else 8 seeded random pixel images.
-        validation_split: split of a source string; None: `"validation"`
-            when the source has one, else `"test"` (a folder of class
-            subfolders alone: its holdout).
-        num_validation: at most this many validation images (2000).
+        validation_data, validation_split, num_validation, seed, data_dir,
+        holdout, skip_corrupt: the validation images, as in `to_tflite`.
         check: raise `ExportVerificationError` when the reloaded
             SavedModel's logits differ from Keras by more than 1e-5
             (x max |logit| above 1) or a top-1 class differs (a
@@ -266,13 +259,6 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
             warning when the bar is missed.
         verbose: log one line (INFO, logger "keras_vit") when the export passes;
             the report itself is returned (`print(report)` shows it).
-        seed: the validation sampling seed.
-        data_dir: TFDS data directory.
-        holdout: the held-out fraction of a folder without split
-            subfolders.
-        skip_corrupt: leave image files that do not decode out of the
-            calibration / validation samples (counted in the report) instead
-            of a ValueError naming the first.
         representative_data: what `--calibration` names on the command
             line: a SavedModel is not quantized, so nothing is calibrated,
             but without `validation_data` the export is verified on this
