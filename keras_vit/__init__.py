@@ -51,7 +51,7 @@ _EXPORTS = {
         "weights"),
 }
 _SUBMODULES = ("cli", "data", "export", "inspect", "labels", "layers", "models",
-               "preprocessing", "training", "weights")
+               "prediction", "preprocessing", "training", "weights")
 # Modules that register serializable Keras objects (imported by `_load_all`).
 _REGISTERING = ("keras_vit.layers", "keras_vit.models.vit", "keras_vit.models.mixer",
                 "keras_vit.models.auto", "keras_vit.training.schedules",
