@@ -534,23 +534,21 @@ def make_dataset(
         Models built with `include_preprocessing=True` take these pixels as
         they are.
 
-    Example:
+    Example (a folder of class subfolders alone, a fifth of each class held
+    out for `"validation"`; docs/data.md has more):
 
-    ```python
-    train = keras_vit.data.make_dataset(
-        "folder:/data/flowers", "train", image_size=224, batch_size=64,
-        training=True, preset="medium2", seed=0)
-    model.fit(train, epochs=10)
-    ```
-
-    A folder of class subfolders alone, with a fifth of each class held out:
-
-    ```python
-    train, info = keras_vit.data.make_dataset(
-        "folder:/data/flowers", "train", holdout=0.2, training=True, with_info=True)
-    val = keras_vit.data.make_dataset("folder:/data/flowers", "validation", holdout=0.2)
-    info.description  # 'folder:/data/flowers (train: 20% of each class held out)'
-    ```
+    >>> import os, shutil, tempfile
+    >>> folder, png = tempfile.mkdtemp(), tf.io.encode_png(tf.zeros((8, 8, 3), tf.uint8))
+    >>> for i in range(10):  # two classes of five 8x8 PNGs
+    ...     tf.io.write_file(os.path.join(folder, ("cat", "dog")[i % 2], f"{i}.png"), png)
+    >>> train, info = make_dataset(f"folder:{folder}", "train", image_size=4, batch_size=4,
+    ...                            training=True, seed=0, holdout=0.2, with_info=True)
+    >>> images, labels = next(iter(train))
+    >>> tuple(images.shape), tuple(labels.shape)
+    ((4, 4, 4, 3), (4, 2))
+    >>> info.description
+    'folder:... (train: 20% of each class held out)'
+    >>> shutil.rmtree(folder)
     """
     _checks.positive_int(batch_size, "batch_size")
     _checks.non_negative_int(skip_batches, "skip_batches")
