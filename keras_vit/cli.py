@@ -35,6 +35,7 @@ from keras_vit._cli_parser import BARE_EMA, EXPORT_QUANTIZE, HUB_FORMATS, JIT_CO
 from keras_vit._image_files import image_paths_and_left_out
 from keras_vit._saving import check_keras_path as _check_model_file
 from keras_vit._saving import load_keras_model
+from keras_vit.errors import TrainingDivergedError
 from keras_vit.model_arguments import check_model_arguments
 from keras_vit.training import quickstart
 from keras_vit.training.precision import compute_policy, warn_if_emulated
@@ -345,7 +346,7 @@ def cmd_train(args, out):
     if args.model.endswith((".keras", ".npz")) or os.path.splitext(args.model)[1]:
         _check_model_file(args.model, "--model")
     _keras()
-    from keras_vit.training import TrainingDivergedError, train  # heavy (see the top)
+    from keras_vit.training import train  # heavy (see the top)
 
     extra = _optional(args, holdout="holdout", val_split="val_split",
                       coordinator="coordinator", num_processes="num_processes",

@@ -83,6 +83,17 @@ class WeightsDownloadError(OSError):
     broken connection, bad mirror)."""
 
 
+class TrainingDivergedError(RuntimeError):
+    """`train` stopped on a NaN/inf loss. `results` is the run's results
+    dict (`"status": "diverged"`, metrics None, `"model": None`); the
+    weights were not saved as `model.keras`; `best.keras`, when written,
+    holds the best epoch before the divergence."""
+
+    def __init__(self, message, results):
+        super().__init__(message)
+        self.results = results
+
+
 class ExportVerificationError(ValueError):
     """An export is further from the Keras model than its mode allows.
 

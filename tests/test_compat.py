@@ -91,7 +91,7 @@ def test_build_from_first_replica_is_the_build_fit_calls(monkeypatch):
 
 
 def test_build_before_fit_makes_fit_trace_its_step_once():
-    """`trainer._fit_and_save` (covered by test_training.py::
+    """`training.engine.build_for_fit` (covered by test_training.py::
     test_train_traces_its_step_once). Without it, the optimizer's and the
     metrics' variables are created in the first trace and `tf.function`
     traces the step again."""
@@ -179,7 +179,7 @@ def test_update_metrics_variables_is_the_jax_trainers_metric_update():
 
 
 def test_optimizer_learning_rate_is_what_the_optimizer_was_given():
-    """`training.trainer._unmoved_message` (covered by test_trainer_edges.py)."""
+    """`training.callbacks.unmoved_message` (covered by test_trainer_edges.py)."""
     schedule = keras.optimizers.schedules.ExponentialDecay(0.1, 10, 0.5)
     assert _compat.optimizer_learning_rate(keras.optimizers.SGD(schedule)) is schedule
     rate = _compat.optimizer_learning_rate(keras.optimizers.SGD(0.25))

@@ -373,21 +373,21 @@ def test_cli_train_in_two_processes_writes_one_run(tmp_path):
 
 
 def test_padded_validation_scores_exactly_what_the_unpadded_one_does():
-    """`_shardable_validation` pads the last batch (13 images in batches of
+    """`shardable_validation` pads the last batch (13 images in batches of
     4: 4, 4, 4, 1 -> four batches of 4) with zero-weight rows and weighs the
     real ones so that Keras' loss and accuracy are the unpadded ones."""
     from types import SimpleNamespace
 
     import tensorflow as tf
 
-    from keras_vit.training.trainer import _shardable_validation
+    from keras_vit.training.engine import shardable_validation
 
     rng = np.random.default_rng(0)
     x = rng.uniform(0, 255, (13, 16, 16, 3)).astype("float32")
     y = keras.utils.to_categorical(rng.integers(0, 5, 13), 5).astype("float32")
     dataset = tf.data.Dataset.from_tensor_slices((x, y)).batch(4)
     fake = SimpleNamespace(num_model_replicas=2)
-    padded = _shardable_validation(dataset, SimpleNamespace(num_examples=13, split="test"), 4,
+    padded = shardable_validation(dataset, SimpleNamespace(num_examples=13, split="test"), 4,
                                    fake)
     shapes = [tuple(b[0].shape) for b in padded]
     assert shapes == [(4, 16, 16, 3)] * 4
@@ -404,5 +404,5 @@ def test_padded_validation_scores_exactly_what_the_unpadded_one_does():
     assert 0 < expected[1] < 1  # the accuracy is not trivially 0 or 1
     with pytest.raises(ValueError, match=re.escape("batch_size=5 cannot be split over the 2 "
                                                    "data-parallel replicas")):
-        _shardable_validation(dataset, SimpleNamespace(num_examples=13, split="test"), 5,
+        shardable_validation(dataset, SimpleNamespace(num_examples=13, split="test"), 5,
                               fake)

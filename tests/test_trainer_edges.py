@@ -16,7 +16,7 @@ from data_helpers import make_folder, write_digit_folder
 from keras import ops
 
 from conftest import run_cli, tiny_keras_file
-from keras_vit.training import memory, recipes, trainer
+from keras_vit.training import memory, preflight, recipes, trainer
 from keras_vit.training.schedules import WarmupDecay
 
 TF = keras.backend.backend() == "tensorflow"
@@ -74,6 +74,38 @@ def test_the_run_plan_is_frozen_and_its_numbers_are_checked():
         plan.batch_size = 4
     with pytest.raises(ValueError, match=r"^`updates` must be a positive integer, got 0\.$"):
         trainer.TrainPlan(**{**good, "updates": 0})
+
+
+def test_a_new_option_of_the_plan_reaches_run_json_the_summary_and_the_results(monkeypatch):
+    """A field made with `plan.option()` is recorded in run.json only when
+    set (a folder of a run from before it resumes), and shown in the
+    summary (a row of its own) and the results: no other edit."""
+    from keras_vit.training import plan as plan_lib
+
+    @dataclasses.dataclass(frozen=True)
+    class Plan(plan_lib.TrainPlan):
+        mixup: float | None = plan_lib.option()
+
+    fields = {f.name: None for f in dataclasses.fields(Plan)}
+    good = {**fields, "model": "ViTTi16", "class_names": ("a", "b"), "updates": 6,
+            "recipe": recipes.get_recipe("scratch")}
+    record = Plan(**good).record()
+    assert "mixup" not in record and "ema" not in record
+    assert list(record)[:5] == ["model", "weights", "data", "train_split", "validation_split"]
+    assert record["class_names"] == ["a", "b"] and record["model"] == "ViTTi16"
+    plan = Plan(**{**good, "mixup": 0.2})
+    assert plan.record()["mixup"] == 0.2 and plan.options() == {"mixup": 0.2}
+    monkeypatch.setattr(plan_lib, "_OPTIONS", ("mixup",))
+    summary = {"model": "ViTTi16", "parameters": 10, "weights": "w", "image_size": 32,
+               "classes": 2, "data": {k: {"images": 1, "classes": 2, "description": "d"}
+                                      for k in ("train", "validation")},
+               "preset": "small", "preset_reason": "given", "batch_size": 8, "epochs": 1,
+               "steps_per_epoch": 1, "recipe": "scratch", "optimizer": "adamw",
+               "learning_rate": 0.1, "warmup_steps": 0, "decay": "cosine",
+               "precision": "float32", "strategy": {"name": "s", "replicas": 1,
+                                                    "devices": ["cpu"]},
+               "out": "o", "run": "r", **plan.options()}
+    assert "\n  mixup       0.2\n" in plan_lib.format_summary(summary)
 
 
 @pytest.mark.parametrize("recipe", ["finetune", "scratch"])
@@ -154,7 +186,7 @@ def test_a_folder_without_room_for_the_run_is_refused_before_the_first_step(
     """A full disk mid-run ended in an h5py error and a segmentation fault
     (found with `--out` on a 3 MB tmpfs)."""
     free = collections.namedtuple("usage", "total used free")(10**9, 10**9 - 10**5, 10**5)
-    monkeypatch.setattr(trainer.shutil, "disk_usage", lambda path: free)
+    monkeypatch.setattr(preflight.shutil, "disk_usage", lambda path: free)
     out = tmp_path / "full"
     with pytest.raises(ValueError, match=(
             rf"^{out} has 0\.1 MB free, but this run writes about [0-9.]+ MB there \(the "
@@ -174,7 +206,7 @@ def test_a_resumed_run_counts_the_files_it_writes_again_as_room(tmp_path, monkey
     needed = 8 * 4 * (3 + 2) + (1 << 20)
     usage = collections.namedtuple("usage", "total used free")
     free = [0]
-    monkeypatch.setattr(trainer.shutil, "disk_usage",
+    monkeypatch.setattr(preflight.shutil, "disk_usage",
                         lambda path: usage(10**9, 10**9 - free[0], free[0]))
     out = tmp_path / "run"
     (out / "backup").mkdir(parents=True)
@@ -183,10 +215,10 @@ def test_a_resumed_run_counts_the_files_it_writes_again_as_room(tmp_path, monkey
             rf"^{out} has 0\.5 MB free, but this run writes about 1\.0 MB there \(the backup "
             r"with the optimizer's state, best\.keras and model\.keras of 8 parameters\); "
             r"free some space or pass --out on another disk\.$")):
-        trainer._check_free_space(str(out), model, recipe)  # a new run
+        preflight.check_free_space(str(out), model, recipe)  # a new run
     (out / "backup" / "latest.weights.h5").write_bytes(b"w" * 300_000)
     (out / "best.keras").write_bytes(b"b" * 200_000)
-    trainer._check_free_space(str(out), model, recipe)  # the resume fits
+    preflight.check_free_space(str(out), model, recipe)  # the resume fits
     # Not room: model.keras (its replacement is written beside it), another
     # file in backup/, a best.keras with a second link.
     (out / "model.keras").write_bytes(b"m" * 400_000)
@@ -195,19 +227,19 @@ def test_a_resumed_run_counts_the_files_it_writes_again_as_room(tmp_path, monkey
     with pytest.raises(ValueError, match=(
             r"of 8 parameters, 0\.5 MB of it over the files of the run it resumes\); free "
             r"some space or pass --out on another disk\.$")):
-        trainer._check_free_space(str(out), model, recipe)
+        preflight.check_free_space(str(out), model, recipe)
     (tmp_path / "link.keras").hardlink_to(out / "best.keras")
     free[0] = needed - 300_001
     with pytest.raises(ValueError, match=r"0\.3 MB of it over the files"):
-        trainer._check_free_space(str(out), model, recipe)
+        preflight.check_free_space(str(out), model, recipe)
     (out / "backup" / "latest.weights.h5").write_bytes(b"w" * 2 * needed)
     free[0] = 0
-    trainer._check_free_space(str(out), model, recipe)  # at most what the run writes
+    preflight.check_free_space(str(out), model, recipe)  # at most what the run writes
     # The name is Keras' own: its backup of an epoch is that file.
     model.compile(optimizer="adamw", loss="mse")
     model.fit(np.zeros((4, 3)), np.zeros((4, 2)), epochs=1, verbose=0, callbacks=[
         keras.callbacks.BackupAndRestore(str(tmp_path / "keras"), delete_checkpoint=False)])
-    assert (tmp_path / "keras" / trainer._REWRITTEN[0][1]).is_file()
+    assert (tmp_path / "keras" / preflight._REWRITTEN[0][1]).is_file()
 
 
 def test_itemsize_of_variable_dtypes():

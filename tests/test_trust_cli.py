@@ -227,15 +227,15 @@ def test_evaluate_checks_image_size_as_predict_does(tmp_path):
 # --- item 27: weights that exist, train's corrupt-file sentence, one list of types ---
 
 def test_the_no_weights_warning_names_weights_the_model_has(caplog):
-    from keras_vit.training import trainer
+    from keras_vit.training import preflight
     from keras_vit.variants import ALL_VARIANTS
     from keras_vit.weights import registry
 
-    hint = trainer._weights_hint("ViTTi16")
+    hint = preflight.weights_hint("ViTTi16")
     assert "imagenet21k" not in hint
     suggested = re.search(r"--weights (\S+);", hint).group(1)
     assert suggested in registry.available_weights(ALL_VARIANTS["ViTTi16"])
-    assert "--weights imagenet21k;" in trainer._weights_hint("ViTB16")
+    assert "--weights imagenet21k;" in preflight.weights_hint("ViTB16")
 
 
 def test_predict_says_train_sentence_for_a_corrupt_image(tmp_path):

@@ -30,8 +30,8 @@ _EXPORTS = {
     "layer_decay_scales": "layer_decay", "layer_depths": "layer_decay",
     "get_strategy": "strategy", "is_multi_worker": "strategy",
     "prepare_model": "strategy", "worker_task": "strategy",
-    "PRECISIONS": "trainer", "TrainingDivergedError": "trainer", "evaluate": "trainer",
-    "set_precision": "trainer", "train": "trainer",
+    "PRECISIONS": "trainer", "TrainingDivergedError": "keras_vit.errors",
+    "evaluate": "evaluation", "set_precision": "trainer", "train": "trainer",
 }
 
 __getattr__, __dir__, __all__ = attach(__name__, _EXPORTS, extra=["quickstart"])

@@ -1,6 +1,7 @@
 """Fault tolerance and logs for `model.fit`."""
 
 import contextlib
+import hashlib
 import json
 import logging
 import math
@@ -11,6 +12,7 @@ import keras
 import numpy as np
 
 from keras_vit import _atomic, _compat
+from keras_vit._console import plural
 from keras_vit._saving import host_values, save_atomically
 from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
 from keras_vit.layers import lora
@@ -253,6 +255,54 @@ def _check_member_sizes(path, adapters, header=4096, what=("LoRA backup", "adapt
                     f"{path} is not a {what[0]} of this model: its member "
                     f"{info.filename!r} holds {info.file_size:,} bytes, more than the model's "
                     f"{what[1]} of that name; start the run afresh (--overwrite).")
+
+
+class WeightsMoved(keras.callbacks.Callback):
+    """Whether `fit` changed any trainable weight: `changed` is True or
+    False after training (None before). Compares a SHA-256 of each
+    trainable variable's bytes at the start of training (after
+    `BackupAndRestore` restored them: place it after that callback) and
+    at the end, so nothing is copied."""
+
+    def __init__(self):
+        super().__init__()
+        self.changed = None
+        self._before = None
+
+    def _digests(self):
+        with host_values(self.model):
+            return [hashlib.sha256(np.ascontiguousarray(
+                keras.ops.convert_to_numpy(v.value)).tobytes()).digest()
+                for v in self.model.trainable_variables]
+
+    def on_train_begin(self, logs=None):
+        self._before = self._digests()
+
+    def on_train_end(self, logs=None):
+        self.changed = self._digests() != self._before
+
+
+def unmoved_message(optimizer, updates, model):
+    """Why a run changed no weight, in one sentence."""
+    if not model.trainable_variables:
+        return ("Training changed no weight: the model has no trainable weights (every "
+                "layer is frozen); model.keras was not written.")
+    schedule = optimizer.learning_rate_schedule if hasattr(
+        optimizer, "learning_rate_schedule") else None
+    schedule = _compat.optimizer_learning_rate(optimizer) if schedule is None else schedule
+    try:  # the schedule at (up to 1,000 of) the run's updates
+        every = getattr(schedule, "steps_per_update", 1)
+        steps = np.unique(np.linspace(0, updates - 1, min(updates, 1000)).astype("int64"))
+        peak = float(np.max(keras.ops.convert_to_numpy(schedule(steps * every))))
+    except Exception:  # noqa: BLE001  (another schedule: its current value)
+        peak = float(keras.ops.convert_to_numpy(optimizer.learning_rate))
+    if peak == 0:
+        why = f"the learning rate was 0 at every update ({plural(updates, 'update')})"
+    else:
+        why = (f"{plural(updates, 'optimizer update')} at a peak learning rate of {peak:g} "
+               f"{'was' if updates == 1 else 'were'} too small to change any float32 weight")
+    return (f"Training changed no weight: {why}; model.keras was not written. Give a "
+            "larger --learning-rate, or more steps or epochs.")
 
 
 def default_callbacks(out, monitor="val_accuracy", model=None, ema=False):

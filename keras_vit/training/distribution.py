@@ -25,7 +25,7 @@ arguments or from Keras' variables `KERAS_DISTRIBUTION_JOB_ADDRESSES`,
 run before anything touches a JAX device. Each process then reads its own
 shard of a statically batched `tf.data` pipeline (`DataParallel` shards it
 by process); the batch size is global. `train` pads its validation
-pipeline's last batch for this (`trainer._shardable_validation`).
+pipeline's last batch for this (`engine.shardable_validation`).
 
 Example (two processes on one machine, 4 CPU devices each; run with
 `XLA_FLAGS=--xla_force_host_platform_device_count=4 KERAS_BACKEND=jax`,
