@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from keras_vit._framework_text import openvino_unconverted_ops
 from keras_vit._atomic import publish
+from keras_vit._framework_text import openvino_unconverted_ops
 from keras_vit.export.batches import batched
 from keras_vit.export._images import Sampling, as_images
 from keras_vit.export._measure import compare
