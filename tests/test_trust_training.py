@@ -203,6 +203,12 @@ def test_the_recipe_batch_gives_an_epoch_enough_steps():
     assert finetune.batch_for(None) == (512, "the finetune recipe's")
     assert finetune.batch_for(3_000, replicas=3)[0] == 255  # a multiple of the replicas
     assert recipes.get_recipe("scratch").batch_for(60) == (64, "the scratch recipe's")
+    # halving stops at 64: the reason says how many steps an epoch has then,
+    # not "at least 10" (198 images: 3 steps)
+    assert finetune.batch_for(198) == (
+        64, "the finetune recipe's 512 halved to 64, the smallest it is halved to: an epoch "
+            "of the 198 training images has 3 steps, fewer than 10 (--batch-size sets a "
+            "smaller batch)")
     # 64 updates: a warmup of 6 (finetune's 500 would be the whole run)
     assert finetune.warmup_for(60) == 6 and finetune.warmup_for(10_000) == 500
 

@@ -60,6 +60,9 @@ class Recipe:
         >>> get_recipe("finetune").batch_for(796)
         (64, "the finetune recipe's 512 halved to 64 so that an epoch of the 796 training \
 images has at least 10 steps (--batch-size sets it)")
+        >>> get_recipe("finetune").batch_for(198)[1]
+        "the finetune recipe's 512 halved to 64, the smallest it is halved to: an epoch of \
+the 198 training images has 3 steps, fewer than 10 (--batch-size sets a smaller batch)"
         """
         batch = self.batch_size
         while (images and images // batch < MIN_STEPS_PER_EPOCH
@@ -68,9 +71,13 @@ images has at least 10 steps (--batch-size sets it)")
         batch = max(replicas, batch - batch % replicas)
         if batch == self.batch_size:
             return batch, f"the {self.name} recipe's"
-        return batch, (f"the {self.name} recipe's {self.batch_size} halved to {batch} so that "
-                       f"an epoch of the {images} training images has at least "
-                       f"{MIN_STEPS_PER_EPOCH} steps (--batch-size sets it)")
+        halved = f"the {self.name} recipe's {self.batch_size} halved to {batch}"
+        if images // batch < MIN_STEPS_PER_EPOCH:  # stopped at the floor
+            return batch, (f"{halved}, the smallest it is halved to: an epoch of the {images} "
+                           f"training images has {images // batch} steps, fewer than "
+                           f"{MIN_STEPS_PER_EPOCH} (--batch-size sets a smaller batch)")
+        return batch, (f"{halved} so that an epoch of the {images} training images has at "
+                       f"least {MIN_STEPS_PER_EPOCH} steps (--batch-size sets it)")
 
 
 # `train` without a batch size: the recipe's batch is halved until an epoch
