@@ -302,9 +302,9 @@ def cmd_explain(args, out):
     for sentence in left_out:  # image types keras_vit does not read: counted, never silent
         print(f"{_console.PROG}: {sentence}", file=sys.stderr)
     _console.load_tensorflow()  # quietly, before keras_vit.prediction imports it
-    from keras_vit.prediction import decode_images, resize_images  # heavy (see the top)
+    from keras_vit.prediction import read_images, resize_images  # heavy (see the top)
 
-    images, _, _ = decode_images(paths, flags=True)
+    images, _, _ = read_images(paths, flags=True)
     model = _model_from_args(args)
     from keras_vit.inspect.analysis import input_size, stored_image_size  # heavy (see the top)
     from keras_vit.inspect.plots import explain  # heavy (see the top)

@@ -44,7 +44,7 @@ def _name(argument, flags):
     return "--" + argument.replace("_", "-") if flags else argument
 
 
-def decode_image(path, skip_corrupt=False, flags=False):
+def read_image(path, skip_corrupt=False, flags=False):
     """The uint8 image in `path`, upright by its EXIF orientation; None for
     a file that cannot be read or decoded with `skip_corrupt`, else a
     ValueError naming it: train's sentences (a regular file only: a FIFO
@@ -75,11 +75,11 @@ def decode_image(path, skip_corrupt=False, flags=False):
                          + (f" ({reason})" if reason else "") + f"; {skip}.") from None
 
 
-def decode_images(paths, skip_corrupt=False, flags=False):
+def read_images(paths, skip_corrupt=False, flags=False):
     """`(decoded uint8 images, kept paths, skipped paths)` of `paths`."""
     images, kept, skipped = [], [], []
     for path in paths:
-        image = decode_image(path, skip_corrupt, flags)
+        image = read_image(path, skip_corrupt, flags)
         if image is None:
             skipped.append(path)
             continue
@@ -98,7 +98,7 @@ def resize_images(images, size):
 def load_images(paths, size):
     """The image files of `paths` (files or folders, `image_paths`),
     decoded and resized to `size`: float32 (n, height, width, 3)."""
-    images, _, _ = decode_images(image_paths(paths))
+    images, _, _ = read_images(image_paths(paths))
     return resize_images(images, size)
 
 
@@ -110,7 +110,7 @@ def resized_batches(paths, size, batch_size, skipped, skip_corrupt=False, flags=
     `skip_corrupt`) are appended to `skipped`."""
     pixels, kept = [], []
     for path in paths:
-        image = decode_image(path, skip_corrupt, flags)
+        image = read_image(path, skip_corrupt, flags)
         if image is None:
             skipped.append(path)
             continue

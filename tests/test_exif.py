@@ -154,7 +154,7 @@ def test_a_folder_dataset_and_the_cli_give_the_photo_upright(photo, tmp_path):
                                 batch_size=1, holdout=0.0)
     images, _ = next(iter(dataset))
     assert_close(np.round(images[0].numpy()).astype("uint8"), upright(encoded), atol=1)
-    assert_close(prediction.decode_image(str(tmp_path / "a" / "portrait.jpg")).numpy(),
+    assert_close(prediction.read_image(str(tmp_path / "a" / "portrait.jpg")).numpy(),
                  upright(encoded))
 
 

@@ -65,15 +65,15 @@ from keras_vit.weights.hub_layout import CONFIG, PREPROCESSOR, WEIGHTS
 from keras_vit.weights.official import official_arrays
 from keras_vit.weights.safetensors import write_safetensors
 
-LIBRARIES = ("timm", "transformers")
+EXPORT_LIBRARIES = ("timm", "transformers")
 # The folder is the model's float32 weights under other names: read back, it
 # computes the same logits up to float32 rounding (relative above 1).
 CHECKS = {"none": {"max_abs_diff": 1e-4, "min_top1_agreement": 1.0}}
 
 
 def _check_library(library):
-    if library not in LIBRARIES:
-        raise ValueError(f"library={library!r}; allowed: {LIBRARIES}.")
+    if library not in EXPORT_LIBRARIES:
+        raise ValueError(f"library={library!r}; allowed: {EXPORT_LIBRARIES}.")
 
 
 def model_arithmetic(model):
@@ -127,7 +127,7 @@ def model_normalization(model):
 
 
 @dataclasses.dataclass
-class HubFolder:
+class HubFolderFiles:
     """What `to_hub_folder` writes: `files` (`name -> JSON-able dict`) and
     `state` (`name -> float32 array`, `model.safetensors`)."""
 
@@ -137,7 +137,7 @@ class HubFolder:
 
 
 def hub_folder(model, library, size, class_names=None):
-    """The `HubFolder` of `model` for `library` ("timm" or "transformers"),
+    """The `HubFolderFiles` of `model` for `library` ("timm" or "transformers"),
     in memory; its state maps back onto exactly the model's arrays.
 
     Raises:
@@ -171,7 +171,7 @@ def hub_folder(model, library, size, class_names=None):
         raise ValueError(
             f"{model.name!r} cannot be written as a {library} Hub folder: {error}.") from None
     _check_round_trip(library, family, arch, params, state)
-    return HubFolder(library, files, state)
+    return HubFolderFiles(library, files, state)
 
 
 def _check_round_trip(library, family, arch, params, state):
@@ -197,10 +197,10 @@ def _check_replaceable(path):
 
 @dataclasses.dataclass
 class _HubFolderExport(ExportFormat):
-    """A Hub folder (`HubFolder`), read back by `read_hub_checkpoint` and
+    """A Hub folder (`HubFolderFiles`), read back by `read_hub_checkpoint` and
     built with `model_from_checkpoint` to be run."""
 
-    folder: HubFolder = None
+    folder: HubFolderFiles = None
 
     checks = CHECKS
     timed = False

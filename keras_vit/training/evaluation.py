@@ -8,7 +8,7 @@ from keras_vit._saving import load_keras_model
 from keras_vit.export.model import output_kind
 from keras_vit.inspect.analysis import check_finite_outputs, input_size
 from keras_vit.training.datasets import Reading, open_split, pick_val_split, raise_data_error
-from keras_vit.training.preflight import check_classes
+from keras_vit.training.preflight import check_data_classes
 
 
 # What `evaluate`'s `cross_entropy` is (train's `val_loss` is the training loss).
@@ -41,7 +41,7 @@ def evaluate(model_path, data, split=None, image_size=None, batch_size=64,
     reading = Reading(image_size=height, batch_size=batch_size, data_dir=data_dir,
                       skip_corrupt=skip_corrupt, holdout=holdout)
     split, dataset, info = pick_val_split(split, None, lambda s: open_split(data, s, reading))
-    check_classes(model, info, data)
+    check_data_classes(model, info, data)
     try:
         from_logits = output_kind(model) == "logits"
     except ValueError:

@@ -308,7 +308,7 @@ def _rewritten_bytes(out):
     return total
 
 
-def check_classes(model, info, data, names_must_match=True):
+def check_data_classes(model, info, data, names_must_match=True):
     """The model's outputs and stored class names against the data's: a
     ValueError, or with `names_must_match=False` a warning for other names
     (training a trained model on new data renames its classes)."""

@@ -278,7 +278,7 @@ def _compiled_model(plan, info, element_spec):
                            plan.recipe, plan.dropout_rate, plan.drop_path_rate,
                            plan.model_kwargs)
         distribution_lib.check_model_split(net, plan.distribution)
-        preflight.check_classes(net, info, plan.data, names_must_match=False)
+        preflight.check_data_classes(net, info, plan.data, names_must_match=False)
         if plan.lora_rank:
             lora.enable_lora(net, plan.lora_rank, plan.lora_targets, seed=plan.seed)
         scales = (layer_decay_scales(net, plan.layer_decay) if plan.layer_decay is not None
