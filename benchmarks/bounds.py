@@ -1,7 +1,10 @@
-"""Memory of the paths that read untrusted or large input, each against a
-peer in the same run (issue 25: nothing read may take unbounded memory).
+"""Memory and time of the paths that read untrusted or large input, each
+against a peer in the same run (issues 25 and 46: nothing read may take
+memory or time that a file dictates).
 
-    python benchmarks/bounds.py [--photos 40] [--json docs/performance/bounds.json]
+    python benchmarks/bounds.py [--photos 40] [--pickle-kib 8192] [--rounds 3]
+        [--bomb-mib 2048] [--cases npz,safetensors,predict,pytorch,keras]
+        [--json docs/performance/bounds.json]
 
 Each case runs in a fresh process and reports its peak RSS (ru_maxrss),
 and the peak after its imports alone, next to a peer:
@@ -15,11 +18,34 @@ and the peak after its imports alone, next to a peer:
   compressed with bzip2 (a few KB on disk) vs `numpy.load` of it.
 - `safetensors`: `safetensors.read_safetensors` of a 360 MB file vs the
   `safetensors` library's `load_file`.
+- `pytorch stride 0`: `pytorch.read_torch_state` of a .pth of a few hundred
+  bytes whose one tensor is a stride-0 view of 4 floats that would expand
+  to 1 GiB (refused) vs a process that only imports the reader.
+- `.keras bomb`: `load_keras_model` of a .keras whose `model.weights.h5`,
+  then whose `config.json`, is deflated from `--bomb-mib` MiB (a few MB on
+  disk; refused) vs loading the genuine tiny model's .keras file.
+
+And one time (`timings`), in this process, medians of `--rounds` rounds
+interleaved:
+
+- `pytorch long key`: `pytorch.read_torch_state` of a `--pickle-kib`
+  data.pkl (8 MiB, the most the reader takes) holding one key
+  `"module." * N + "w"`, then `"model." * N + "w"` (the last prefix tried),
+  each against the same key at half the size (a ratio near 2 says the
+  strip is linear, 4 quadratic) and against a data.pkl of the full size
+  holding the plain key `"w"` and a string of padding beside its state
+  dict (a training checkpoint's shape: what the rest of the reader costs).
+  The quadratic strip before 6f98fbb is not run (`BEFORE_THE_FIX`).
+
+`--in-process` runs the children in this process (for the test: their
+peaks are then this process's).
 
 Prints the CPU model and flags; writes one JSON document.
 """
 
 import argparse
+import contextlib
+import io
 import json
 import os
 import pathlib
@@ -27,14 +53,17 @@ import subprocess
 import sys
 import tempfile
 import textwrap
+import time
 import zipfile
 
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from machine import cpu  # noqa: E402  (the same CPU record as the README's)
+from machine import cpu, describe  # noqa: E402  (the same CPU record as the README's)
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+CASES = ("npz", "safetensors", "predict", "pytorch", "keras")
+FRESH = True  # False (--in-process): children run in this process
 
 # A child: baseline RSS after its imports, then the work, then the peak.
 CHILD = textwrap.dedent("""
@@ -57,6 +86,11 @@ CHILD = textwrap.dedent("""
 
 def child(imports, work, env=None):
     code = CHILD.format(imports=imports, work=work)
+    if not FRESH:
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            exec(compile(code, "<bounds child>", "exec"), {})
+        return json.loads(out.getvalue().strip().splitlines()[-1])
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             cwd=ROOT, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
                                                **(env or {})))
@@ -130,22 +164,211 @@ def safetensors_rows(tmp):
     ]
 
 
+# A torch.save data.pkl written opcode by opcode (as tests/test_trust_weights.py
+# does): no torch needed, and any key or padding length.
+def _pickle_global(module, name):
+    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
+
+
+def _pickle_str(text):
+    data = text.encode()
+    return b"X" + len(data).to_bytes(4, "little") + data
+
+
+def _pickle_int(n):
+    return b"J" + n.to_bytes(4, "little")
+
+
+def _pickle_tensor(numel, shape, stride):
+    def ints(xs):
+        return b"(" + b"".join(_pickle_int(x) for x in xs) + b"t"
+    storage = (b"(" + _pickle_str("storage") + _pickle_global("torch", "FloatStorage")
+               + _pickle_str("0") + _pickle_str("cpu") + _pickle_int(numel) + b"tQ")
+    return (_pickle_global("torch._utils", "_rebuild_tensor_v2") + b"(" + storage
+            + _pickle_int(0) + ints(shape) + ints(stride) + b"\x89"
+            + _pickle_global("collections", "OrderedDict") + b")RtR")
+
+
+def _pickle_dict(items):
+    """A dict of {str: pickled value} (values as opcodes)."""
+    return b"}(" + b"".join(_pickle_str(k) + v for k, v in items) + b"u"
+
+
+def torch_file(path, payload, storage):
+    """A torch.save zip of `payload` (data.pkl) and storage 0; its path."""
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("a/data.pkl", payload)
+        archive.writestr("a/byteorder", "little")
+        archive.writestr("a/data/0", storage)
+    return str(path)
+
+
+def long_key_timing(tmp, pickle_bytes, rounds):
+    """Seconds (median of `rounds`, interleaved) of `read_torch_state` on a
+    data.pkl of `pickle_bytes` holding one key of wrapper prefixes, on the
+    same key at half the size (twice the bytes take twice the time where
+    the strip is linear, four times where it is quadratic), and on a peer of
+    the full size: the key "w" and padding beside it (what the rest of the
+    reader costs)."""
+    from keras_vit.weights.pytorch import read_torch_state
+
+    six = np.arange(6, dtype="<f4").tobytes()
+    tensor = _pickle_tensor(6, (6,), (1,))
+    state = lambda key: b"\x80\x02" + _pickle_dict([(key, tensor)]) + b"."  # noqa: E731
+    files, halves = {}, {}
+    for prefix in ("module.", "model."):
+        whole, half = ((size - len(state("w"))) // len(prefix)
+                       for size in (pickle_bytes, pickle_bytes // 2))
+        for count in (whole, half):
+            files[f"one key {prefix!r} * {count:,} + 'w'"] = state(prefix * count + "w")
+        halves[f"one key {prefix!r} * {whole:,} + 'w'"] = f"one key {prefix!r} * {half:,} + 'w'"
+    size = len(files[next(iter(files))])
+    shell = b"\x80\x02}(" + _pickle_str("state_dict") + _pickle_dict([("w", tensor)]) \
+        + _pickle_str("args")
+    padding = size - len(shell + _pickle_str("") + b"u.")
+    peer = "peer: key 'w', padding beside the state dict"
+    files[peer] = shell + _pickle_str("x" * padding) + b"u."
+    paths = {what: torch_file(pathlib.Path(tmp, f"long{i}.pth"), payload, six)
+             for i, (what, payload) in enumerate(files.items())}
+    times = {what: [] for what in files}
+    for r in range(rounds):
+        order = list(paths)[r % len(paths):] + list(paths)[:r % len(paths)]
+        for what in order:
+            start = time.perf_counter()
+            state_read = read_torch_state(paths[what])
+            times[what].append(time.perf_counter() - start)
+            assert list(state_read) == ["w"], (what, list(state_read)[:1])
+    median = {what: float(np.median(seconds)) for what, seconds in times.items()}
+    return [{"case": "pytorch long key", "what": what, "data_pkl_bytes": len(files[what]),
+             "seconds": median[what], "rounds_s": times[what],
+             "ratio_to_peer": median[what] / median[peer],
+             **({"ratio_to_half_size": median[what] / median[halves[what]]}
+                if what in halves else {})}
+            for what in files]
+
+
+def stride0_rows(tmp):
+    """A .pth of a few hundred bytes: a (16384, 16384) stride-0 view of
+    storage 0's 4 floats, 1 GiB if expanded."""
+    payload = b"\x80\x02" + _pickle_dict(
+        [("w", _pickle_tensor(4, (16384, 16384), (0, 0)))]) + b"."
+    path = torch_file(pathlib.Path(tmp, "expand.pth"), payload, bytes(16))
+    on_disk = os.path.getsize(path)
+    imports = "from keras_vit.weights.pytorch import read_torch_state"
+    return [
+        {"case": "pytorch stride 0",
+         "what": f"read_torch_state, a 1 GiB stride-0 view ({on_disk:,} bytes on disk)",
+         **child(imports, f"read_torch_state({path!r})")},
+        {"case": "pytorch stride 0", "what": "the reader imported, nothing read (peer)",
+         **child(imports, "pass")},
+    ]
+
+
+def keras_rows(tmp, bomb_mib):
+    """A genuine tiny .keras file, and two copies of it whose weights
+    member, then config.json, is deflated from `bomb_mib` MiB."""
+    import keras
+
+    import keras_vit
+
+    genuine = str(pathlib.Path(tmp, "tiny.keras"))
+    keras_vit.VisionTransformer(patch_size=8, hidden_size=16, num_layers=1, num_heads=2,
+                                mlp_dim=32, input_shape=(32, 32, 3), classes=3).save(genuine)
+    keras.backend.clear_session()
+    with zipfile.ZipFile(genuine) as archive:
+        files = {info.filename: archive.read(info) for info in archive.infolist()}
+    zeros, size = bytes(1 << 24), bomb_mib << 20
+    bombs = {}
+    for member, head, tail in (("model.weights.h5", files["model.weights.h5"], b""),
+                               ("config.json", files["config.json"][:-1], b"}")):
+        path = bombs[member] = str(pathlib.Path(tmp, f"bomb-{member}.keras"))
+        with zipfile.ZipFile(path, "w") as archive:
+            for name, data in files.items():
+                if name != member:
+                    archive.writestr(name, data)
+            # a valid HDF5 file with zeros behind it; valid JSON with spaces inside
+            info = zipfile.ZipInfo(member)
+            info.compress_type = zipfile.ZIP_DEFLATED
+            with archive.open(info, "w", force_zip64=True) as f:
+                f.write(head)
+                left = size - len(head) - len(tail)
+                pad = zeros if member != "config.json" else b" " * len(zeros)
+                while left > 0:
+                    f.write(pad[:left])
+                    left -= len(pad)
+                f.write(tail)
+    imports = "import keras\nfrom keras_vit._saving import load_keras_model"
+    rows = [{"case": ".keras bomb",
+             "what": f"load_keras_model, {member} of {size >> 20:,} MiB "
+                     f"({os.path.getsize(path) / 1e6:.1f} MB on disk)",
+             **child(imports, f"load_keras_model({path!r})")}
+            for member, path in bombs.items()]
+    rows.append({"case": ".keras bomb", "what": "load_keras_model, the genuine tiny .keras (peer)",
+                 **child(imports, f"load_keras_model({genuine!r})")})
+    return rows
+
+
+# The quadratic strip this benchmark no longer runs (it copied the key once per
+# prefix): measured before 6f98fbb, with the same one-key files.
+BEFORE_THE_FIX = ("one 'module.' * N key, before 6f98fbb (each prefix copied the key): "
+                  "200 KB 1.60 s, 1.26 MB 56 s; quadratic, so about 45 minutes at 8 MiB "
+                  "(not run here)")
+
+
 def main(argv=None):
+    global FRESH
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--photos", type=int, default=40)
+    parser.add_argument("--pickle-kib", type=int, default=8192,
+                        help="the long-key data.pkl's size (default: 8 MiB, the reader's bound)")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of the long-key timing")
+    parser.add_argument("--bomb-mib", type=int, default=2048,
+                        help="what the .keras bombs' members expand to (over 64 MiB)")
+    parser.add_argument("--cases", default=",".join(CASES),
+                        help=f"some of {','.join(CASES)} (default: all)")
+    parser.add_argument("--in-process", action="store_true",
+                        help="run the children in this process (their peaks are its own)")
     parser.add_argument("--json", default=str(ROOT / "docs" / "performance" / "bounds.json"))
     args = parser.parse_args(argv)
+    cases = args.cases.split(",")
+    unknown = sorted(set(cases) - set(CASES))
+    if unknown:
+        raise SystemExit(f"--cases: unknown {unknown}; allowed: {', '.join(CASES)}")
+    FRESH = not args.in_process
     machine = cpu()
-    print(f"CPU: {machine['model']}, {machine['cores']} cores, flags {machine['flags']}")
+    print(f"CPU: {describe(machine)}, {machine['cores']} cores")
+    rows, timings = [], []
     with tempfile.TemporaryDirectory() as tmp:
-        rows = bomb_rows(tmp) + safetensors_rows(tmp) + predict_rows(tmp, args.photos)
+        if "npz" in cases:
+            rows += bomb_rows(tmp)
+        if "safetensors" in cases:
+            rows += safetensors_rows(tmp)
+        if "pytorch" in cases:
+            rows += stride0_rows(tmp)
+            timings += long_key_timing(tmp, args.pickle_kib << 10, args.rounds)
+        if "keras" in cases:
+            rows += keras_rows(tmp, args.bomb_mib)
+        if "predict" in cases:
+            rows += predict_rows(tmp, args.photos)
     for row in rows:
-        print(f"{row['case']:<12} {row['what']:<58} peak {row['peak_mb']:6.0f} MB "
+        print(f"{row['case']:<16} {row['what']:<66} peak {row['peak_mb']:6.0f} MB "
               f"(imports {row['imports_peak_mb']:4.0f}) {row['seconds']:6.2f} s  "
               f"{row['outcome'][:70]}")
-    document = {"cpu": machine, "command": "python benchmarks/bounds.py", "rows": rows}
+    for row in timings:
+        half = (f", x{row['ratio_to_half_size']:.2f} at half the size"
+                if "ratio_to_half_size" in row else "")
+        print(f"{row['case']:<16} {row['what']:<46} {row['data_pkl_bytes']:>10,} bytes "
+              f"{row['seconds']:7.3f} s (x{row['ratio_to_peer']:.1f} the peer{half})")
+    if timings:
+        print(f"before the fix: {BEFORE_THE_FIX}")
+    command = " ".join(["python benchmarks/bounds.py", *(argv if argv is not None
+                                                         else sys.argv[1:])])
+    document = {"cpu": machine, "command": command, "rows": rows}
+    if timings:
+        document.update(timings=timings, before_the_fix=BEFORE_THE_FIX)
     pathlib.Path(args.json).write_text(json.dumps(document, indent=1) + "\n")
     print(f"wrote {args.json}")
+    return document
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 so that the script a GPU session runs cannot rot (its numbers are measured
 on a device, never asserted here); so do the CPU benchmarks whose reports
 docs/performance/ quotes (`first_step.py`, `gelu_train.py`,
-`pipeline_start.py`), with what each report must say that is not a time."""
+`pipeline_start.py`, `bounds.py`), with what each report must say that is
+not a time."""
 
 import argparse
 import json
@@ -13,6 +14,7 @@ import pytest
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "benchmarks"))
 import accelerator  # noqa: E402
+import bounds  # noqa: E402
 import first_step  # noqa: E402
 import gelu_train  # noqa: E402
 import jax_profile  # noqa: E402
@@ -75,6 +77,33 @@ def test_pipeline_start_benchmark_opens_both_variants_on_the_digits(digits_folde
         (run,) = report["rounds"][variant]
         assert 0 < run["open_s"] <= run["first_batch_s"], (variant, run)
     assert report["cpu"] == machine.cpu()["model"] and report["flags"] == machine.cpu()["flags"]
+
+
+def test_bounds_benchmark_refuses_the_hostile_files_and_reads_the_long_keys(tmp_path,
+                                                                           monkeypatch):
+    """The issue-46 cases at a tiny size, in this process: the stride-0
+    view and both .keras bombs are refused, their peers load, and every
+    long-key file reads as the one key "w"."""
+    monkeypatch.setattr(bounds, "FRESH", True)  # main sets it from --in-process
+    report = bounds.main(["--cases", "pytorch,keras", "--pickle-kib", "32", "--rounds", "1",
+                          "--bomb-mib", "80", "--in-process",
+                          "--json", str(tmp_path / "bounds.json")])
+    assert json.loads((tmp_path / "bounds.json").read_text()) == report
+    rows = report["rows"]
+    assert [row["case"] for row in rows] == ["pytorch stride 0"] * 2 + [".keras bomb"] * 3
+    stride0, imported, weights, config, genuine = (row["outcome"] for row in rows)
+    assert stride0.startswith("CorruptCheckpointError: ") and "(16384, 16384)" in stride0
+    assert imported == genuine == "ok"
+    assert "its member 'model.weights.h5' declares" in weights and "bomb" in weights
+    assert "its config.json declares" in config
+    timed = report["timings"]
+    sizes = [row["data_pkl_bytes"] for row in timed]  # within a prefix of the size asked
+    assert all(0 <= bound - size < 7 for size, bound in zip(sizes[:4], [32768, 16384] * 2,
+                                                             strict=True))
+    assert sizes[-1] == sizes[0]  # the peer: the first key's data.pkl size
+    assert all(row["seconds"] > 0 and len(row["rounds_s"]) == 1 for row in timed)
+    assert ["ratio_to_half_size" in row for row in timed] == [True, False, True, False, False]
+    assert "1.60 s" in report["before_the_fix"] and report["cpu"] == machine.cpu()
 
 
 def test_the_cpu_record_names_the_cpu_its_numbers_and_the_flags_that_pick_kernels():
