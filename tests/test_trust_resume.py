@@ -227,17 +227,27 @@ def _final_weights(results):
     return keras.saving.load_model(results["model"]).get_weights()
 
 
-def test_a_killed_and_resumed_run_repeats_the_run_never_killed(root, tmp_path, monkeypatch):
+@pytest.mark.backends
+def test_a_killed_and_resumed_run_repeats_the_run_never_killed(root, tmp_path, monkeypatch,
+                                                                caplog):
     """Item 3: the same batches, augmentation, dropout and drop-path masks
     and optimizer step after the resume as in the run that was never
     killed, so the same final weights (they differed by up to 0.0035 here:
-    the resumed run's data started over, and its masks too)."""
+    the resumed run's data started over, and its masks too). On TensorFlow
+    and JAX; on torch Keras' dropout draws from PyTorch's global generator
+    (measured: 0.0058-0.0066 apart with dropout, 0 with drop-path alone),
+    and the resume says so."""
     common = {"model": "dropout.keras", "epochs": 3}
     whole = _final_weights(_train(root, tmp_path / "whole", **common))
     _killed(root, tmp_path / "resumed", monkeypatch, after=1, **common)
     assert (tmp_path / "resumed" / "backup" / "random_state.npz").exists()
-    resumed = _train(root, tmp_path / "resumed", **common)
+    with caplog.at_level("WARNING", logger="keras_vit"):
+        resumed = _train(root, tmp_path / "resumed", **common)
     assert resumed["first_epoch_run_now"] == 2
     gaps = [float(np.abs(a - b).max()) for a, b in
             zip(whole, _final_weights(resumed), strict=True)]
-    assert max(gaps) == 0, max(gaps)
+    said = "the dropout masks after the resume differ from the run never killed" in caplog.text
+    if keras.backend.backend() == "torch":
+        assert said and max(gaps) > 0
+    else:
+        assert not said and max(gaps) == 0, max(gaps)

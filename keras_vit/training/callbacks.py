@@ -16,6 +16,7 @@ from keras_vit._console import plural
 from keras_vit._saving import host_values, save_atomically
 from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
 from keras_vit.layers import lora
+from keras_vit.layers.blocks import walk_layers
 from keras_vit.training.run_folder import BACKUP_WEIGHTS, damaged, read_backup
 from keras_vit.weights.keras_h5 import check_keras_weights
 from keras_vit.weights.npz import read_npz_arrays
@@ -174,6 +175,12 @@ class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestor
             self._restore_adapters(epoch)
         if epoch:
             self._restore_random_states(epoch)
+            if keras.backend.backend() == "torch" and _dropout_layers(self.model):
+                logger.warning(
+                    "Resuming on the torch backend: the dropout masks after the resume differ "
+                    "from the run never killed (Keras' dropout draws there from PyTorch's "
+                    "global generator, which no backup holds), so the final weights differ "
+                    "slightly; on TensorFlow and JAX a resumed run repeats it exactly.")
 
     def _restore_adapters(self, epoch):
         path = os.path.join(self.backup_dir, self.ADAPTERS)
@@ -217,6 +224,14 @@ class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestor
             damaged(path, f"is not the random state of this model at epoch {epoch}")
         for i, variable in enumerate(states):
             variable.assign(saved[str(i)].astype(own[str(i)].dtype))
+
+
+def _dropout_layers(model):
+    """The layers of `model` (nested models included) that apply dropout:
+    Dropout layers and encoder blocks with a dropout rate."""
+    return [layer for layer in walk_layers(model)
+            if isinstance(layer, keras.layers.Dropout) and layer.rate > 0
+            or getattr(layer, "dropout_rate", 0) or getattr(layer, "attention_dropout_rate", 0)]
 
 
 def _random_states(model):
