@@ -1,5 +1,7 @@
 """PatchEncoder: linear patch projection, class token, learned position
-embedding (ViT paper, Eq. 1)."""
+embedding (ViT paper, Eq. 1); the prefix tokens of later families
+(a distillation token, DeiT; register tokens, DINOv2-reg) and position
+embeddings that leave them out (timm's `no_embed_class`)."""
 
 import keras
 from keras import ops
@@ -75,7 +77,9 @@ class PatchEncoder(keras.layers.Layer):
     `z_0 = [x_class; x_p^1 E; ...; x_p^N E] + E_pos` (ViT paper, Eq. 1).
     Input: `(batch, grid_h, grid_w, patch_dim)`, the output of `Patches`
     (or of the hybrid ResNet stem with 1x1 patches). Output:
-    `(batch, num_prefix_tokens + grid_h * grid_w, hidden_size)`.
+    `(batch, num_prefix_tokens + grid_h * grid_w, hidden_size)`: the
+    prefix tokens in timm's order (class, distillation, registers), then
+    the patch tokens.
 
     Args:
         hidden_size: width `D` of the tokens.
@@ -91,11 +95,24 @@ class PatchEncoder(keras.layers.Layer):
             in the graph to its grid with the official algorithm
             (`interpolate_position_embedding`); the stored grid itself is
             used as it is.
+        num_register_tokens: learned register tokens after the class
+            (and distillation) token (Darcet et al., "Vision Transformers
+            Need Registers"; DINOv2-reg, timm's `reg_tokens`).
+        distillation_token: a learned distillation token after the class
+            token (DeiT, Touvron et al. 2021).
+        no_embed_class: True: the position embedding covers the patch grid
+            only (`(1, grid_h * grid_w, D)`), added before the prefix tokens
+            are prepended, which get none (timm's `no_embed_class`); False
+            (official): it covers the prefix tokens too.
+        use_bias: whether the patch projection has a bias (False: OpenAI
+            CLIP's `conv1`).
+        token_initializer: initializer of the distillation and register
+            tokens (default normal(stddev=0.02)).
 
     Attributes:
         grid_size: `(grid_h, grid_w)` of the stored position embedding once
             built.
-        num_prefix_tokens: 1 with a class token, else 0.
+        num_prefix_tokens: class + distillation + register tokens.
 
     Example:
 
@@ -113,6 +130,11 @@ class PatchEncoder(keras.layers.Layer):
         kernel_initializer="lecun_normal",
         position_initializer=None,
         grid_size=None,
+        num_register_tokens=0,
+        distillation_token=False,
+        no_embed_class=False,
+        use_bias=True,
+        token_initializer=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
@@ -125,10 +147,24 @@ class PatchEncoder(keras.layers.Layer):
         )
         self.grid_size = (None if grid_size is None
                           else _checks.positive_int_pair(grid_size, "grid_size"))
+        self.num_register_tokens = _checks.non_negative_int(
+            num_register_tokens, "num_register_tokens")
+        self.distillation_token = bool(distillation_token)
+        self.no_embed_class = bool(no_embed_class)
+        self.use_bias = bool(use_bias)
+        self.token_initializer = keras.initializers.get(
+            token_initializer or keras.initializers.RandomNormal(stddev=0.02))
 
     @property
     def num_prefix_tokens(self):
-        return 1 if self.use_class_token else 0
+        return (int(self.use_class_token) + int(self.distillation_token)
+                + self.num_register_tokens)
+
+    @property
+    def num_embedded_prefix_tokens(self):
+        """Prefix tokens the position embedding covers (0 with
+        `no_embed_class`)."""
+        return 0 if self.no_embed_class else self.num_prefix_tokens
 
     def build(self, input_shape):
         if len(input_shape) != 4 or input_shape[-1] is None:
@@ -152,16 +188,29 @@ class PatchEncoder(keras.layers.Layer):
             shape=(patch_dim, self.hidden_size),
             initializer=self.kernel_initializer,
         )
-        self.bias = self.add_weight(
-            name="bias", shape=(self.hidden_size,), initializer="zeros"
-        )
+        if self.use_bias:
+            self.bias = self.add_weight(
+                name="bias", shape=(self.hidden_size,), initializer="zeros"
+            )
         if self.use_class_token:
             self.class_token = self.add_weight(
                 name="class_token",
                 shape=(1, 1, self.hidden_size),
                 initializer="zeros",
             )
-        num_tokens = self.num_prefix_tokens + gh * gw
+        if self.distillation_token:
+            self.dist_token = self.add_weight(
+                name="distillation_token",
+                shape=(1, 1, self.hidden_size),
+                initializer=self.token_initializer,
+            )
+        if self.num_register_tokens:
+            self.register_tokens = self.add_weight(
+                name="register_tokens",
+                shape=(1, self.num_register_tokens, self.hidden_size),
+                initializer=self.token_initializer,
+            )
+        num_tokens = self.num_embedded_prefix_tokens + gh * gw
         # Not autocast: `call` reads it in its own dtype (float32 under a
         # mixed policy) so that a resize computes in float32, then casts.
         self.position_embedding = self.add_weight(
@@ -185,15 +234,29 @@ class PatchEncoder(keras.layers.Layer):
             x = ops.reshape(inputs, (shape[0], -1, patch_dim))
             posemb = interpolate_position_embedding(
                 self.position_embedding, (gh, gw), self.grid_size,
-                self.num_prefix_tokens)
-        x = ops.matmul(x, self.kernel) + self.bias
-        if self.use_class_token:
-            cls = ops.broadcast_to(
-                ops.cast(self.class_token, x.dtype),
-                (ops.shape(x)[0], 1, self.hidden_size),
-            )
-            x = ops.concatenate([cls, x], axis=1)
-        return x + ops.cast(posemb, x.dtype)
+                self.num_embedded_prefix_tokens)
+        x = ops.matmul(x, self.kernel)
+        if self.use_bias:
+            x = x + self.bias
+        if self.no_embed_class:
+            return self._prepend_prefix(x + ops.cast(posemb, x.dtype))
+        return self._prepend_prefix(x) + ops.cast(posemb, x.dtype)
+
+    def _prepend_prefix(self, x):
+        """`[class; distillation; registers; x]`, those the layer has."""
+        prefix = [token for token, kept in (
+            ("class_token", self.use_class_token),
+            ("dist_token", self.distillation_token),
+            ("register_tokens", self.num_register_tokens)) if kept]
+        if not prefix:
+            return x
+        batch = ops.shape(x)[0]
+        tokens = []
+        for attr in prefix:
+            weight = getattr(self, attr)
+            tokens.append(ops.broadcast_to(
+                ops.cast(weight, x.dtype), (batch, weight.shape[1], self.hidden_size)))
+        return ops.concatenate([*tokens, x], axis=1)
 
     def compute_output_shape(self, input_shape):
         _, gh, gw, _ = input_shape
@@ -213,6 +276,13 @@ class PatchEncoder(keras.layers.Layer):
                     self.position_initializer
                 ),
                 "grid_size": self.grid_size,
+                "num_register_tokens": self.num_register_tokens,
+                "distillation_token": self.distillation_token,
+                "no_embed_class": self.no_embed_class,
+                "use_bias": self.use_bias,
+                "token_initializer": keras.initializers.serialize(
+                    self.token_initializer
+                ),
             }
         )
         return config

@@ -22,8 +22,10 @@ class SequencePooling(keras.layers.Layer):
             `num_prefix_tokens` (the class token) left out; the
             keras.applications `pooling="avg"` / `"max"`.
         num_prefix_tokens: how many leading tokens `"avg"` and `"max"`
-            leave out (1 for a class-token model). `"token"` and `"gap"`
-            ignore it.
+            leave out (1 for a class-token model); `"gap"` leaves them out
+            too (the builders pass 0 for the official `"gap"`, and every
+            prefix token for a model with register or distillation tokens,
+            as timm's `global_pool="avg"`). `"token"` ignores it.
 
     Example:
 
@@ -48,7 +50,8 @@ class SequencePooling(keras.layers.Layer):
         if self.mode == "token":
             return inputs[:, 0]
         if self.mode == "gap":
-            return ops.mean(inputs, axis=1)
+            return ops.mean(inputs[:, self.num_prefix_tokens:] if self.num_prefix_tokens
+                            else inputs, axis=1)
         patches = inputs[:, self.num_prefix_tokens:] if self.num_prefix_tokens else inputs
         if self.mode == "avg":
             return ops.mean(patches, axis=1)

@@ -279,13 +279,16 @@ def arithmetic(checkpoint, **given):
 
 def classification_head(x, norm_name, pool, representation_size, include_top,
                         classes, classifier_activation, layer_norm_epsilon=1e-6,
-                        fc_norm=False, num_prefix_tokens=0):
+                        fc_norm=False, num_prefix_tokens=0, extra_prefix_tokens=0):
     """Final LayerNorm, pooling, optional `pre_logits` (Dense + tanh) and
     the zero-initialised head; float32 under a mixed-precision policy.
 
     `pool`: "token" / "gap" (then pre_logits when `representation_size`),
     or the feature poolings "avg" / "max" over the patch tokens (the first
-    `num_prefix_tokens` left out), never followed by pre_logits.
+    `num_prefix_tokens` left out), never followed by pre_logits. With
+    `extra_prefix_tokens` (register or distillation tokens), "gap" leaves
+    out every prefix token too (timm's `global_pool="avg"`); without, it
+    averages every token (the official "gap").
 
     `fc_norm=True` (timm's `gap` models): pool first, then the LayerNorm
     (named "fc_norm"); the sequence itself is not normalised."""
@@ -294,7 +297,8 @@ def classification_head(x, norm_name, pool, representation_size, include_top,
         x = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=dtype, name=norm_name)(x)
     if pool is not None:
-        prefix = num_prefix_tokens if pool in FEATURE_POOLINGS else 0
+        prefix = (num_prefix_tokens if pool in FEATURE_POOLINGS
+                  or (pool == "gap" and extra_prefix_tokens) else 0)
         x = SequencePooling(pool, num_prefix_tokens=prefix, dtype=dtype, name="pool")(x)
         if fc_norm:
             x = keras.layers.LayerNormalization(
@@ -352,11 +356,14 @@ class Encoder:
             arithmetic arguments (`ARITHMETIC_DEFAULTS`' keys).
         effective_patch: pixels per token (patch x ResNet stride).
         classifier: the head's pooling, "token" or "gap".
-        num_prefix_tokens: tokens before the patch tokens (class token).
+        num_prefix_tokens: tokens before the patch tokens (class,
+            distillation and register tokens).
         norm_name: the final LayerNorm's name (the official one).
         description: the model's name in messages.
         default_name: the Keras model's name when `name` is None.
         fixed_grid: whether a checkpoint fixes the token grid (Mixers).
+        extra_prefix_tokens: register and distillation tokens among the
+            prefix tokens ("gap" then averages the patch tokens only).
     """
 
     family: str
@@ -368,6 +375,7 @@ class Encoder:
     description: str
     default_name: str
     fixed_grid: bool = False
+    extra_prefix_tokens: int = 0
 
 
 def build_application(
@@ -437,7 +445,8 @@ def build_application(
         x, encoder.norm_name, encoder.classifier if include_top else pooling,
         representation_size, include_top, classes, classifier_activation,
         layer_norm_epsilon=arith["layer_norm_epsilon"], fc_norm=arith["fc_norm"],
-        num_prefix_tokens=encoder.num_prefix_tokens)
+        num_prefix_tokens=encoder.num_prefix_tokens,
+        extra_prefix_tokens=encoder.extra_prefix_tokens)
     model = keras.Model(inputs, x, name=name or encoder.default_name)
     if checkpoint is not None:
         load_checkpoint(model, checkpoint, dropped)

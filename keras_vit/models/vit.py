@@ -27,7 +27,12 @@ from keras_vit.layers import (
 )
 from keras_vit.layers.fused import check_attention
 from keras_vit.layers.resnet import resnet_arithmetic as resnet_arithmetic_args
-from keras_vit.models.application import Encoder, build_application, named_model_builder
+from keras_vit.models.application import (
+    Encoder,
+    build_application,
+    mixed_precision_head_dtype,
+    named_model_builder,
+)
 from keras_vit.models.arguments import (
     check_classes,
     check_feature_args,
@@ -74,6 +79,11 @@ def VisionTransformer(
     feature_format: str | None = None,
     remat: bool = False,
     attention: str = "auto",
+    num_register_tokens: int = 0,
+    distillation_token: bool = False,
+    no_embed_class: bool = False,
+    patch_bias: bool = True,
+    pre_norm: bool = False,
 ) -> keras.Model:
     """Builds a Vision Transformer or an R+ViT hybrid.
 
@@ -160,6 +170,18 @@ def VisionTransformer(
             explicit oneDNN-fused path; `"auto"` takes the one that measured
             faster on the backend and device. Saved in the blocks' configs.
             See docs/models.md#attention-which-kernels-compute-the-attention.
+        num_register_tokens: learned register tokens after the class token
+            (DINOv2-reg); `"gap"` then averages the patch tokens only.
+        distillation_token: a distillation token after the class token
+            (DeiT distilled); its two-head classifier comes in a later
+            release, so it needs `include_top=False`.
+        no_embed_class: position embeddings of the patch grid only, the
+            prefix tokens get none (timm's `no_embed_class`).
+        patch_bias: whether the patch projection has a bias (False: OpenAI
+            CLIP).
+        pre_norm: a LayerNorm after the embeddings, before the blocks
+            (OpenAI CLIP's `ln_pre`), named `"pre_norm"`.
+            See docs/models.md#tokens-and-embeddings-of-later-families.
 
     Returns:
         A functional `keras.Model`.
@@ -203,6 +225,13 @@ def VisionTransformer(
         classes=classes, representation_size=representation_size)
     include_top = include_top and out_indices is None
     remat = check_remat(remat)
+    num_register_tokens = _checks.non_negative_int(num_register_tokens, "num_register_tokens")
+    if distillation_token and include_top:
+        raise ValueError(
+            "distillation_token=True: the distilled classifier (a head on the class "
+            "token and one on the distillation token, averaged at inference, as "
+            "DeiT's) comes in a later release; build with include_top=False "
+            "(pooling='token' reads the class token).")
     attention = check_attention(attention)
     classes = check_classes(classes)
     pooling = check_pooling(pooling, include_top, CLASSIFIERS)
@@ -224,11 +253,16 @@ def VisionTransformer(
             drop_path_rate=drop_path_rate, gelu=arith["gelu"],
             layer_norm_epsilon=arith["layer_norm_epsilon"],
             resnet_arithmetic=arith["resnet_arithmetic"], remat=remat,
-            attention=attention)
+            attention=attention, num_register_tokens=num_register_tokens,
+            distillation_token=bool(distillation_token),
+            no_embed_class=bool(no_embed_class), patch_bias=bool(patch_bias),
+            pre_norm=bool(pre_norm))
 
     encoder = Encoder(
         "vit", encode, effective_patch_size(config), classifier,
-        num_prefix_tokens=int(classifier == "token"), norm_name="encoder_norm",
+        num_prefix_tokens=int(classifier == "token") + int(bool(distillation_token))
+        + num_register_tokens, norm_name="encoder_norm",
+        extra_prefix_tokens=int(bool(distillation_token)) + num_register_tokens,
         description=variant.official_name if variant else "this VisionTransformer",
         default_name="vision_transformer")
     return build_application(
@@ -262,6 +296,11 @@ def vit_encoder(
     resnet_arithmetic: str = "official",
     remat: bool = False,
     attention: str = "auto",
+    num_register_tokens: int = 0,
+    distillation_token: bool = False,
+    no_embed_class: bool = False,
+    patch_bias: bool = True,
+    pre_norm: bool = False,
 ) -> keras.KerasTensor:
     """The ViT encoder as the official `Encoder` (plus the hybrid's ResNet):
     preprocessed images `(batch, H, W, 3)` -> the token sequence `(batch,
@@ -272,6 +311,10 @@ def vit_encoder(
     `remat`: rematerialised blocks (`TransformerBlock(remat=True)`).
     `attention`: the blocks' attention implementation
     (`TransformerBlock(attention=...)`).
+    `num_register_tokens`, `distillation_token`, `no_embed_class`,
+    `patch_bias` (`use_bias`): the `PatchEncoder` options; `pre_norm`: a
+    LayerNorm named "pre_norm" after the embeddings (float32 under a mixed
+    policy).
 
     Example:
 
@@ -291,8 +334,15 @@ def vit_encoder(
                                    name=f"block{stage}_unit{unit}", **stem)(x)
     x = Patches(patch_size, name="patches")(x)
     x = PatchEncoder(hidden_size, use_class_token=use_class_token, grid_size=grid_size,
+                     num_register_tokens=num_register_tokens,
+                     distillation_token=distillation_token,
+                     no_embed_class=no_embed_class, use_bias=patch_bias,
                      name="patch_encoder")(x)
     x = keras.layers.Dropout(dropout_rate, name="encoder_dropout")(x)
+    if pre_norm:
+        x = keras.layers.LayerNormalization(
+            epsilon=layer_norm_epsilon, dtype=mixed_precision_head_dtype(),
+            name="pre_norm")(x)
     for i in range(num_layers):
         x = TransformerBlock(
             num_heads, mlp_dim, dropout_rate=dropout_rate,

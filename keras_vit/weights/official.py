@@ -199,6 +199,7 @@ def official_params(model):
     for layer in model.layers:
         name = layer.name
         if isinstance(layer, PatchEncoder):
+            _check_official_tokens(model, layer)
             params.append(_patch_kernel("embedding/kernel", layer.kernel, patch_size))
             params.append(_same("embedding/bias", layer.bias))
             if layer.use_class_token:
@@ -422,6 +423,21 @@ def _check_finite(array, source, key):
         f"Checkpoint {source}: its weight {key!r} holds {nan:,} NaN and {inf:,} infinite "
         f"values (of {array.size:,}), and keras_vit refuses non-finite weights, with which "
         "the model would output NaN (write or download the file again).")
+
+
+def _check_official_tokens(model, layer):
+    """A ValueError for the PatchEncoder options no checkpoint key maps yet
+    (the DINOv2 / DeiT / CLIP readers come with their families)."""
+    options = [text for text, given in (
+        (f"num_register_tokens={layer.num_register_tokens}", layer.num_register_tokens),
+        ("distillation_token=True", layer.distillation_token),
+        ("no_embed_class=True", layer.no_embed_class),
+        ("patch_bias=False", not layer.use_bias)) if given]
+    if options:
+        raise ValueError(
+            f"Model {model.name!r} is built with {', '.join(options)}: checkpoint "
+            "keys for these come with the DINOv2, DeiT and CLIP readers (a later "
+            "release); save it with model.save(...) or model.save_weights(...).")
 
 
 def _resize_posemb(model, posemb, source):

@@ -1,0 +1,212 @@
+"""The token options of the later ViT families (issue 48, item 1): register
+tokens (DINOv2-reg), a distillation token (DeiT), position embeddings that
+leave the prefix tokens out (timm's `no_embed_class`), a patch projection
+without bias and a LayerNorm after the embeddings (OpenAI CLIP). Known
+answers in NumPy, the layer harness, a tiny VisionTransformer saved and
+reloaded with safe_mode, and today's models unchanged at the defaults."""
+
+import os
+
+import keras
+import numpy as np
+import pytest
+from harness import run_layer_test
+from keras import ops
+
+from keras_vit import layers
+from keras_vit.models.vit import VisionTransformer
+from keras_vit.weights.official import save_official_weights
+from keras_vit.weights.posemb import resize_position_embedding
+
+TINY = dict(patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+            input_shape=(32, 32, 3))
+ALL_TOKENS = dict(num_register_tokens=3, distillation_token=True, no_embed_class=True,
+                  use_bias=False)
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("kwargs", [
+    dict(hidden_size=16, **ALL_TOKENS),
+    dict(hidden_size=16, use_class_token=False, num_register_tokens=2),
+    dict(hidden_size=16, num_register_tokens=2, no_embed_class=True, grid_size=(2, 4)),
+], ids=["all", "registers-no-class", "no-embed-class-resized"])
+def test_patch_encoder_options_in_the_layer_harness(kwargs):
+    """Config round trip, .keras with safe_mode, mixed_bfloat16, tf.data."""
+    layer, (y,) = run_layer_test(layers.PatchEncoder, kwargs, (2, 3, 3, 12))
+    assert y.shape == (2, layer.num_prefix_tokens + 9, 16)
+
+
+def _filled_encoder(grid=None, **kwargs):
+    """A built PatchEncoder (patch_dim 6) whose weights are random known arrays."""
+    rng = np.random.default_rng(3)
+    encoder = layers.PatchEncoder(4, grid_size=grid, **kwargs)
+    encoder.build((None, 2, 3, 6))
+    values = {w.path.split("/")[-1]: rng.normal(size=w.shape).astype("float32")
+              for w in encoder.weights}
+    for w in encoder.weights:
+        w.assign(values[w.path.split("/")[-1]])
+    return encoder, values
+
+
+@pytest.mark.parametrize("no_embed_class", [False, True])
+@pytest.mark.parametrize("use_bias", [True, False])
+def test_prefix_tokens_in_timm_order_with_positions(no_embed_class, use_bias):
+    """[class; distillation; registers; patches E (+ b)] + E_pos, or with
+    no_embed_class E_pos added to the patch tokens only, in NumPy."""
+    encoder, w = _filled_encoder(num_register_tokens=2, distillation_token=True,
+                                 no_embed_class=no_embed_class, use_bias=use_bias)
+    x = np.random.default_rng(4).normal(size=(2, 2, 3, 6)).astype("float32")
+    patches = x.reshape(2, 6, 6) @ w["kernel"] + (w["bias"] if use_bias else 0.0)
+    prefix = np.concatenate([w["class_token"], w["distillation_token"],
+                             w["register_tokens"]], axis=1)
+    prefix = np.broadcast_to(prefix, (2, 4, 4))
+    posemb = w["position_embedding"]
+    if no_embed_class:
+        assert posemb.shape == (1, 6, 4)
+        expected = np.concatenate([prefix, patches + posemb], axis=1)
+    else:
+        assert posemb.shape == (1, 10, 4)
+        expected = np.concatenate([prefix, patches], axis=1) + posemb
+    assert encoder.num_prefix_tokens == 4
+    assert ("bias" in w) == use_bias
+    np.testing.assert_allclose(ops.convert_to_numpy(encoder(x)), expected,
+                               rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("no_embed_class", [False, True])
+def test_another_grid_resizes_only_the_patch_positions(no_embed_class):
+    """A 4x2 input on a 2x3 stored grid: the patch positions resized as
+    `weights.resize_position_embedding` (scipy) does; the prefix tokens, and
+    with no_embed_class their (absent) positions, never resized."""
+    encoder, w = _filled_encoder(grid=(2, 3), num_register_tokens=2,
+                                 no_embed_class=no_embed_class)
+    x = np.zeros((1, 4, 2, 6), "float32")  # zero patches: the output is tokens + positions
+    embedded = 0 if no_embed_class else 3
+    posemb = resize_position_embedding(w["position_embedding"], (4, 2), embedded, (2, 3))
+    prefix = np.concatenate([w["class_token"], w["register_tokens"]], axis=1)
+    patch_part = w["bias"] + posemb[:, embedded:]
+    prefix_part = prefix + (0.0 if no_embed_class else posemb[:, :3])
+    expected = np.concatenate([prefix_part, patch_part], axis=1)
+    np.testing.assert_allclose(ops.convert_to_numpy(encoder(x)), expected,
+                               rtol=1e-5, atol=1e-5)
+
+
+def _sequence_and_pool(**kwargs):
+    """(the normed token sequence, the pooled vector) of one tiny model."""
+    model = VisionTransformer(**TINY, include_top=False, **kwargs)
+    x = np.random.default_rng(5).uniform(0, 255, size=(2, 32, 32, 3)).astype("float32")
+    probe = keras.Model(model.inputs, [model.get_layer("encoder_norm").output, model.output])
+    return [ops.convert_to_numpy(y) for y in probe(x)]
+
+
+@pytest.mark.parametrize("kwargs, prefix", [
+    (dict(classifier="gap", num_register_tokens=4, pooling="gap"), 4),
+    (dict(num_register_tokens=2, pooling="gap"), 3),
+    (dict(num_register_tokens=2, pooling="avg"), 3),
+    (dict(distillation_token=True, pooling="gap"), 2),
+    (dict(classifier="gap", pooling="gap"), 0),  # the official gap: every token
+], ids=["gap-registers", "gap-class-registers", "avg", "gap-distilled", "gap-official"])
+def test_gap_averages_the_patch_tokens_only(kwargs, prefix):
+    """As timm's global_pool='avg' with num_prefix_tokens: registers, the
+    distillation token and the class token are left out of the mean."""
+    sequence, pooled = _sequence_and_pool(**kwargs)
+    assert sequence.shape[1] == prefix + 16
+    np.testing.assert_allclose(pooled, sequence[:, prefix:].mean(axis=1), rtol=1e-5,
+                               atol=1e-6)
+
+
+def test_token_pooling_reads_the_class_token_before_the_others():
+    sequence, pooled = _sequence_and_pool(num_register_tokens=2, distillation_token=True,
+                                          pooling="token")
+    assert sequence.shape[1] == 4 + 16  # class, distillation, 2 registers
+    np.testing.assert_array_equal(pooled, sequence[:, 0])
+
+
+def test_pre_norm_normalises_the_embeddings():
+    """CLIP's ln_pre: LayerNorm(eps 1e-6 here) of the PatchEncoder's output."""
+    model = VisionTransformer(**TINY, classes=3, pre_norm=True, patch_bias=False)
+    norm = model.get_layer("pre_norm")
+    norm.gamma.assign(np.linspace(0.5, 2.0, 16, dtype="float32"))
+    norm.beta.assign(np.linspace(-1.0, 1.0, 16, dtype="float32"))
+    probe = keras.Model(model.inputs, [model.get_layer("patch_encoder").output, norm.output])
+    x = np.random.default_rng(6).uniform(0, 255, size=(1, 32, 32, 3)).astype("float32")
+    tokens, normed = (ops.convert_to_numpy(y) for y in probe(x))
+    mean = tokens.mean(-1, keepdims=True)
+    var = tokens.var(-1, keepdims=True)
+    expected = (tokens - mean) / np.sqrt(var + 1e-6) * np.linspace(0.5, 2.0, 16) \
+        + np.linspace(-1.0, 1.0, 16)
+    np.testing.assert_allclose(normed, expected, rtol=1e-4, atol=1e-5)
+    assert "patch_encoder/bias" not in [w.path for w in model.weights]
+
+
+def test_pre_norm_in_float32_under_mixed_precision():
+    keras.config.set_dtype_policy("mixed_bfloat16")
+    try:
+        model = VisionTransformer(**TINY, classes=3, pre_norm=True)
+    finally:
+        keras.config.set_dtype_policy("float32")
+    assert model.get_layer("pre_norm").compute_dtype == "float32"
+
+
+def test_tiny_model_with_every_option_saves_and_reloads(tmp_path):
+    model = VisionTransformer(**TINY, include_top=False, pooling="token",
+                              num_register_tokens=2, distillation_token=True,
+                              no_embed_class=True, patch_bias=False, pre_norm=True)
+    assert model.count_params() < 10_000
+    x = np.random.default_rng(7).uniform(0, 255, size=(2, 32, 32, 3)).astype("float32")
+    path = os.fspath(tmp_path / "tokens.keras")
+    model.save(path)
+    loaded = keras.saving.load_model(path, safe_mode=True)
+    np.testing.assert_array_equal(ops.convert_to_numpy(loaded(x)),
+                                  ops.convert_to_numpy(model(x)))
+    encoder = loaded.get_layer("patch_encoder")
+    assert (encoder.num_register_tokens, encoder.distillation_token, encoder.no_embed_class,
+            encoder.use_bias) == (2, True, True, False)
+
+
+def test_features_only_leaves_every_prefix_token_out():
+    model = VisionTransformer(**TINY, features_only=True, out_indices=1,
+                              num_register_tokens=4)
+    x = np.zeros((1, 32, 32, 3), "float32")
+    features = model(x)
+    features = features[0] if isinstance(features, (list, tuple)) else features
+    assert ops.convert_to_numpy(features).shape == (1, 4, 4, 16)
+
+
+# A default model's weights, exactly as before these options (names and shapes).
+DEFAULT_WEIGHTS = [
+    ("patch_encoder/kernel", (192, 16)), ("patch_encoder/bias", (16,)),
+    ("patch_encoder/class_token", (1, 1, 16)),
+    ("patch_encoder/position_embedding", (1, 17, 16)),
+    ("encoderblock_0/norm1/gamma", (16,)), ("encoderblock_0/norm1/beta", (16,)),
+]
+
+
+def test_defaults_keep_todays_model():
+    """Same weights list, names and shapes, and the same outputs as with
+    every new option spelled out at its default."""
+    model = VisionTransformer(**TINY, classes=3)
+    got = [(w.path, tuple(w.shape)) for w in model.weights]
+    assert got[:len(DEFAULT_WEIGHTS)] == DEFAULT_WEIGHTS
+    assert "pre_norm" not in [layer.name for layer in model.layers]
+    assert model.get_layer("pool").num_prefix_tokens == 0
+    spelled = VisionTransformer(**TINY, classes=3, num_register_tokens=0,
+                                distillation_token=False, no_embed_class=False,
+                                patch_bias=True, pre_norm=False)
+    assert [(w.path, tuple(w.shape)) for w in spelled.weights] == got
+    spelled.set_weights(model.get_weights())
+    x = np.random.default_rng(8).uniform(0, 255, size=(2, 32, 32, 3)).astype("float32")
+    np.testing.assert_array_equal(ops.convert_to_numpy(spelled(x)),
+                                  ops.convert_to_numpy(model(x)))
+
+
+def test_refusals(tmp_path):
+    with pytest.raises(ValueError, match="distillation_token=True: the distilled "
+                                         "classifier .* include_top=False"):
+        VisionTransformer(**TINY, distillation_token=True)
+    with pytest.raises(ValueError, match="num_register_tokens"):
+        VisionTransformer(**TINY, num_register_tokens=-1)
+    model = VisionTransformer(**TINY, classes=3, num_register_tokens=2, patch_bias=False)
+    with pytest.raises(ValueError, match=r"num_register_tokens=2, patch_bias=False: "
+                                         "checkpoint keys for these come with"):
+        save_official_weights(model, os.fspath(tmp_path / "x.npz"))
