@@ -210,3 +210,19 @@ def test_refusals(tmp_path):
     with pytest.raises(ValueError, match=r"num_register_tokens=2, patch_bias=False: "
                                          "checkpoint keys for these come with"):
         save_official_weights(model, os.fspath(tmp_path / "x.npz"))
+
+
+@pytest.mark.parametrize("no_embed_class", [False, True])
+def test_position_embedding_similarity_reads_the_patch_rows(no_embed_class):
+    """inspect's Fig. 7 map: the patch rows of the embedding, whether or not
+    it holds rows for the class and register tokens."""
+    from keras_vit import inspect as vit_inspect
+
+    model = VisionTransformer(**TINY, include_top=False, num_register_tokens=2,
+                              no_embed_class=no_embed_class)
+    posemb = ops.convert_to_numpy(model.get_layer("patch_encoder").position_embedding)[0]
+    patches = posemb[0 if no_embed_class else 3:].astype("float64")
+    unit = patches / np.linalg.norm(patches, axis=-1, keepdims=True)
+    expected = (unit @ unit.T).reshape(4, 4, 4, 4)
+    np.testing.assert_allclose(vit_inspect.position_embedding_similarity(model), expected,
+                               rtol=1e-5, atol=1e-6)

@@ -257,7 +257,8 @@ def position_embedding_similarity(model):
     grid_w)`; `[i, j]` is the map of patch (i, j)."""
     parts = _Parts(model)
     embedding = keras.ops.convert_to_numpy(parts.encoder.position_embedding)[0]
-    patches = embedding[parts.prefix:].astype("float64")
+    # the patch rows: with no_embed_class the embedding has no prefix rows
+    patches = embedding[parts.encoder.num_embedded_prefix_tokens:].astype("float64")
     unit = patches / np.maximum(np.linalg.norm(patches, axis=-1, keepdims=True), 1e-12)
     similarity = unit @ unit.T
     return similarity.reshape(*parts.grid, *parts.grid).astype("float32")
