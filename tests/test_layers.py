@@ -35,6 +35,8 @@ LAYER_CASES = [
     (layers.PatchEncoder, dict(hidden_size=16, grid_size=(2, 4)), (2, 3, 3, 12)),
     (layers.ClassifierHead, dict(units=3, class_names=["cat", "dog", "emu"]), (2, 16)),
     (layers.ImageNormalization, dict(mean=[127.5] * 3, variance=[127.5**2] * 3), (2, 4, 4, 3)),
+    (layers.LayerScale, dict(init_value=0.1), (2, 5, 16)),
+    (layers.AttentionPooling, dict(num_heads=2, mlp_dim=24), (2, 5, 16)),
 ]
 
 

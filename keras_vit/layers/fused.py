@@ -93,7 +93,10 @@ def layer_norm(layer, x):
     return tf.reshape(y, tf.shape(x)) * gamma + beta
 
 
-GELU_FORMS = ("tanh", "erf")
+GELU_FORMS = ("tanh", "erf", "quick")
+
+# OpenAI CLIP's QuickGELU: x * sigmoid(1.702 x) (timm's `quick_gelu`).
+QUICK_GELU_SCALE = 1.702
 
 
 def gelu_tanh(x):
@@ -102,9 +105,16 @@ def gelu_tanh(x):
     return ops.gelu(x, approximate=True)
 
 
+def quick_gelu(x):
+    """OpenAI CLIP's QuickGELU, `x * sigmoid(1.702 x)` (timm's
+    `quick_gelu`, transformers' `"quick_gelu"`)."""
+    return x * ops.sigmoid(ops.cast(QUICK_GELU_SCALE, x.dtype) * x)
+
+
 def check_gelu(gelu):
-    """Validates a GELU form name: "tanh" (official) or "erf" (exact, as
-    PyTorch's `nn.GELU()` in timm and transformers)."""
+    """Validates a GELU form name: "tanh" (official), "erf" (exact, as
+    PyTorch's `nn.GELU()` in timm and transformers) or "quick"
+    (`x * sigmoid(1.702 x)`, OpenAI CLIP's QuickGELU)."""
     if gelu not in GELU_FORMS:
         raise ValueError(f"Unknown gelu={gelu!r}; allowed: {GELU_FORMS}.")
     return gelu
@@ -154,8 +164,9 @@ def dense(layer, x, gelu=False, training=False):
     without its own activation and a 2-D `x` of shape `(rows, features)`.
 
     `gelu`: False (none), True or "tanh" (the tanh approximation), "erf"
-    (exact GELU). `training`: on TensorFlow a training call takes the GELU
-    with a written-out gradient (`_gelu_with_gradient`).
+    (exact GELU), "quick" (`x * sigmoid(1.702 x)`). `training`: on
+    TensorFlow a training call takes the tanh or erf GELU with a
+    written-out gradient (`_gelu_with_gradient`).
 
     Must be called from inside the owning layer's `call`, so that the
     mixed-precision autocast scope casts the kernel to the compute dtype.
@@ -174,6 +185,8 @@ def dense(layer, x, gelu=False, training=False):
     # On TensorFlow ops.gelu is tf.nn.gelu, the op grappler fuses.
     if not gelu:
         return y
+    if gelu == "quick":
+        return quick_gelu(y)
     if training and keras.backend.backend() == "tensorflow":
         return _gelu_with_gradient(y, approximate=gelu != "erf")
     if gelu == "erf":

@@ -1,11 +1,13 @@
 """SequencePooling: turn the token sequence into one vector (`token` or
 `gap`, the official `classifier` field; `avg` or `max` over the patch
-tokens, the keras.applications `pooling=` values)."""
+tokens, the keras.applications `pooling=` values); AttentionPooling: the
+learned multi-head attention-pooling head (`map`, SigLIP)."""
 
 import keras
 from keras import ops
 
 from keras_vit import _checks
+from keras_vit.layers.fused import check_gelu, dense, layer_norm
 
 POOLING_MODES = ("token", "gap", "avg", "max")
 
@@ -64,4 +66,106 @@ class SequencePooling(keras.layers.Layer):
         config = super().get_config()
         config["mode"] = self.mode
         config["num_prefix_tokens"] = self.num_prefix_tokens
+        return config
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class AttentionPooling(keras.layers.Layer):
+    """Multi-head attention pooling (`map`: SigLIP's `MAPHead`, timm's
+    `AttentionPoolLatent`): a learned probe token attends over the tokens.
+
+    ```
+    y = Dense_out(MHA(query=Dense_q(probe), key, value=Dense_kv(x)))
+    y = y + MLP(LayerNorm(y))                # MLP: Dense, GELU, Dense
+    ```
+
+    Pools `(batch, tokens, hidden)` to `(batch, hidden)`. The query is
+    divided by `sqrt(head_dim)`; the softmax and the LayerNorm statistics
+    are computed in float32 under a mixed-precision policy. Weights: the
+    probe `(1, 1, hidden)` (timm's `latent`), `query` (timm's `q`),
+    `key_value` (timm's `kv`: keys, then values), `out` (`proj`), `norm`,
+    `mlp_dense1`, `mlp_dense2` (`mlp.fc1`, `mlp.fc2`).
+
+    Args:
+        num_heads: attention heads; must divide the width.
+        mlp_dim: width of the MLP hidden layer.
+        layer_norm_epsilon: the LayerNorm's epsilon.
+        gelu: the MLP's GELU form, `"tanh"`, `"erf"` or `"quick"`.
+
+    Example:
+
+    >>> pool = AttentionPooling(num_heads=2, mlp_dim=32)
+    >>> tuple(pool(keras.ops.ones((3, 5, 16))).shape)
+    (3, 16)
+    """
+
+    def __init__(self, num_heads, mlp_dim, layer_norm_epsilon=1e-6, gelu="tanh", **kwargs):
+        super().__init__(**kwargs)
+        self.num_heads = _checks.positive_int(num_heads, "num_heads")
+        self.mlp_dim = _checks.positive_int(mlp_dim, "mlp_dim")
+        self.layer_norm_epsilon = float(layer_norm_epsilon)
+        self.gelu = check_gelu(gelu)
+        policy = self.dtype_policy
+        self.norm = keras.layers.LayerNormalization(
+            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm")
+        self.mlp_dense1 = keras.layers.Dense(self.mlp_dim, dtype=policy, name="mlp_dense1")
+        self.probe = self.query = self.key_value = self.out = self.mlp_dense2 = None
+
+    def build(self, input_shape):
+        if len(input_shape) != 3 or input_shape[-1] is None:
+            raise ValueError(
+                "AttentionPooling expects (batch, tokens, hidden) with a known "
+                f"hidden size, got {tuple(input_shape)}.")
+        hidden = int(input_shape[-1])
+        if hidden % self.num_heads:
+            raise ValueError(
+                f"The hidden size {hidden} is not divisible by num_heads={self.num_heads}.")
+        self.hidden_size = hidden
+        policy = self.dtype_policy
+        self.probe = self.add_weight(
+            name="probe", shape=(1, 1, hidden), initializer="glorot_uniform")
+        self.query = keras.layers.Dense(hidden, dtype=policy, name="query")
+        self.key_value = keras.layers.Dense(2 * hidden, dtype=policy, name="key_value")
+        self.out = keras.layers.Dense(hidden, dtype=policy, name="out")
+        self.mlp_dense2 = keras.layers.Dense(hidden, dtype=policy, name="mlp_dense2")
+        rows = (None, hidden)
+        self.query.build(rows)
+        self.key_value.build(rows)
+        self.out.build(rows)
+        self.norm.build(rows)
+        self.mlp_dense1.build(rows)
+        self.mlp_dense2.build((None, self.mlp_dim))
+        self.built = True
+
+    def call(self, inputs):
+        hidden, heads = self.hidden_size, self.num_heads
+        head_dim = hidden // heads
+        dtype = inputs.dtype
+        tokens = inputs.shape[1] if inputs.shape[1] is not None else ops.shape(inputs)[1]
+        probe = ops.reshape(ops.cast(self.probe, dtype), (1, hidden))
+        query = ops.reshape(dense(self.query, probe), (heads, head_dim))
+        query = query / ops.cast(head_dim ** 0.5, dtype)
+        kv = dense(self.key_value, ops.reshape(inputs, (-1, hidden)))
+        kv = ops.reshape(kv, (-1, tokens, 2, heads, head_dim))
+        key, value = ops.unstack(ops.transpose(kv, (2, 0, 3, 1, 4)), 2, axis=0)
+        # (batch, heads, tokens, dim) x (heads, dim) -> (batch, heads, tokens)
+        logits = ops.einsum("bhnd,hd->bhn", key, query)
+        weights = ops.cast(ops.softmax(ops.cast(logits, "float32"), axis=-1), dtype)
+        y = ops.reshape(ops.einsum("bhn,bhnd->bhd", weights, value), (-1, hidden))
+        y = dense(self.out, y)
+        mlp = dense(self.mlp_dense1, layer_norm(self.norm, y), gelu=self.gelu)
+        return y + dense(self.mlp_dense2, mlp)
+
+    def compute_output_shape(self, input_shape):
+        return (input_shape[0], input_shape[-1])
+
+    @property
+    def dense_layers(self):
+        """The Dense layers (`model.quantize` quantizes them)."""
+        return [self.query, self.key_value, self.out, self.mlp_dense1, self.mlp_dense2]
+
+    def get_config(self):
+        config = super().get_config()
+        config.update(num_heads=self.num_heads, mlp_dim=self.mlp_dim,
+                      layer_norm_epsilon=self.layer_norm_epsilon, gelu=self.gelu)
         return config

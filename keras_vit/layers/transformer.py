@@ -18,15 +18,62 @@ from keras_vit.layers._utils import dtype_config, sublayer_policy
 from keras_vit.layers.drop_path import DropPath
 
 
+def check_layer_scale_init(value, name="layer_scale_init"):
+    """`layer_scale_init`: None (no LayerScale) or a finite number > 0."""
+    if value is None:
+        return None
+    return _checks.positive_float(value, name, "DINOv2: 1e-5, DeiT-III: 1e-6")
+
+
+@keras.saving.register_keras_serializable(package="keras_vit")
+class LayerScale(keras.layers.Layer):
+    """A learned per-channel scale, `x * gamma` (CaiT's LayerScale, as
+    timm's `LayerScale`): `gamma` of shape `(hidden,)`, initialised to
+    `init_value` (DINOv2: 1e-5, DeiT-III: 1e-6). The scale is float32 and
+    cast to the compute dtype under a mixed-precision policy.
+
+    Example:
+
+    >>> scale = LayerScale(0.5)
+    >>> keras.ops.convert_to_numpy(scale(keras.ops.ones((1, 2, 3))))[0, 0]
+    array([0.5, 0.5, 0.5], dtype=float32)
+    """
+
+    def __init__(self, init_value=1e-5, **kwargs):
+        super().__init__(**kwargs)
+        self.init_value = _checks.positive_float(init_value, "init_value")
+        self.gamma = None
+
+    def build(self, input_shape):
+        self.gamma = self.add_weight(
+            name="gamma", shape=(int(input_shape[-1]),),
+            initializer=keras.initializers.Constant(self.init_value))
+        self.built = True
+
+    def call(self, inputs):
+        return inputs * ops.cast(self.gamma, inputs.dtype)
+
+    def compute_output_shape(self, input_shape):
+        return input_shape
+
+    def get_config(self):
+        config = super().get_config()
+        config["init_value"] = self.init_value
+        return config
+
+
 @keras.saving.register_keras_serializable(package="keras_vit")
 class TransformerBlock(keras.layers.Layer):
     """Pre-LayerNorm transformer encoder block.
 
     ```
-    x = x + DropPath(Dropout(MHSA(LayerNorm(x))))
-    x = x + DropPath(MLP(LayerNorm(x)))       # MLP: Dense, GELU, Dropout,
-                                               #      Dense, Dropout
+    x = x + DropPath([ls1] Dropout(MHSA(LayerNorm(x))))
+    x = x + DropPath([ls2] MLP(LayerNorm(x)))  # MLP: Dense, GELU, Dropout,
+                                                #      Dense, Dropout
     ```
+
+    `ls1`, `ls2`: `LayerScale` (per-channel `gamma`), only with
+    `layer_scale_init` (DINOv2, DeiT-III, timm's `init_values`).
 
     As in the official `Encoder1DBlock`: LayerNorm epsilon 1e-6, query
     divided by `sqrt(head_dim)`, GELU with the tanh approximation. The
@@ -46,9 +93,15 @@ class TransformerBlock(keras.layers.Layer):
         drop_path_rate: stochastic depth rate of both residual branches.
         layer_norm_epsilon: LayerNorm epsilon (official and timm: 1e-6;
             Hugging Face transformers ViT: 1e-12).
-        gelu: `"tanh"` (the tanh approximation, official) or `"erf"`
+        gelu: `"tanh"` (the tanh approximation, official), `"erf"`
             (exact GELU, PyTorch's `nn.GELU()` as timm and transformers
-            use it). Weights loaded from those libraries set it.
+            use it) or `"quick"` (`x * sigmoid(1.702 x)`, OpenAI CLIP's
+            QuickGELU). Weights loaded from those libraries set it.
+        layer_scale_init: None (the default: no LayerScale, the official
+            block) or a float: each residual branch is multiplied by a
+            learned per-channel scale (sublayers `ls1`, `ls2`, weight
+            `gamma`) initialised to it, as timm's `init_values` (DINOv2
+            1e-5, DeiT-III 1e-6).
         remat: rematerialise the block in training calls (gradient
             checkpointing, `keras.remat`): less memory, more compute, the
             same values and gradients (the same dropout and drop-path
@@ -92,10 +145,12 @@ class TransformerBlock(keras.layers.Layer):
         gelu="tanh",
         remat=False,
         attention="auto",
+        layer_scale_init=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.attention = check_attention(attention)
+        self.layer_scale_init = check_layer_scale_init(layer_scale_init)
         self.gelu = check_gelu(gelu)
         self.remat = _checks.boolean(remat, "remat")
         self.num_heads = _checks.positive_int(num_heads, "num_heads")
@@ -130,6 +185,12 @@ class TransformerBlock(keras.layers.Layer):
         self.drop_path = DropPath(
             self.drop_path_rate, dtype=policy, name="drop_path"
         )
+        # Created only with LayerScale, so that the default block's weights
+        # are today's.
+        self.ls1 = self.ls2 = None
+        if self.layer_scale_init is not None:
+            self.ls1 = LayerScale(self.layer_scale_init, dtype=policy, name="ls1")
+            self.ls2 = LayerScale(self.layer_scale_init, dtype=policy, name="ls2")
         # Created in build(), when the width is known.
         self.qkv = None
         self.attention_output = None
@@ -170,6 +231,9 @@ class TransformerBlock(keras.layers.Layer):
         self.attention_output.build(input_shape)
         self.mlp_dense1.build(input_shape)
         self.mlp_dense2.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
+        if self.ls1 is not None:
+            self.ls1.build(input_shape)
+            self.ls2.build(input_shape)
         self.built = True
 
     def _uses_dot_product(self, training, return_attention_scores):
@@ -203,9 +267,13 @@ class TransformerBlock(keras.layers.Layer):
     def _forward(self, inputs, training, return_attention_scores=False):
         y, weights = self._attention(layer_norm(self.norm1, inputs), training,
                                      return_attention_scores)
-        y = self.drop_path(self.dropout(y, training=training), training=training)
-        x = inputs + y
+        y = self.dropout(y, training=training)
+        if self.ls1 is not None:
+            y = self.ls1(y)
+        x = inputs + self.drop_path(y, training=training)
         y = self.dropout(self._mlp(layer_norm(self.norm2, x), training), training=training)
+        if self.ls2 is not None:
+            y = self.ls2(y)
         return x + self.drop_path(y, training=training), weights
 
     def call(self, inputs, training=None, return_attention_scores=False):
@@ -239,6 +307,7 @@ class TransformerBlock(keras.layers.Layer):
                 "gelu": self.gelu,
                 "remat": self.remat,
                 "attention": self.attention,
+                "layer_scale_init": self.layer_scale_init,
                 "dtype": dtype_config(self),
             }
         )

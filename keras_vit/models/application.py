@@ -24,7 +24,7 @@ import keras
 
 from keras_vit.errors import CheckpointMismatchError
 from keras_vit.labels import set_class_names
-from keras_vit.layers import ClassifierHead, SequencePooling
+from keras_vit.layers import AttentionPooling, ClassifierHead, SequencePooling
 from keras_vit.layers.blocks import encoder_blocks
 from keras_vit.layers.features import FeatureMap
 from keras_vit.layers.preprocessing import ImageNormalization
@@ -279,7 +279,8 @@ def arithmetic(checkpoint, **given):
 
 def classification_head(x, norm_name, pool, representation_size, include_top,
                         classes, classifier_activation, layer_norm_epsilon=1e-6,
-                        fc_norm=False, num_prefix_tokens=0, extra_prefix_tokens=0):
+                        fc_norm=False, num_prefix_tokens=0, extra_prefix_tokens=0,
+                        attention_pool=None, gelu="tanh"):
     """Final LayerNorm, pooling, optional `pre_logits` (Dense + tanh) and
     the zero-initialised head; float32 under a mixed-precision policy.
 
@@ -291,12 +292,19 @@ def classification_head(x, norm_name, pool, representation_size, include_top,
     averages every token (the official "gap").
 
     `fc_norm=True` (timm's `gap` models): pool first, then the LayerNorm
-    (named "fc_norm"); the sequence itself is not normalised."""
+    (named "fc_norm"); the sequence itself is not normalised.
+
+    `pool="map"`: the attention-pooling head (`AttentionPooling`, named
+    "map_head") of `attention_pool` (its `num_heads`, `mlp_dim`) with the
+    model's `gelu` and epsilon, over every token."""
     dtype = mixed_precision_head_dtype()
     if not fc_norm:
         x = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=dtype, name=norm_name)(x)
-    if pool is not None:
+    if pool == "map":
+        x = AttentionPooling(**attention_pool, layer_norm_epsilon=layer_norm_epsilon,
+                             gelu=gelu, dtype=dtype, name="map_head")(x)
+    elif pool is not None:
         prefix = (num_prefix_tokens if pool in FEATURE_POOLINGS
                   or (pool == "gap" and extra_prefix_tokens) else 0)
         x = SequencePooling(pool, num_prefix_tokens=prefix, dtype=dtype, name="pool")(x)
@@ -362,6 +370,8 @@ class Encoder:
         description: the model's name in messages.
         default_name: the Keras model's name when `name` is None.
         fixed_grid: whether a checkpoint fixes the token grid (Mixers).
+        attention_pool: for classifier "map", the attention-pooling head's
+            `num_heads` and `mlp_dim` (`AttentionPooling`).
         extra_prefix_tokens: register and distillation tokens among the
             prefix tokens ("gap" then averages the patch tokens only).
     """
@@ -375,6 +385,7 @@ class Encoder:
     description: str
     default_name: str
     fixed_grid: bool = False
+    attention_pool: dict | None = None
     extra_prefix_tokens: int = 0
 
 
@@ -446,6 +457,7 @@ def build_application(
         representation_size, include_top, classes, classifier_activation,
         layer_norm_epsilon=arith["layer_norm_epsilon"], fc_norm=arith["fc_norm"],
         num_prefix_tokens=encoder.num_prefix_tokens,
+        attention_pool=encoder.attention_pool, gelu=arith["gelu"],
         extra_prefix_tokens=encoder.extra_prefix_tokens)
     model = keras.Model(inputs, x, name=name or encoder.default_name)
     if checkpoint is not None:

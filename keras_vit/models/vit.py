@@ -27,6 +27,7 @@ from keras_vit.layers import (
 )
 from keras_vit.layers.fused import check_attention
 from keras_vit.layers.resnet import resnet_arithmetic as resnet_arithmetic_args
+from keras_vit.layers.transformer import check_layer_scale_init
 from keras_vit.models.application import (
     Encoder,
     build_application,
@@ -42,7 +43,7 @@ from keras_vit.models.arguments import (
 from keras_vit.variants import VIT_VARIANTS, effective_patch_size, find_variant
 from keras_vit.weights.checkpoint import Checkpoint
 
-CLASSIFIERS = ("token", "gap")
+CLASSIFIERS = ("token", "gap", "map")
 
 
 def VisionTransformer(
@@ -79,6 +80,7 @@ def VisionTransformer(
     feature_format: str | None = None,
     remat: bool = False,
     attention: str = "auto",
+    layer_scale_init: float | None = None,
     num_register_tokens: int = 0,
     distillation_token: bool = False,
     no_embed_class: bool = False,
@@ -97,7 +99,9 @@ def VisionTransformer(
         num_layers: number of transformer blocks.
         num_heads: attention heads per block.
         mlp_dim: MLP hidden width.
-        classifier: `"token"` (class token) or `"gap"` (mean of all tokens).
+        classifier: `"token"` (class token), `"gap"` (mean of all tokens)
+            or `"map"` (no class token; a multi-head attention-pooling head,
+            `keras_vit.layers.AttentionPooling`, as SigLIP's).
         representation_size: width of the `pre_logits` Dense + tanh layer,
             None for none. With checkpoint weights, None means "as the
             checkpoint has it" when its head is kept.
@@ -140,7 +144,8 @@ def VisionTransformer(
         gelu, layer_norm_epsilon, fc_norm, resnet_arithmetic, image_mean,
             image_std: the arithmetic. None (the default): a timm or
             transformers checkpoint's, else the official one:
-            `gelu="tanh"` (or `"erf"`), `layer_norm_epsilon=1e-6`,
+            `gelu="tanh"` (or `"erf"`; `"quick"`: OpenAI CLIP's
+            `x * sigmoid(1.702 x)`), `layer_norm_epsilon=1e-6`,
             `fc_norm=False` (True: pool, then LayerNorm),
             `resnet_arithmetic="official"` (or `"timm"`), and
             `image_mean=image_std=0.5` per channel on the [0, 1] scale.
@@ -170,6 +175,9 @@ def VisionTransformer(
             explicit oneDNN-fused path; `"auto"` takes the one that measured
             faster on the backend and device. Saved in the blocks' configs.
             See docs/models.md#attention-which-kernels-compute-the-attention.
+        layer_scale_init: None (the default, the official block) or the
+            initial value of a learned per-channel LayerScale on each
+            residual branch (DINOv2: 1e-5, DeiT-III: 1e-6).
         num_register_tokens: learned register tokens after the class token
             (DINOv2-reg); `"gap"` then averages the patch tokens only.
         distillation_token: a distillation token after the class token
@@ -209,6 +217,11 @@ def VisionTransformer(
         )
     if representation_size is not None:
         _checks.positive_int(representation_size, "representation_size")
+        if classifier == "map":
+            raise ValueError(
+                f"representation_size={representation_size!r} adds pre_logits after a "
+                "'token' or 'gap' pooling; classifier='map' has none. Pass None.")
+    layer_scale_init = check_layer_scale_init(layer_scale_init)
     for rate_name, rate in (("dropout_rate", dropout_rate),
                             ("attention_dropout_rate", attention_dropout_rate),
                             ("drop_path_rate", drop_path_rate)):
@@ -234,7 +247,9 @@ def VisionTransformer(
             "(pooling='token' reads the class token).")
     attention = check_attention(attention)
     classes = check_classes(classes)
-    pooling = check_pooling(pooling, include_top, CLASSIFIERS)
+    # "map" pools through the attention-pooling head a classifier="map" model has
+    pooling = check_pooling(pooling, include_top,
+                            CLASSIFIERS if classifier == "map" else ("token", "gap"))
     if pooling == "token" and classifier != "token":
         raise ValueError(
             "pooling='token' needs a class token, but this model has "
@@ -253,6 +268,7 @@ def VisionTransformer(
             drop_path_rate=drop_path_rate, gelu=arith["gelu"],
             layer_norm_epsilon=arith["layer_norm_epsilon"],
             resnet_arithmetic=arith["resnet_arithmetic"], remat=remat,
+            layer_scale_init=layer_scale_init,
             attention=attention, num_register_tokens=num_register_tokens,
             distillation_token=bool(distillation_token),
             no_embed_class=bool(no_embed_class), patch_bias=bool(patch_bias),
@@ -264,7 +280,9 @@ def VisionTransformer(
         + num_register_tokens, norm_name="encoder_norm",
         extra_prefix_tokens=int(bool(distillation_token)) + num_register_tokens,
         description=variant.official_name if variant else "this VisionTransformer",
-        default_name="vision_transformer")
+        default_name="vision_transformer",
+        attention_pool=dict(num_heads=num_heads, mlp_dim=mlp_dim)
+        if classifier == "map" else None)
     return build_application(
         encoder, variant=variant, weights=weights, include_top=include_top,
         input_tensor=input_tensor, input_shape=input_shape, pooling=pooling,
@@ -296,6 +314,7 @@ def vit_encoder(
     resnet_arithmetic: str = "official",
     remat: bool = False,
     attention: str = "auto",
+    layer_scale_init: float | None = None,
     num_register_tokens: int = 0,
     distillation_token: bool = False,
     no_embed_class: bool = False,
@@ -310,7 +329,8 @@ def vit_encoder(
     `grid_size`: the token grid the position embedding is stored at.
     `remat`: rematerialised blocks (`TransformerBlock(remat=True)`).
     `attention`: the blocks' attention implementation
-    (`TransformerBlock(attention=...)`).
+    (`TransformerBlock(attention=...)`). `layer_scale_init`: the blocks'
+    LayerScale (`TransformerBlock(layer_scale_init=...)`), None for none.
     `num_register_tokens`, `distillation_token`, `no_embed_class`,
     `patch_bias` (`use_bias`): the `PatchEncoder` options; `pre_norm`: a
     LayerNorm named "pre_norm" after the embeddings (float32 under a mixed
@@ -349,7 +369,8 @@ def vit_encoder(
             attention_dropout_rate=attention_dropout_rate,
             drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
             layer_norm_epsilon=layer_norm_epsilon, gelu=gelu, remat=remat,
-            attention=attention, name=f"encoderblock_{i}",
+            attention=attention, layer_scale_init=layer_scale_init,
+            name=f"encoderblock_{i}",
         )(x)
     return x
 

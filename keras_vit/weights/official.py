@@ -209,6 +209,12 @@ def official_params(model):
                       lambda a: a[0], lambda v: [v], "posemb")
             )
         elif isinstance(layer, TransformerBlock):
+            if getattr(layer, "layer_scale_init", None) is not None:
+                raise ValueError(
+                    f"Model {model.name!r} is built with layer_scale_init="
+                    f"{layer.layer_scale_init!r}: checkpoint keys for LayerScale come "
+                    "with the DINOv2 and DeiT-III readers (a later release); save it "
+                    "with model.save(...) or model.save_weights(...).")
             i = int(_BLOCK_INDEX.search(name).group(1))
             params += _transformer_block(f"Transformer/encoderblock_{i}", layer)
         elif isinstance(layer, MixerBlock):
