@@ -202,37 +202,11 @@ def VisionTransformer(
     >>> model.output_shape
     (None, 10)
     """
-    patch = _checks.positive_int_pair(patch_size, "patch_size")
-    hidden_size = _checks.positive_int(hidden_size, "hidden_size")
-    num_layers = _checks.positive_int(num_layers, "num_layers")
-    num_heads = _checks.positive_int(num_heads, "num_heads")
-    mlp_dim = _checks.positive_int(mlp_dim, "mlp_dim")
-    if hidden_size % num_heads:
-        raise ValueError(
-            f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}."
-        )
-    if classifier not in CLASSIFIERS:
-        raise ValueError(
-            f"Unknown classifier={classifier!r}; allowed: {CLASSIFIERS}."
-        )
-    if representation_size is not None:
-        _checks.positive_int(representation_size, "representation_size")
-        if classifier == "map":
-            raise ValueError(
-                f"representation_size={representation_size!r} adds pre_logits after a "
-                "'token' or 'gap' pooling; classifier='map' has none. Pass None.")
+    patch, hidden_size, num_layers, num_heads, mlp_dim, resnet_layers = _check_architecture(
+        patch_size, hidden_size, num_layers, num_heads, mlp_dim, classifier,
+        representation_size, dropout_rate, attention_dropout_rate, drop_path_rate,
+        resnet_layers, resnet_width)
     layer_scale_init = check_layer_scale_init(layer_scale_init)
-    for rate_name, rate in (("dropout_rate", dropout_rate),
-                            ("attention_dropout_rate", attention_dropout_rate),
-                            ("drop_path_rate", drop_path_rate)):
-        _checks.fraction(rate, rate_name)
-    if resnet_layers is not None:
-        if not isinstance(resnet_layers, (tuple, list)):
-            raise TypeError(
-                f"`resnet_layers` must be None or a tuple of ints, got {resnet_layers!r}."
-            )
-        resnet_layers = tuple(_checks.positive_int(n, "resnet_layers") for n in resnet_layers)
-        _checks.positive_int(resnet_width, "resnet_width")
     out_indices, feature_format = check_feature_args(
         features_only, out_indices, feature_format, num_layers, pooling=pooling,
         classes=classes, representation_size=representation_size)
@@ -292,6 +266,45 @@ def VisionTransformer(
         layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm,
         resnet_arithmetic=resnet_arithmetic, image_mean=image_mean, image_std=image_std,
         ema=ema, out_indices=out_indices, feature_format=feature_format)
+
+
+
+def _check_architecture(patch_size, hidden_size, num_layers, num_heads, mlp_dim, classifier,
+                        representation_size, dropout_rate, attention_dropout_rate,
+                        drop_path_rate, resnet_layers, resnet_width):
+    """`VisionTransformer`'s architecture arguments, checked: `(patch,
+    hidden_size, num_layers, num_heads, mlp_dim, resnet_layers)`."""
+    patch = _checks.positive_int_pair(patch_size, "patch_size")
+    hidden_size = _checks.positive_int(hidden_size, "hidden_size")
+    num_layers = _checks.positive_int(num_layers, "num_layers")
+    num_heads = _checks.positive_int(num_heads, "num_heads")
+    mlp_dim = _checks.positive_int(mlp_dim, "mlp_dim")
+    if hidden_size % num_heads:
+        raise ValueError(
+            f"hidden_size={hidden_size} is not divisible by num_heads={num_heads}."
+        )
+    if classifier not in CLASSIFIERS:
+        raise ValueError(
+            f"Unknown classifier={classifier!r}; allowed: {CLASSIFIERS}."
+        )
+    if representation_size is not None:
+        _checks.positive_int(representation_size, "representation_size")
+        if classifier == "map":
+            raise ValueError(
+                f"representation_size={representation_size!r} adds pre_logits after a "
+                "'token' or 'gap' pooling; classifier='map' has none. Pass None.")
+    for rate_name, rate in (("dropout_rate", dropout_rate),
+                            ("attention_dropout_rate", attention_dropout_rate),
+                            ("drop_path_rate", drop_path_rate)):
+        _checks.fraction(rate, rate_name)
+    if resnet_layers is not None:
+        if not isinstance(resnet_layers, (tuple, list)):
+            raise TypeError(
+                f"`resnet_layers` must be None or a tuple of ints, got {resnet_layers!r}."
+            )
+        resnet_layers = tuple(_checks.positive_int(n, "resnet_layers") for n in resnet_layers)
+        _checks.positive_int(resnet_width, "resnet_width")
+    return patch, hidden_size, num_layers, num_heads, mlp_dim, resnet_layers
 
 
 def vit_encoder(
