@@ -2,6 +2,7 @@
 under its package, and its table of floors is the import-graph test's.
 (Nothing is imported: the files are read as text.)"""
 
+import ast
 import pathlib
 import re
 
@@ -55,3 +56,34 @@ def test_the_floors_table_is_the_import_graph_tests():
             "/" if (ROOT / m.replace(".", "/")).is_dir() else "")
             for m in modules if m != "keras_vit"}
         assert shown == expected, f"floor {floor}: page {sorted(shown)}, test {sorted(expected)}"
+
+
+def _code_lines(node, lines):
+    """The non-blank, non-comment lines of a function's body, its docstring
+    left out."""
+    body = node.body
+    if (isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+            and isinstance(body[0].value.value, str)):
+        body = body[1:]
+    return {n for statement in body for n in range(statement.lineno, statement.end_lineno + 1)
+            if lines[n - 1].strip() and not lines[n - 1].strip().startswith("#")}
+
+
+def test_no_fat_module_or_function():
+    """The sizes the structure issue (#47) set: no module of the package
+    over 700 lines (training/ over 500), no function body over 80 lines of
+    code."""
+    fat = []
+    for path in sorted((ROOT / "keras_vit").rglob("*.py")):
+        text = path.read_text()
+        lines = text.splitlines()
+        limit = 500 if path.parent.name == "training" else 700
+        if len(lines) > limit:
+            fat.append(f"{path.relative_to(ROOT)}: {len(lines)} lines (at most {limit})")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                count = len(_code_lines(node, lines))
+                if count > 80:
+                    fat.append(f"{path.relative_to(ROOT)}:{node.name}: {count} code lines "
+                               "(at most 80)")
+    assert not fat, "\n".join(fat)
