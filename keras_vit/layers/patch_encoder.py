@@ -152,8 +152,11 @@ class PatchEncoder(keras.layers.Layer):
         self.distillation_token = bool(distillation_token)
         self.no_embed_class = bool(no_embed_class)
         self.use_bias = bool(use_bias)
-        self.token_initializer = keras.initializers.get(
-            token_initializer or keras.initializers.RandomNormal(stddev=0.02))
+        # Made when a token is built, not here: an unseeded initializer draws
+        # its seed from Python's `random`, which would move every later draw
+        # of a seeded run (and so today's models' initial weights).
+        self.token_initializer = (keras.initializers.get(token_initializer)
+                                  if token_initializer is not None else None)
 
     @property
     def num_prefix_tokens(self):
@@ -202,13 +205,13 @@ class PatchEncoder(keras.layers.Layer):
             self.dist_token = self.add_weight(
                 name="distillation_token",
                 shape=(1, 1, self.hidden_size),
-                initializer=self.token_initializer,
+                initializer=self._token_initializer(),
             )
         if self.num_register_tokens:
             self.register_tokens = self.add_weight(
                 name="register_tokens",
                 shape=(1, self.num_register_tokens, self.hidden_size),
-                initializer=self.token_initializer,
+                initializer=self._token_initializer(),
             )
         num_tokens = self.num_embedded_prefix_tokens + gh * gw
         # Not autocast: `call` reads it in its own dtype (float32 under a
@@ -241,6 +244,11 @@ class PatchEncoder(keras.layers.Layer):
         if self.no_embed_class:
             return self._prepend_prefix(x + ops.cast(posemb, x.dtype))
         return self._prepend_prefix(x) + ops.cast(posemb, x.dtype)
+
+    def _token_initializer(self):
+        """The distillation and register tokens' initializer (default
+        normal(stddev=0.02))."""
+        return self.token_initializer or keras.initializers.RandomNormal(stddev=0.02)
 
     def _prepend_prefix(self, x):
         """`[class; distillation; registers; x]`, those the layer has."""
@@ -280,9 +288,8 @@ class PatchEncoder(keras.layers.Layer):
                 "distillation_token": self.distillation_token,
                 "no_embed_class": self.no_embed_class,
                 "use_bias": self.use_bias,
-                "token_initializer": keras.initializers.serialize(
-                    self.token_initializer
-                ),
+                "token_initializer": None if self.token_initializer is None
+                else keras.initializers.serialize(self.token_initializer),
             }
         )
         return config
