@@ -129,6 +129,9 @@ def test_the_arithmetic_mean_std_and_class_names_travel(tmp_path):
     ("timm", lambda: tiny_vit(resnet_layers=(1,), resnet_width=1, patch_size=1,
                               resnet_arithmetic="timm"),
      "this one has stages (1,) and width 1"),
+    # a KeyError for timm; transformers' folder named gelu_pytorch_tanh
+    ("timm", lambda: tiny_vit(gelu="quick"), "it computes QuickGELU (gelu='quick')"),
+    ("transformers", lambda: tiny_vit(gelu="quick"), "it computes QuickGELU (gelu='quick')"),
 ])
 def test_a_model_the_library_computes_differently_is_refused(tmp_path, library, build,
                                                              message):

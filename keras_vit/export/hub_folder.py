@@ -151,6 +151,10 @@ def hub_folder(model, library, size, class_names=None):
     arithmetic = model_arithmetic(model)
     mean, std = model_normalization(model)
     try:
+        if arithmetic["gelu"] == "quick":  # the folder would name another GELU
+            raise ValueError(
+                "it computes QuickGELU (gelu='quick'); its folders come with the CLIP "
+                "readers (a later release), which read them back to verify")
         if info.representation_size:
             raise ValueError(
                 f"it has a pre_logits layer (Dense + tanh, {info.representation_size} "
