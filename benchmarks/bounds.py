@@ -59,7 +59,10 @@ import zipfile
 import numpy as np
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+# the hand-written torch.save pickles the reader's tests use
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tests"))
 from machine import cpu, describe  # noqa: E402  (the same CPU record as the README's)
+import torch_pickles  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 CASES = ("npz", "safetensors", "predict", "pytorch", "keras")
@@ -164,43 +167,9 @@ def safetensors_rows(tmp):
     ]
 
 
-# A torch.save data.pkl written opcode by opcode (as tests/test_trust_weights.py
-# does): no torch needed, and any key or padding length.
-def _pickle_global(module, name):
-    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
-
-
-def _pickle_str(text):
-    data = text.encode()
-    return b"X" + len(data).to_bytes(4, "little") + data
-
-
-def _pickle_int(n):
-    return b"J" + n.to_bytes(4, "little")
-
-
-def _pickle_tensor(numel, shape, stride):
-    def ints(xs):
-        return b"(" + b"".join(_pickle_int(x) for x in xs) + b"t"
-    storage = (b"(" + _pickle_str("storage") + _pickle_global("torch", "FloatStorage")
-               + _pickle_str("0") + _pickle_str("cpu") + _pickle_int(numel) + b"tQ")
-    return (_pickle_global("torch._utils", "_rebuild_tensor_v2") + b"(" + storage
-            + _pickle_int(0) + ints(shape) + ints(stride) + b"\x89"
-            + _pickle_global("collections", "OrderedDict") + b")RtR")
-
-
-def _pickle_dict(items):
-    """A dict of {str: pickled value} (values as opcodes)."""
-    return b"}(" + b"".join(_pickle_str(k) + v for k, v in items) + b"u"
-
-
 def torch_file(path, payload, storage):
     """A torch.save zip of `payload` (data.pkl) and storage 0; its path."""
-    with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("a/data.pkl", payload)
-        archive.writestr("a/byteorder", "little")
-        archive.writestr("a/data/0", storage)
-    return str(path)
+    return torch_pickles.torch_zip(path, payload, {"0": storage})
 
 
 def long_key_timing(tmp, pickle_bytes, rounds):
@@ -213,8 +182,8 @@ def long_key_timing(tmp, pickle_bytes, rounds):
     from keras_vit.weights.pytorch import read_torch_state
 
     six = np.arange(6, dtype="<f4").tobytes()
-    tensor = _pickle_tensor(6, (6,), (1,))
-    state = lambda key: b"\x80\x02" + _pickle_dict([(key, tensor)]) + b"."  # noqa: E731
+    tensor = torch_pickles.tensor(torch_pickles.storage(6))
+    state = lambda key: b"\x80\x02" + torch_pickles.mapping([(key, tensor)]) + b"."  # noqa: E731
     files, halves = {}, {}
     for prefix in ("module.", "model."):
         whole, half = ((size - len(state("w"))) // len(prefix)
@@ -223,11 +192,11 @@ def long_key_timing(tmp, pickle_bytes, rounds):
             files[f"one key {prefix!r} * {count:,} + 'w'"] = state(prefix * count + "w")
         halves[f"one key {prefix!r} * {whole:,} + 'w'"] = f"one key {prefix!r} * {half:,} + 'w'"
     size = len(files[next(iter(files))])
-    shell = b"\x80\x02}(" + _pickle_str("state_dict") + _pickle_dict([("w", tensor)]) \
-        + _pickle_str("args")
-    padding = size - len(shell + _pickle_str("") + b"u.")
+    shell = b"\x80\x02}(" + torch_pickles.s("state_dict") + torch_pickles.mapping([("w", tensor)]) \
+        + torch_pickles.s("args")
+    padding = size - len(shell + torch_pickles.s("") + b"u.")
     peer = "peer: key 'w', padding beside the state dict"
-    files[peer] = shell + _pickle_str("x" * padding) + b"u."
+    files[peer] = shell + torch_pickles.s("x" * padding) + b"u."
     paths = {what: torch_file(pathlib.Path(tmp, f"long{i}.pth"), payload, six)
              for i, (what, payload) in enumerate(files.items())}
     times = {what: [] for what in files}
@@ -250,8 +219,8 @@ def long_key_timing(tmp, pickle_bytes, rounds):
 def stride0_rows(tmp):
     """A .pth of a few hundred bytes: a (16384, 16384) stride-0 view of
     storage 0's 4 floats, 1 GiB if expanded."""
-    payload = b"\x80\x02" + _pickle_dict(
-        [("w", _pickle_tensor(4, (16384, 16384), (0, 0)))]) + b"."
+    payload = b"\x80\x02" + torch_pickles.mapping(
+        [("w", torch_pickles.tensor(torch_pickles.storage(4), (16384, 16384), (0, 0)))]) + b"."
     path = torch_file(pathlib.Path(tmp, "expand.pth"), payload, bytes(16))
     on_disk = os.path.getsize(path)
     imports = "from keras_vit.weights.pytorch import read_torch_state"

@@ -27,6 +27,10 @@ import keras_vit
 from conftest import predict, process_env
 from keras_vit.errors import CorruptCheckpointError, UnsupportedCheckpointError
 from keras_vit.weights import hub, hub_layout, safetensors
+from torch_pickles import s as _s
+from torch_pickles import state as _state
+from torch_pickles import storage as _storage
+from torch_pickles import tensor as _tensor
 from keras_vit.weights.pytorch import read_torch_file, read_torch_state
 
 torch = pytest.importorskip("torch")
@@ -332,39 +336,6 @@ def test_ema_through_the_builders_model_from_checkpoint_and_the_cli(tmp_path):
     assert plain.code == 0 and plain.out != result.out  # the zeroed weights predict otherwise
 
 
-# Hand-written pickles (opcodes), for what no pickler writes.
-def _g(module, name):
-    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
-
-
-def _s(text):
-    data = text.encode()
-    return b"X" + len(data).to_bytes(4, "little") + data
-
-
-def _i(n):
-    if 0 <= n < 2**31:
-        return b"J" + n.to_bytes(4, "little")
-    data = n.to_bytes((n.bit_length() + 8) // 8, "little", signed=True)
-    return b"\x8b" + len(data).to_bytes(4, "little") + data  # LONG4
-
-
-def _storage(kind="FloatStorage", numel=6, build=b""):
-    return b"(" + _s("storage") + _g("torch", kind) + build + _s("0") + _s("cpu") + _i(numel) \
-        + b"tQ"
-
-
-def _tensor(storage, offset=0, shape=(6,), stride=(1,)):
-    def ints(xs):
-        return b"(" + b"".join(_i(x) for x in xs) + b"t"
-    return _g("torch._utils", "_rebuild_tensor_v2") + b"(" + storage + _i(offset) + ints(shape) \
-        + ints(stride) + b"\x89" + _g("collections", "OrderedDict") + b")RtR"
-
-
-def _state(**items):
-    return b"\x80\x02}(" + b"".join(_s(k) + v for k, v in items.items()) + b"u."
-
-
 SIX = np.arange(6, dtype="<f4").tobytes()
 _DAG = b"\x80\x02]q\x00" + b"".join(b"](h" + bytes([i - 1]) + b"h" + bytes([i - 1]) + b"eq"
                                    + bytes([i]) for i in range(1, 41)) + b"."
@@ -372,16 +343,16 @@ _DAG = b"\x80\x02]q\x00" + b"".join(b"](h" + bytes([i - 1]) + b"h" + bytes([i - 
 
 @pytest.mark.parametrize("payload,byteorder,error,message", [
     # BUILD on the storage type: a 1 MiB-per-element dtype past the byte bound
-    (_state(w=_tensor(_storage(build=b"}(" + _s("dtype") + _s("x") + b"ub"))), b"little",
-     CorruptCheckpointError, "BUILD on StorageType"),
+    (_state([("w", _tensor(_storage(build=b"}(" + _s("dtype") + _s("x") + b"ub")))]),
+     b"little", CorruptCheckpointError, "BUILD on StorageType"),
     # 2**40 lists from 366 bytes, shared by memo references
     (_DAG, b"little", CorruptCheckpointError, "nests deeper than 32 levels"),
-    (_state(w=_tensor(_storage(), shape=(2**70,), stride=(0,))), b"little",
+    (_state([("w", _tensor(_storage(), shape=(2**70,), stride=(0,)))]), b"little",
      CorruptCheckpointError, "which do not describe a view"),
     (b"\x80\x02\x82\x05.", b"little", CorruptCheckpointError, "unregistered extension code"),
-    (_state(w=_tensor(_storage())), b"BIG", CorruptCheckpointError,
+    (_state([("w", _tensor(_storage()))]), b"BIG", CorruptCheckpointError,
      "its byteorder is b'BIG', not little or big"),
-    (_state(w=_tensor(_storage("ComplexFloatStorage"))), b"little",
+    (_state([("w", _tensor(_storage(kind="ComplexFloatStorage")))]), b"little",
      UnsupportedCheckpointError, "holds tensors of torch.ComplexFloatStorage, a type keras_vit "
                                  "does not read"),
 ], ids=["build-hijack", "shared-lists", "huge-int", "ext-opcode", "byteorder", "complex"])
@@ -398,7 +369,7 @@ def test_crafted_pickles_are_one_error_fast(tmp_path, payload, byteorder, error,
 def test_big_endian_files_and_missing_files(tmp_path):
     path = tmp_path / "be.pth"
     with zipfile.ZipFile(path, "w") as archive:
-        archive.writestr("a/data.pkl", _state(w=_tensor(_storage())))
+        archive.writestr("a/data.pkl", _state([("w", _tensor(_storage()))]))
         archive.writestr("a/byteorder", b"big")
         archive.writestr("a/data/0", np.arange(6, dtype=">f4").tobytes())
     np.testing.assert_array_equal(read_torch_file(path)["w"], np.arange(6, dtype="float32"))

@@ -9,7 +9,6 @@ import pathlib
 import shutil
 import signal
 import struct
-import warnings
 import zipfile
 
 import h5py
@@ -18,6 +17,10 @@ import pytest
 
 import keras_vit
 from conftest import TINY_VIT, tiny_vit
+from torch_pickles import state as _state
+from torch_pickles import storage as _storage
+from torch_pickles import tensor as _tensor
+from torch_pickles import torch_zip
 from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
 from keras_vit.weights import safetensors
 from keras_vit.weights.official import official_arrays
@@ -52,52 +55,6 @@ def timm_folder(tmp_path, change, name="timm_vit_token", config=None):
         config(settings)
         (folder / "config.json").write_text(json.dumps(settings))
     return str(folder)
-
-
-# Hand-written torch.save pickles (opcodes): no torch needed.
-def _g(module, name):
-    return b"c" + module.encode() + b"\n" + name.encode() + b"\n"
-
-
-def _s(text):
-    data = text.encode()
-    return b"X" + len(data).to_bytes(4, "little") + data
-
-
-def _i(n):
-    return b"J" + n.to_bytes(4, "little")
-
-
-def _storage(numel, key="0"):
-    return (b"(" + _s("storage") + _g("torch", "FloatStorage") + _s(key) + _s("cpu")
-            + _i(numel) + b"tQ")
-
-
-def _tensor(storage, shape, stride, offset=0):
-    def ints(xs):
-        return b"(" + b"".join(_i(x) for x in xs) + b"t"
-    return (_g("torch._utils", "_rebuild_tensor_v2") + b"(" + storage + _i(offset)
-            + ints(shape) + ints(stride) + b"\x89" + _g("collections", "OrderedDict")
-            + b")RtR")
-
-
-def _state(items):
-    return b"\x80\x02}(" + b"".join(_s(k) + v for k, v in items) + b"u."
-
-
-def torch_zip(path, payload, storages, extra=()):
-    """`payload` as `data.pkl` of a torch.save zip with `storages`
-    ({key: bytes}); `extra`: more (name, bytes) members."""
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # zipfile: "Duplicate name"
-        with zipfile.ZipFile(path, "w") as archive:
-            archive.writestr("a/data.pkl", payload)
-            archive.writestr("a/byteorder", "little")
-            for key, data in storages.items():
-                archive.writestr(f"a/data/{key}", data)
-            for name, data in extra:
-                archive.writestr(name, data)
-    return str(path)
 
 
 # --- 4: non-finite weights are refused at load, in every format ----------------------
