@@ -180,7 +180,7 @@ class BackupAndRestore(_compat.AroundBackupSave, keras.callbacks.BackupAndRestor
                     "Resuming on the torch backend: the dropout masks after the resume differ "
                     "from the run never killed (Keras' dropout draws there from PyTorch's "
                     "global generator, which no backup holds), so the final weights differ "
-                    "slightly; on TensorFlow and JAX a resumed run repeats it exactly.")
+                    "slightly; on TensorFlow a resumed run repeats it exactly.")
 
     def _restore_adapters(self, epoch):
         path = os.path.join(self.backup_dir, self.ADAPTERS)
