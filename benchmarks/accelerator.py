@@ -1,6 +1,7 @@
 """Training and inference on one accelerator: keras_vit on the JAX,
 TensorFlow (XLA) and torch backends against timm (eager and
-`torch.compile`), in bfloat16 mixed precision, ViT-B/16 and ViT-L/16 at 224.
+`torch.compile`), in bfloat16 mixed precision, ViT-B/16, ViT-L/16 and
+DINOv2-L/14 (patch 14, LayerScale; timm's `vit_large_patch14_dinov2`) at 224.
 
 Frameworks, each configuration in its own process (Keras picks its backend
 once per process; one framework's allocator never holds another's memory):
@@ -40,7 +41,9 @@ patch-embedding and attention products; a training step counts 3 forward
 passes; ViT-B/16 at 224: 35.1 GFLOP forward) and the peak of the device
 measured in the same run (a bfloat16 8192^3 product through PyTorch, or JAX
 where PyTorch is missing; on a CPU the fastest float32 2048^3 product of
-PyTorch's and TensorFlow's). Peak memory: the
+PyTorch's and TensorFlow's); on a GPU whose datasheet peak is in
+`SPEC_PEAK_TFLOPS` (H100, H200: 989 TFLOP/s dense bfloat16) a second MFU
+(`mfu_spec`) against it. Peak memory: the
 device's allocator peak (JAX `memory_stats`, `torch.cuda.max_memory_allocated`,
 TensorFlow `get_memory_info`); on a CPU the process's peak RSS.
 
@@ -48,7 +51,7 @@ The run records the device, driver and library versions. A framework that
 is not installed or fails (out of memory, ...) gets its error in its row and
 the run goes on; each worker is stopped after `--timeout` seconds.
 
-    python benchmarks/accelerator.py [--models vit_b16,vit_l16]
+    python benchmarks/accelerator.py [--models vit_b16,vit_l16,dinov2_l14]
         [--frameworks keras_vit-jax,keras_vit-tf,keras_vit-torch,timm-eager,timm-compile]
         [--batch 128] [--image-size 224] [--dtype bfloat16] [--attention auto]
         [--steps 10] [--rounds 3] [--warmup 3] [--timeout 300] [--json PATH]
@@ -84,9 +87,17 @@ MODELS = {
     "vit_s16": dict(family="vit", hidden=384, layers=12, heads=6, mlp=1536),
     "vit_b16": dict(family="vit", hidden=768, layers=12, heads=12, mlp=3072),
     "vit_l16": dict(family="vit", hidden=1024, layers=24, heads=16, mlp=4096),
+    # DINOv2-L/14 (#48): patch 14, LayerScale (init 1e-5); timm's
+    # vit_large_patch14_dinov2 at --image-size (257 tokens at 224)
+    "dinov2_l14": dict(family="vit", hidden=1024, layers=24, heads=16, mlp=4096, patch=14,
+                       layer_scale=1e-5, timm="vit_large_patch14_dinov2"),
     "tiny": dict(family="vit", hidden=32, layers=2, heads=2, mlp=64),
 }
 PATCH = 16
+# Dense bfloat16 tensor-core peaks of the vendors' datasheets (TFLOP/s, without
+# sparsity), by a name nvidia-smi / the frameworks report: MFU is given against
+# this and against the peak measured in the same run.
+SPEC_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0}
 CLASSES = 1000
 MODES = ("train", "infer")
 ATTENTION = ("auto", "fused", "dot_product")
@@ -134,10 +145,11 @@ def keras_worker(args):
     if args.dtype == "bfloat16":
         keras.mixed_precision.set_global_policy("mixed_bfloat16")
     model = keras_vit.VisionTransformer(
-        patch_size=PATCH, hidden_size=spec["hidden"], num_layers=spec["layers"],
-        num_heads=spec["heads"], mlp_dim=spec["mlp"], classes=CLASSES,
-        classifier_activation=None, input_shape=(args.image_size, args.image_size, 3),
-        attention=args.attention)
+        patch_size=spec.get("patch", PATCH), hidden_size=spec["hidden"],
+        num_layers=spec["layers"], num_heads=spec["heads"], mlp_dim=spec["mlp"],
+        classes=CLASSES, classifier_activation=None,
+        input_shape=(args.image_size, args.image_size, 3), attention=args.attention,
+        layer_scale_init=spec.get("layer_scale"))
     images, labels = random_batch(args.batch, args.image_size)
     x, y = keras.ops.convert_to_tensor(images), keras.ops.convert_to_tensor(labels)
     result = {"attention": args.attention,
@@ -309,9 +321,10 @@ def timm_worker(args):
     spec = MODELS[args.model]
     device = "cuda" if torch.cuda.is_available() else "cpu"
     model = timm_module.create_model(
-        "vit_base_patch16_224", pretrained=False, img_size=args.image_size,
-        embed_dim=spec["hidden"], depth=spec["layers"], num_heads=spec["heads"],
-        mlp_ratio=spec["mlp"] / spec["hidden"], num_classes=CLASSES).to(device)
+        spec.get("timm", "vit_base_patch16_224"), pretrained=False, img_size=args.image_size,
+        patch_size=spec.get("patch", PATCH), embed_dim=spec["hidden"], depth=spec["layers"],
+        num_heads=spec["heads"], mlp_ratio=spec["mlp"] / spec["hidden"],
+        num_classes=CLASSES).to(device)
     if args.framework == "timm-compile":
         model = torch.compile(model)
     images, labels = random_batch(args.batch, args.image_size)
@@ -570,12 +583,21 @@ def write_report(report, path):
             json.dump(report, file, indent=1)
 
 
-def add_mfu(row, spec, image_size, peak_tflops):
+def spec_peak(gpu):
+    """The datasheet's dense bfloat16 peak of the GPU nvidia-smi named, or None."""
+    return next((peak for name, peak in SPEC_PEAK_TFLOPS.items() if name in (gpu or "")), None)
+
+
+def add_mfu(row, spec, image_size, peak_tflops, spec_tflops=None):
+    """MFU against the peak measured in the run (`mfu`) and against the
+    datasheet's dense bfloat16 peak (`mfu_spec`), where known."""
     for mode in MODES:
         if mode in row and peak_tflops:
             tflops = row[mode]["images_per_s"] * gflop_of(spec, image_size, mode) / 1e3
             row[mode]["tflops"] = tflops
             row[mode]["mfu"] = tflops / peak_tflops
+            if spec_tflops:
+                row[mode]["mfu_spec"] = tflops / spec_tflops
 
 
 def _figure(mode_row, key, scale=1, unit=""):
@@ -584,14 +606,14 @@ def _figure(mode_row, key, scale=1, unit=""):
 
 
 def table(report):
-    lines = ["| model | framework | attention | train img/s | train MFU | infer img/s "
-             "| peak memory GB | train ÷ timm-compile |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines = ["| model | framework | attention | train img/s | train MFU (measured peak) "
+             "| train MFU (spec peak) | infer img/s | peak memory GB | train ÷ timm-compile |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for model, rows in report["results"].items():
         reference = rows.get("timm-compile", {}).get("train", {}).get("images_per_s")
         for framework, row in rows.items():
             if "error" in row:
-                lines.append(f"| {model} | {framework} | | {row['error']} | | | | |")
+                lines.append(f"| {model} | {framework} | | {row['error']} | | | | | |")
                 continue
             train, infer = row.get("train", {}), row.get("infer", {})
             memory = row.get("peak_memory_gb") or row.get("peak_rss_gb")
@@ -600,6 +622,7 @@ def table(report):
             lines.append(
                 f"| {model} | {framework} | {row.get('attention_ran', '')} "
                 f"| {_figure(train, 'images_per_s')} | {_figure(train, 'mfu', 100, '%')} "
+                f"| {_figure(train, 'mfu_spec', 100, '%')} "
                 f"| {_figure(infer, 'images_per_s')} | {memory or 0:.1f} | {ratio} |")
     return "\n".join(lines)
 
@@ -666,7 +689,8 @@ def main(argv=None):
                 else f"{framework} ({attention})"
             progress(f"{model} {name} ...")
             row = run_worker(framework, args, model, attention)
-            add_mfu(row, MODELS[model], args.image_size, report["peak"].get("peak_tflops"))
+            add_mfu(row, MODELS[model], args.image_size, report["peak"].get("peak_tflops"),
+                    spec_peak(report["environment"].get("gpu")))
             rows[name] = row
             progress(f"  {json.dumps(row)}")
             if args.json:

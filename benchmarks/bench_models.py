@@ -173,9 +173,10 @@ def gflop_per_image(model, image_size, mode):
 def gflop_of(spec, image_size, mode):
     """`gflop_per_image` of a `MODELS`-style configuration (also used by
     `benchmarks/accelerator.py`)."""
-    patches = (image_size // PATCH) ** 2
+    patch = spec.get("patch", PATCH)
+    patches = (image_size // patch) ** 2
     d = spec["hidden"]
-    embed = 2 * patches * PATCH * PATCH * 3 * d
+    embed = 2 * patches * patch * patch * 3 * d
     if spec["family"] == "vit":
         n = patches + 1
         block = (2 * n * d * 3 * d          # q, k, v
