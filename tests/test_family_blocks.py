@@ -10,9 +10,11 @@ import os
 import keras
 import numpy as np
 import pytest
+from conftest import predict
 from harness import run_layer_test
 from keras import ops
 
+import keras_vit
 from keras_vit import layers
 from keras_vit.layers.fused import dense
 from keras_vit.models.vit import VisionTransformer
@@ -347,16 +349,30 @@ def test_default_models_keep_their_weights():
     assert layers.TransformerBlock.from_config(config).ls1 is None
 
 
-@pytest.mark.parametrize("kwargs, match", [
-    (dict(layer_scale_init=1e-5), "layer_scale_init=1e-05"),
-    (dict(classifier="map"), "'map_head'"),
-])
-def test_official_files_refuse_what_they_have_no_keys_for(tmp_path, kwargs, match):
-    """An official .npz has no LayerScale or map-head keys: a ValueError
-    naming the option, not a file that silently leaves them out."""
+@pytest.mark.parametrize("kwargs", [
+    dict(layer_scale_init=1e-5, num_register_tokens=4, no_embed_class=True),
+    dict(layer_scale_init=1e-6, no_embed_class=True),
+    dict(distillation_token=True, include_top=False),
+    dict(classifier="map"),
+    dict(pre_norm=True, patch_bias=False, gelu="quick"),
+    dict(num_register_tokens=2),
+], ids=["dinov2_reg", "deit3", "deit_distilled", "siglip", "clip", "registers"])
+def test_official_files_keep_every_option(tmp_path, kwargs):
+    """An `.npz` written by save_official_weights holds the later families'
+    weights under keras_vit's keys (`weights.npz`: `reg`, `dist`,
+    `LayerScale_0/1`, `pre_norm`, big_vision's `MAPHead_0`), and
+    model_from_checkpoint builds the same model from it: same options,
+    same outputs to the bit."""
     from keras_vit.weights.official import save_official_weights
 
-    model = VisionTransformer(**TINY, classes=3, **kwargs)
-    with pytest.raises(ValueError, match=match):
-        save_official_weights(model, tmp_path / "w.npz")
-    assert not (tmp_path / "w.npz").exists()
+    rng = np.random.default_rng(0)
+    model = VisionTransformer(**{**TINY, "classes": 3}, **kwargs)
+    for weight in model.weights:
+        weight.assign(rng.normal(size=weight.shape).astype("float32") * 0.1)
+    save_official_weights(model, tmp_path / "w.npz")
+    arithmetic = {"gelu": kwargs["gelu"]} if "gelu" in kwargs else {}
+    loaded = keras_vit.model_from_checkpoint(tmp_path / "w.npz", **arithmetic)
+    assert [(w.path, tuple(w.shape)) for w in loaded.weights] == \
+        [(w.path, tuple(w.shape)) for w in model.weights]
+    x = rng.uniform(0, 255, (2, *model.input_shape[1:])).astype("float32")
+    np.testing.assert_array_equal(predict(loaded, x), predict(model, x))

@@ -15,7 +15,6 @@ from keras import ops
 
 from keras_vit import layers
 from keras_vit.models.vit import VisionTransformer
-from keras_vit.weights.official import save_official_weights
 from keras_vit.weights.posemb import resize_position_embedding
 
 TINY = dict(patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
@@ -225,10 +224,6 @@ def test_refusals(tmp_path):
         VisionTransformer(**TINY, distillation_token=True)
     with pytest.raises(ValueError, match="num_register_tokens"):
         VisionTransformer(**TINY, num_register_tokens=-1)
-    model = VisionTransformer(**TINY, classes=3, num_register_tokens=2, patch_bias=False)
-    with pytest.raises(ValueError, match=r"num_register_tokens=2, patch_bias=False: "
-                                         "checkpoint keys for these come with"):
-        save_official_weights(model, os.fspath(tmp_path / "x.npz"))
 
 
 @pytest.mark.parametrize("no_embed_class", [False, True])

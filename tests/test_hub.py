@@ -203,8 +203,8 @@ def tampered(tmp_path, name, change):
 @pytest.mark.parametrize("name,change,kind,key", [
     ("timm_vit_token", lambda s: s.pop("blocks.1.norm1.weight"), "missing",
      "blocks.1.norm1.weight"),
-    ("timm_vit_token", lambda s: s.update({"blocks.0.ls1.gamma": np.ones(32, "float32")}),
-     "unexpected", "blocks.0.ls1.gamma"),
+    ("timm_vit_token", lambda s: s.update({"blocks.0.attn.q_norm.weight": np.ones(16, "float32")}),
+     "unexpected", "blocks.0.attn.q_norm.weight"),
     ("timm_vit_token", lambda s: s.update({"blocks.1.mlp.fc1.weight": np.ones((60, 32), "float32")}),
      "misshaped", "blocks.1.mlp.fc1.weight"),
     ("timm_mixer", lambda s: s.pop("norm.bias"), "missing", "norm.bias"),
@@ -270,7 +270,7 @@ def _drop(key):
 
 
 _AGREE = "; the file and the weights must describe the same model."
-_BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*), R+ViT hybrids (vit_*_r26_*, "
+_BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*, deit3_*), R+ViT hybrids (vit_*_r26_*, "
           "vit_*_r50_*, vit_*_resnet*) and MLP-Mixers (mixer_*).")
 
 # (fixture, file, change, error class, message after the file's repr): each

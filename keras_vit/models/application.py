@@ -244,6 +244,10 @@ def plan_head(checkpoint, info, include_top, pooling, classes, representation_si
             )
     if info.representation_size and (not representation_size or not uses_pre_logits):
         dropped.append("pre_logits/")
+    if info.distilled_head:
+        # DeiT's distillation head; include_top=True with a distillation token
+        # is refused by the builder, so only a model without a head gets here
+        dropped.append("head_dist/")
     return classes, representation_size, tuple(dropped)
 
 

@@ -106,9 +106,13 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
     info = checkpoint.info()
     if info.classes is None and "classes" not in kwargs and not kwargs.get("features_only"):
         kwargs.setdefault("include_top", False)
-        # DINO's forward is the class token after the final norm (no pre_logits)
-        dino = getattr(checkpoint, "library", None) == DINO
-        if not kwargs["include_top"] and (info.representation_size or dino):
+        # DINO's forward is the class token after the final norm (no pre_logits);
+        # timm's without a head (num_classes=0) pools as its classifier does
+        library = getattr(checkpoint, "library", None)
+        if not kwargs["include_top"] and (info.representation_size or library == DINO):
             kwargs.setdefault("pooling", "token")
+        elif not kwargs["include_top"] and library == "timm" and family == "vit" \
+                and not info.distillation_token:
+            kwargs.setdefault("pooling", config.get("classifier", info.classifier))
     builder = MLPMixer if family == "mixer" else VisionTransformer
     return builder(**config, weights=checkpoint, **kwargs)

@@ -10,11 +10,12 @@ named variant (`checkpoint_variant`) and one phrase for messages
 """
 
 import dataclasses
+import math
 import re
 
 from keras_vit.errors import CheckpointMismatchError
 from keras_vit.variants import find_variant
-from keras_vit.weights.npz import POSEMB_KEY
+from keras_vit.weights.npz import DIST_KEY, POSEMB_KEY, REG_KEY
 from keras_vit.weights.posemb import checkpoint_grid, square_grid
 
 
@@ -25,8 +26,20 @@ class CheckpointInfo:
     family: str                 # "vit" | "mixer"
     classes: int                # head width, or None without a head
     representation_size: int    # pre_logits width, or None
-    classifier: str             # "token" | "gap" (ViT)
+    classifier: str             # "token" | "gap" | "map" (ViT)
     grid: tuple                 # (gh, gw) the checkpoint was trained at
+    num_register_tokens: int = 0     # DINOv2's registers ("reg")
+    distillation_token: bool = False  # DeiT's ("dist")
+    no_embed_class: bool = False     # the position embedding covers the patches only
+    distilled_head: bool = False     # DeiT's second head ("head_dist"), never built yet
+
+
+MAP_PROBE = "MAPHead_0/probe"
+LAYER_SCALE = "Transformer/encoderblock_0/LayerScale_0/scale"
+
+
+def _is_square(n):
+    return n > 0 and math.isqrt(n) ** 2 == n
 
 
 def describe(params):
@@ -36,10 +49,18 @@ def describe(params):
     pre = params.get("pre_logits/kernel")
     representation = int(pre.shape[-1]) if pre is not None else None
     if POSEMB_KEY in params:
-        classifier = "token" if "cls" in params else "gap"
-        prefix = 1 if classifier == "token" else 0
+        classifier = "map" if MAP_PROBE in params else "token" if "cls" in params else "gap"
+        reg = params.get(REG_KEY)
+        registers = int(reg.shape[1]) if reg is not None and reg.ndim == 3 else 0
+        dist = DIST_KEY in params
+        prefix = int("cls" in params) + int(dist) + registers
+        rows = int(params[POSEMB_KEY].shape[1])
+        # timm's no_embed_class (DeiT-III, DINOv2 with registers): the rows are
+        # the patch grid alone, the prefix tokens get no position embedding
+        no_embed = prefix > 0 and not _is_square(rows - prefix) and _is_square(rows)
         return CheckpointInfo("vit", classes, representation, classifier,
-                              checkpoint_grid(params[POSEMB_KEY].shape[1], prefix))
+                              checkpoint_grid(rows, 0 if no_embed else prefix),
+                              registers, dist, no_embed, "head_dist/kernel" in params)
     token_kernel = params.get("MixerBlock_0/token_mixing/Dense_0/kernel")
     if token_kernel is not None:
         return CheckpointInfo("mixer", classes, None, "gap",
@@ -94,6 +115,20 @@ def _architecture(params):
         mlp_dim=int(params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"].shape[-1]),
         classifier=info.classifier,
     )
+    # the options of the later families (#48), given only where they differ
+    # from the official ViT, so that its builder arguments stay what they were
+    if LAYER_SCALE in params:
+        config["layer_scale_init"] = 1e-5  # an initial value; the checkpoint's scales load
+    if info.num_register_tokens:
+        config["num_register_tokens"] = info.num_register_tokens
+    if info.distillation_token:
+        config["distillation_token"] = True
+    if info.no_embed_class:
+        config["no_embed_class"] = True
+    if "embedding/bias" not in params:
+        config["patch_bias"] = False
+    if "pre_norm/scale" in params:
+        config["pre_norm"] = True
     if "conv_root/kernel" in params:
         units = {}
         for key in params:

@@ -234,7 +234,7 @@ class HubCheckpoint(Checkpoint):
                                      dropped=dropped, key_name=self._name_of, fmt=self.format)
 
     def _resize(self, posemb, encoder):
-        prefix = encoder.num_prefix_tokens
+        prefix = encoder.num_embedded_prefix_tokens  # registers may have none
         new = tuple(encoder.grid_size)
         tokens = posemb.shape[1] - prefix
         try:

@@ -34,6 +34,15 @@ from keras_vit.errors import CorruptCheckpointError, NotAnNpzError, UnsupportedC
 from keras_vit.weights.sniff import check_checkpoint_bytes, max_checkpoint_bytes, sniff_checkpoint
 
 POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
+# keras_vit's keys for the prefix tokens the official ViT does not have
+# (#48): DeiT's distillation token `(1, 1, D)` and DINOv2's register tokens
+# `(1, R, D)`, in the order they follow the class token. The other
+# additions keep big_vision's names where it has them (`MAPHead_0/...`,
+# SigLIP's attention-pooling head) and otherwise name the layer:
+# `Transformer/encoderblock_i/LayerScale_{0,1}/scale` (after the attention,
+# after the MLP) and `pre_norm/{scale,bias}` (OpenAI CLIP's `ln_pre`).
+DIST_KEY = "dist"
+REG_KEY = "reg"
 
 
 _LINEN_TO_PRE_LINEN = {
@@ -51,7 +60,8 @@ def canonical_keys(params):
     `LayerNorm_1 -> LayerNorm_2`, `MultiHeadDotProductAttention_0 -> _1`,
     `MlpBlock_0 -> MlpBlock_3` (`LayerNorm_0` is the same in both).
     """
-    if not any("/MultiHeadDotProductAttention_0/" in k for k in params):
+    if not any("/MultiHeadDotProductAttention_0/" in k and _ENCODER_CHILD.match(k)
+               for k in params):  # (a SigLIP MAPHead_0's attention is not Linen's)
         return dict(params)
     out = {}
     for key, value in params.items():

@@ -39,6 +39,7 @@ from keras_vit.errors import (  # noqa: F401
     UnsupportedCheckpointError,
 )
 from keras_vit.layers import (
+    AttentionPooling,
     BottleneckUnit,
     MixerBlock,
     PatchEncoder,
@@ -54,7 +55,7 @@ from keras_vit.weights.architecture import (  # noqa: F401
     describe,
     describe_architecture,
 )
-from keras_vit.weights.npz import POSEMB_KEY, canonical_keys, read_checkpoint
+from keras_vit.weights.npz import DIST_KEY, POSEMB_KEY, REG_KEY, canonical_keys, read_checkpoint
 from keras_vit.weights.posemb import checkpoint_grid, resize_position_embedding
 from keras_vit.weights.sniff import (  # noqa: F401
     ACCEPTED_FORMATS,
@@ -140,6 +141,37 @@ def _transformer_block(prefix, block):
         *_layer_norm(f"{prefix}/LayerNorm_2", block.norm2),
         *_dense(f"{prefix}/MlpBlock_3/Dense_0", block.mlp_dense1),
         *_dense(f"{prefix}/MlpBlock_3/Dense_1", block.mlp_dense2),
+        *([_same(f"{prefix}/LayerScale_0/scale", block.ls1.gamma),
+           _same(f"{prefix}/LayerScale_1/scale", block.ls2.gamma)] if block.ls1 else []),
+    ]
+
+
+def _map_head(prefix, head):
+    """big_vision's `MAPHead` keys (SigLIP's official checkpoints) of an
+    `AttentionPooling` layer: its packed `key_value` Dense is split into the
+    per-head key and value arrays."""
+    d, h = head.hidden_size, head.num_heads
+    attn = f"{prefix}/MultiHeadDotProductAttention_0"
+    kv = (f"{attn}/key/kernel", f"{attn}/value/kernel")
+    kv_b = (f"{attn}/key/bias", f"{attn}/value/bias")
+    return [
+        _same(f"{prefix}/probe", head.probe),
+        Param((f"{attn}/query/kernel",), head.query.kernel,
+              lambda a: a[0].reshape(d, d), lambda v: [v.reshape(d, h, d // h)]),
+        Param((f"{attn}/query/bias",), head.query.bias,
+              lambda a: a[0].reshape(d), lambda v: [v.reshape(h, d // h)]),
+        Param(kv, head.key_value.kernel,
+              lambda a: np.concatenate([x.reshape(d, d) for x in a], axis=1),
+              lambda v: [x.reshape(d, h, d // h) for x in np.split(v, 2, axis=1)]),
+        Param(kv_b, head.key_value.bias,
+              lambda a: np.concatenate([x.reshape(d) for x in a]),
+              lambda v: [x.reshape(h, d // h) for x in np.split(v, 2)]),
+        Param((f"{attn}/out/kernel",), head.out.kernel,
+              lambda a: a[0].reshape(d, d), lambda v: [v.reshape(h, d // h, d)]),
+        _same(f"{attn}/out/bias", head.out.bias),
+        *_layer_norm(f"{prefix}/LayerNorm_0", head.norm),
+        *_dense(f"{prefix}/MlpBlock_0/Dense_0", head.mlp_dense1),
+        *_dense(f"{prefix}/MlpBlock_0/Dense_1", head.mlp_dense2),
     ]
 
 
@@ -162,6 +194,22 @@ def _bottleneck(prefix, unit):
     for conv, norm in parts:
         params.append(_same(f"{prefix}/{conv}/kernel", getattr(unit, conv).kernel))
         params += _group_norm(f"{prefix}/{norm}", getattr(unit, norm))
+    return params
+
+
+def _patch_encoder(layer, patch_size):
+    """The projection, the prefix tokens the layer has (class, distillation,
+    registers) and the position embedding."""
+    params = [_patch_kernel("embedding/kernel", layer.kernel, patch_size)]
+    if layer.use_bias:
+        params.append(_same("embedding/bias", layer.bias))
+    for key, token, kept in (("cls", "class_token", layer.use_class_token),
+                             (DIST_KEY, "dist_token", layer.distillation_token),
+                             (REG_KEY, "register_tokens", layer.num_register_tokens)):
+        if kept:
+            params.append(_same(key, getattr(layer, token)))
+    params.append(Param((POSEMB_KEY,), layer.position_embedding,
+                        lambda a: a[0], lambda v: [v], "posemb"))
     return params
 
 
@@ -199,22 +247,8 @@ def official_params(model):
     for layer in model.layers:
         name = layer.name
         if isinstance(layer, PatchEncoder):
-            _check_official_tokens(model, layer)
-            params.append(_patch_kernel("embedding/kernel", layer.kernel, patch_size))
-            params.append(_same("embedding/bias", layer.bias))
-            if layer.use_class_token:
-                params.append(_same("cls", layer.class_token))
-            params.append(
-                Param((POSEMB_KEY,), layer.position_embedding,
-                      lambda a: a[0], lambda v: [v], "posemb")
-            )
+            params += _patch_encoder(layer, patch_size)
         elif isinstance(layer, TransformerBlock):
-            if getattr(layer, "layer_scale_init", None) is not None:
-                raise ValueError(
-                    f"Model {model.name!r} is built with layer_scale_init="
-                    f"{layer.layer_scale_init!r}: checkpoint keys for LayerScale come "
-                    "with the DINOv2 and DeiT-III readers (a later release); save it "
-                    "with model.save(...) or model.save_weights(...).")
             i = int(_BLOCK_INDEX.search(name).group(1))
             params += _transformer_block(f"Transformer/encoderblock_{i}", layer)
         elif isinstance(layer, MixerBlock):
@@ -231,6 +265,10 @@ def official_params(model):
             params.append(_same("stem/bias", layer.bias))
         elif name == "encoder_norm":
             params += _layer_norm("Transformer/encoder_norm", layer)
+        elif name == "pre_norm":  # OpenAI CLIP's ln_pre
+            params += _layer_norm("pre_norm", layer)
+        elif isinstance(layer, AttentionPooling):
+            params += _map_head("MAPHead_0", layer)
         elif name == "pre_head_layer_norm":
             params += _layer_norm("pre_head_layer_norm", layer)
         elif name == "fc_norm":  # timm's gap models: LayerNorm after pooling
@@ -431,24 +469,9 @@ def _check_finite(array, source, key):
         "the model would output NaN (write or download the file again).")
 
 
-def _check_official_tokens(model, layer):
-    """A ValueError for the PatchEncoder options no checkpoint key maps yet
-    (the DINOv2 / DeiT / CLIP readers come with their families)."""
-    options = [text for text, given in (
-        (f"num_register_tokens={layer.num_register_tokens}", layer.num_register_tokens),
-        ("distillation_token=True", layer.distillation_token),
-        ("no_embed_class=True", layer.no_embed_class),
-        ("patch_bias=False", not layer.use_bias)) if given]
-    if options:
-        raise ValueError(
-            f"Model {model.name!r} is built with {', '.join(options)}: checkpoint "
-            "keys for these come with the DINOv2, DeiT and CLIP readers (a later "
-            "release); save it with model.save(...) or model.save_weights(...).")
-
-
 def _resize_posemb(model, posemb, source):
     encoder = next(layer for layer in model.layers if isinstance(layer, PatchEncoder))
-    prefix = encoder.num_prefix_tokens
+    prefix = encoder.num_embedded_prefix_tokens
     old = checkpoint_grid(posemb.shape[1], prefix)
     new = encoder.grid_size
     logger.info(

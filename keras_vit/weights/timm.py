@@ -20,13 +20,18 @@ The families keras_vit builds:
 | `blocks.i.norm1`, `norm2`, `mlp.fc1/2` | `LayerNorm_0`, `LayerNorm_2`, `MlpBlock_3/Dense_0/1` |
 | `norm` / `fc_norm`                     | `Transformer/encoder_norm` / `fc_norm` |
 | `head`                                 | `head`                           |
+| `dist_token`, `reg_token`              | `dist`, `reg` (DeiT, DINOv2 registers) |
+| `blocks.i.ls1.gamma`, `ls2.gamma`      | `.../LayerScale_0/scale`, `LayerScale_1/scale` |
+| `norm_pre` (CLIP's `ln_pre`)           | `pre_norm`                       |
+| `attn_pool.latent`, `.q`, `.kv`, `.proj`, `.norm`, `.mlp.fc1/2` | `MAPHead_0/probe`, `.../MultiHeadDotProductAttention_0/{query,key+value,out}`, `LayerNorm_0`, `MlpBlock_0/Dense_0/1` (SigLIP) |
 | `patch_embed.backbone.stem.conv/norm`  | `conv_root`, `gn_root` (hybrids) |
 | `...stages.s.blocks.u.conv1..3/norm1..3/downsample` | `block{s+1}/unit{u+1}/conv1..3/gn1..3/conv_proj/gn_proj` |
 | Mixer `stem.proj`, `blocks.i.mlp_tokens/mlp_channels`, `norm` | `stem`, `MixerBlock_i/token_mixing/channel_mixing`, `pre_head_layer_norm` |
 
-timm's arithmetic, which the loaded model reproduces: exact (erf) GELU
-(tanh where `model_args["act_layer"]` is `"gelu_tanh"`);
-LayerNorm epsilon 1e-6; `gap` models pool, then LayerNorm (`fc_norm`);
+timm's arithmetic, which the loaded model reproduces: what the
+architecture's name computes in timm (`timm_architectures.ARCHITECTURES`,
+written from timm itself: erf, tanh or quick GELU, LayerNorm epsilon 1e-6
+or CLIP's 1e-5, the pooling), `model_args` where config.json has them; `gap` models pool, then LayerNorm (`fc_norm`);
 hybrid stems standardise kernels as `(w - mean) / sqrt(var + 1e-8)` with
 GroupNorm epsilon 1e-5 (`resnet_arithmetic="timm"`); position embeddings
 resized with `resample_abs_pos_embed` (bicubic, antialias).
@@ -42,7 +47,8 @@ from keras_vit.errors import (
     UnsupportedCheckpointError,
 )
 from keras_vit.weights import config_values as cv
-from keras_vit.weights.npz import POSEMB_KEY
+from keras_vit.weights.npz import DIST_KEY, POSEMB_KEY, REG_KEY
+from keras_vit.weights.timm_architectures import ARCHITECTURES, REFUSED, TIMM_VERSION
 
 FORMAT = "timm"
 
@@ -80,8 +86,11 @@ CONFIG_VALUES = {
 _HEADS_BY_NAME = (
     ("vit_tiny_", 3), ("vit_small_", 6), ("vit_medium_", 8), ("vit_base_", 12),
     ("vit_large_", 16), ("vit_huge_", 16), ("vit_giant_", 16), ("vit_gigantic_", 16),
+    ("vit_so400m_", 16), ("deit_tiny_", 3), ("deit_small_", 6), ("deit_base_", 12),
+    ("deit3_small_", 6), ("deit3_medium_", 8), ("deit3_base_", 12), ("deit3_large_", 16),
+    ("deit3_huge_", 16),
 )
-_HEADS_BY_WIDTH = {192: 3, 384: 6, 512: 8, 768: 12, 1024: 16, 1280: 16}
+_HEADS_BY_WIDTH = {192: 3, 384: 6, 512: 8, 768: 12, 1024: 16, 1152: 16, 1280: 16}
 
 _BLOCK = r"blocks\.(\d+)\."
 _STAGE_UNIT = r"patch_embed\.backbone\.stages\.(\d+)\.blocks\.(\d+)\."
@@ -136,10 +145,21 @@ def to_official(state, num_heads):
 _SIMPLE = {
     "patch_embed.proj.bias": "embedding/bias",
     "cls_token": "cls",
+    "dist_token": DIST_KEY,
+    "reg_token": REG_KEY,
+    "norm_pre.weight": "pre_norm/scale",
+    "norm_pre.bias": "pre_norm/bias",
+    "attn_pool.latent": "MAPHead_0/probe",
+    "attn_pool.norm.weight": "MAPHead_0/LayerNorm_0/scale",
+    "attn_pool.norm.bias": "MAPHead_0/LayerNorm_0/bias",
+    "attn_pool.mlp.fc1.bias": "MAPHead_0/MlpBlock_0/Dense_0/bias",
+    "attn_pool.mlp.fc2.bias": "MAPHead_0/MlpBlock_0/Dense_1/bias",
+    "attn_pool.proj.bias": "MAPHead_0/MultiHeadDotProductAttention_0/out/bias",
     "pos_embed": POSEMB_KEY,
     "fc_norm.weight": "fc_norm/scale",
     "fc_norm.bias": "fc_norm/bias",
     "head.bias": "head/bias",
+    "head_dist.bias": "head_dist/bias",
     "stem.proj.bias": "stem/bias",
 }
 
@@ -153,10 +173,20 @@ def _map_one(key, value, heads, put):  # noqa: C901 - one table, read top down
         # A Mixer's final norm is "pre_head_layer_norm"; the caller renames.
         put(f"Transformer/encoder_norm/{'scale' if key.endswith('weight') else 'bias'}",
             value, key)
-    elif key == "head.weight":
-        put("head/kernel", _t(value), key)
+    elif key in ("head.weight", "head_dist.weight"):
+        put(f"{key[:-len('.weight')]}/kernel", _t(value), key)
     elif key in _SIMPLE:
         put(_SIMPLE[key], value, key)
+    elif key in ("attn_pool.mlp.fc1.weight", "attn_pool.mlp.fc2.weight"):
+        put(f"MAPHead_0/MlpBlock_0/Dense_{int(key[len('attn_pool.mlp.fc')]) - 1}/kernel",
+            _t(value), key)
+    elif m := re.fullmatch(r"attn_pool\.(q|kv)\.(weight|bias)", key):
+        _map_head_attention(m[1], m[2], value, heads, key, put)
+    elif key == "attn_pool.proj.weight":
+        put("MAPHead_0/MultiHeadDotProductAttention_0/out/kernel",
+            _t(value).reshape(heads, -1, value.shape[0]), key)
+    elif m := re.fullmatch(_BLOCK + r"ls([12])\.gamma", key):
+        put(f"Transformer/encoderblock_{m[1]}/LayerScale_{int(m[2]) - 1}/scale", value, key)
     elif m := re.fullmatch(_BLOCK + r"attn\.qkv\.(weight|bias)", key):
         i, kind = m.groups()
         prefix = f"Transformer/encoderblock_{i}/MultiHeadDotProductAttention_1"
@@ -203,6 +233,18 @@ def _map_one(key, value, heads, put):  # noqa: C901 - one table, read top down
     return True
 
 
+def _map_head_attention(part, kind, value, heads, key, put):
+    """timm's `attn_pool.q` / `attn_pool.kv` (keys, then values) -> the
+    per-head query, key and value arrays of `MAPHead_0`."""
+    prefix = "MAPHead_0/MultiHeadDotProductAttention_0"
+    names = ("query",) if part == "q" else ("key", "value")
+    for name, piece in zip(names, np.split(value, len(names), axis=0), strict=True):
+        if kind == "weight":
+            put(f"{prefix}/{name}/kernel", _heads_kernel(piece, heads), key)
+        else:
+            put(f"{prefix}/{name}/bias", piece.reshape(heads, -1), key)
+
+
 def _block_key(i, part, kind):
     leaf = {"weight": "scale", "bias": "bias"} if part.startswith("norm") else \
         {"weight": "kernel", "bias": "bias"}
@@ -241,7 +283,23 @@ def source_name(key):
         (r"(?:Transformer/encoder_norm|pre_head_layer_norm)/(scale|bias)",
          lambda m: f"norm.{_wb(m[1])}"),
         (r"fc_norm/(scale|bias)", lambda m: f"fc_norm.{_wb(m[1])}"),
+        (re.escape(DIST_KEY), lambda m: "dist_token"),
+        (re.escape(REG_KEY), lambda m: "reg_token"),
+        (r"pre_norm/(scale|bias)", lambda m: f"norm_pre.{_wb(m[1])}"),
+        (r"Transformer/encoderblock_(\d+)/LayerScale_(\d)/scale",
+         lambda m: f"blocks.{m[1]}.ls{int(m[2]) + 1}.gamma"),
+        (r"MAPHead_0/probe", lambda m: "attn_pool.latent"),
+        (r"MAPHead_0/MultiHeadDotProductAttention_0/query/(kernel|bias)",
+         lambda m: f"attn_pool.q.{_wb(m[1])}"),
+        (r"MAPHead_0/MultiHeadDotProductAttention_0/(?:key|value)/(kernel|bias)",
+         lambda m: f"attn_pool.kv.{_wb(m[1])}"),
+        (r"MAPHead_0/MultiHeadDotProductAttention_0/out/(kernel|bias)",
+         lambda m: f"attn_pool.proj.{_wb(m[1])}"),
+        (r"MAPHead_0/LayerNorm_0/(scale|bias)", lambda m: f"attn_pool.norm.{_wb(m[1])}"),
+        (r"MAPHead_0/MlpBlock_0/Dense_(\d)/(kernel|bias)",
+         lambda m: f"attn_pool.mlp.fc{int(m[1]) + 1}.{_wb(m[2])}"),
         (r"head/(kernel|bias)", lambda m: f"head.{_wb(m[1])}"),
+        (r"head_dist/(kernel|bias)", lambda m: f"head_dist.{_wb(m[1])}"),
         (r"pre_logits/(kernel|bias)", lambda m: f"pre_logits.fc.{_wb(m[1])}"),
         (r"Transformer/encoderblock_(\d+)/MultiHeadDotProductAttention_1/"
          r"(?:query|key|value)/(kernel|bias)", lambda m: f"blocks.{m[1]}.attn.qkv.{_wb(m[2])}"),
@@ -323,7 +381,8 @@ def architecture(state, config):
     proj = state["patch_embed.proj.weight"]
     width = int(proj.shape[0])
     blocks = {int(m[1]) for k in keys if (m := re.match(_BLOCK, k))}
-    pool = config.get("global_pool") or args.get("global_pool")
+    named = named_arguments(config)
+    pool = config.get("global_pool") or args.get("global_pool") or named.get("pool") or None
     has_cls = "cls_token" in keys
     _refuse_unsupported(name, args, pool, has_cls, keys, state)
     heads = num_heads_of(config, width)  # None: the caller must be told
@@ -331,8 +390,9 @@ def architecture(state, config):
         patch_size=tuple(int(s) for s in proj.shape[2:]), hidden_size=width,
         num_layers=len(blocks), num_heads=heads,
         mlp_dim=int(state["blocks.0.mlp.fc1.weight"].shape[0]),
-        classifier="token" if has_cls else "gap",
+        classifier="map" if "attn_pool.latent" in keys else "token" if has_cls else "gap",
     )
+    kwargs.update(_token_options(name, {**named, **args}, keys, state))
     if any(k.startswith("patch_embed.backbone.") for k in keys):
         units = {}
         for key in keys:
@@ -354,14 +414,14 @@ def architecture(state, config):
 # timm architecture names -> the kind of model keras_vit builds for them.
 _HYBRID_NAME = re.compile(r"vit_[a-z]+_r(?:esnet)?\d*d?_")
 _KINDS = {"vit": "a ViT", "hybrid": "an R+ViT hybrid", "mixer": "an MLP-Mixer"}
-BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*), R+ViT hybrids (vit_*_r26_*, "
+BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*, deit3_*), R+ViT hybrids (vit_*_r26_*, "
          "vit_*_r50_*, vit_*_resnet*) and MLP-Mixers (mixer_*)")
 
 
 def _kind_of_name(name):
     if name.startswith("mixer_"):
         return "mixer"
-    if name.startswith(("vit_", "deit_")):
+    if name.startswith(("vit_", "deit_", "deit3_")):
         return "hybrid" if _HYBRID_NAME.match(name) else "vit"
     return None
 
@@ -447,58 +507,132 @@ def check_config(config, state, arch, where):
                 "file and the weights must describe the same model.")
 
 
+def named_arguments(config):
+    """What timm computes for config.json's architecture name and its
+    weights do not show (`timm_architectures.ARCHITECTURES`), as
+    `model_args` names them; {} for a name timm does not register.
+
+    Raises `CheckpointMismatchError` for an architecture keras_vit does not
+    build (rotary embeddings, SwiGLU, RMSNorm, ...), naming what it lacks.
+    """
+    name = str((config or {}).get("architecture") or "")
+    if name in REFUSED:
+        raise CheckpointMismatchError(
+            f"{name} has {REFUSED[name]} (in timm {TIMM_VERSION}), which keras_vit does "
+            "not build; it cannot be loaded without changing its results, so it is "
+            "refused.")
+    row = ARCHITECTURES.get(name)
+    if row is None:
+        return {}
+    out = dict(act_layer={"erf": "gelu", "tanh": "gelu_tanh", "quick": "quick_gelu"}[
+        row["gelu"]], norm_eps=row["eps"], pool=row["pool"], class_token=row["class_token"],
+        reg_tokens=row["reg_tokens"], no_embed_class=row["no_embed_class"],
+        pre_norm=row["pre_norm"], distilled=row["distilled"], patch_bias=row["patch_bias"])
+    if row["layer_scale"] is not None:
+        out["init_values"] = row["layer_scale"]
+    return out
+
+
+def _token_options(name, args, keys, state):
+    """The builder options of the later families (#48) the weights hold,
+    each checked against what the architecture name or `model_args` says
+    (a `CorruptCheckpointError` naming both where they disagree)."""
+    out = {}
+    reg = state.get("reg_token")
+    registers = int(reg.shape[1]) if reg is not None and reg.ndim == 3 else 0
+    held = {"class_token": "cls_token" in keys, "reg_tokens": registers,
+            "distilled": "dist_token" in keys, "pre_norm": "norm_pre.weight" in keys,
+            "patch_bias": "patch_embed.proj.bias" in keys,
+            "init_values": "blocks.0.ls1.gamma" in keys}
+    for key, value in held.items():
+        said = args.get(key)
+        if said is None or (key == "init_values" and bool(said) == value):
+            continue
+        if said != value and not (key == "init_values" and not said and not value):
+            raise CorruptCheckpointError(
+                f"{name} says {key}={said!r}, but its weights hold "
+                f"{_held_phrase(key, value, registers)}; the file and the weights must "
+                "describe the same model.")
+    if registers:
+        out["num_register_tokens"] = registers
+    if held["distilled"]:
+        out["distillation_token"] = True
+    if held["init_values"]:
+        out["layer_scale_init"] = float(args.get("init_values") or 1e-5)
+    if not held["patch_bias"]:
+        out["patch_bias"] = False
+    if held["pre_norm"]:
+        out["pre_norm"] = True
+    prefix = int(held["class_token"]) + int(held["distilled"]) + registers
+    if args.get("no_embed_class") or (prefix and "pos_embed" in state and _posemb_without_prefix(
+            state["pos_embed"], prefix)):
+        out["no_embed_class"] = True
+    return out
+
+
+def _held_phrase(key, value, registers):
+    return {
+        "class_token": f"{'a' if value else 'no'} class token (cls_token)",
+        "reg_tokens": f"{registers} register tokens (reg_token)",
+        "distilled": f"{'a' if value else 'no'} distillation token (dist_token)",
+        "pre_norm": f"{'a' if value else 'no'} pre-norm (norm_pre)",
+        "patch_bias": f"{'a' if value else 'no'} patch-embedding bias (patch_embed.proj.bias)",
+        "init_values": f"{'' if value else 'no '}layer scale (blocks.0.ls1.gamma)",
+    }[key]
+
+
+def _posemb_without_prefix(posemb, prefix):
+    rows = int(posemb.shape[1]) if posemb.ndim == 3 else 0
+    side, rest = int(round(rows ** 0.5)), rows - prefix
+    return side * side == rows and int(round(max(rest, 0) ** 0.5)) ** 2 != rest
+
+
 def _refuse_unsupported(name, args, pool, has_cls, keys, state):
     why = None
-    if pool not in (None, "token", "avg"):
-        why = (f"global_pool={pool!r}; keras_vit builds 'token' (class token) "
-               "and 'avg' (gap) timm models")
+    if pool not in (None, "token", "avg", "map"):
+        why = (f"global_pool={pool!r}; keras_vit builds 'token' (class token), "
+               "'avg' (gap) and 'map' (attention pooling) timm models")
+    elif pool == "map" and (has_cls or "attn_pool.latent" not in keys):
+        why = ("global_pool='map' with a class token" if has_cls else
+               "global_pool='map' without attention-pooling weights (attn_pool.latent)")
+    elif "attn_pool.latent" in keys and pool != "map":
+        why = f"attention-pooling weights (attn_pool) but global_pool={pool!r}"
     elif pool == "avg" and has_cls:
         why = ("global_pool='avg' with a class token (the class token is left out "
                "of the average); keras_vit's gap models have no class token")
     elif pool == "token" and not has_cls:
         why = "global_pool='token' without a class token"
-    elif "dist_token" in keys:  # DeiT's distilled models: a later issue (#48)
-        why = ("a distillation token (dist_token, as DeiT's distilled models have), "
-               "which keras_vit does not build yet")
     elif "pos_embed" not in keys or args.get("pos_embed", "learn") != "learn":
         said = (f"model_args.pos_embed={args['pos_embed']!r}, " if "pos_embed" in args
                 else "")
         why = (f"no learned position embedding ({said}no 'pos_embed' tensor), which "
                "every keras_vit ViT adds to its patch tokens")
-    elif args.get("no_embed_class") or (
-            has_cls and "pos_embed" in state and "cls_token" in state
-            and args.get("class_token", True) and _posemb_without_cls(state)):
-        why = "position embeddings that leave out the class token (no_embed_class)"
     elif args.get("padding_same") is False:
         why = ("a hybrid stem without TensorFlow 'same' padding (padding_same="
                "False), unlike the official hybrids keras_vit builds")
-    elif args.get("reg_tokens") or args.get("pre_norm") or args.get("init_values"):
-        why = "register tokens, a pre-norm or layer scale"
     if why:
         raise CheckpointMismatchError(
             f"{name} has {why}; it cannot be loaded into a keras_vit model "
             "without changing its results, so it is refused.")
 
 
-def _posemb_without_cls(state):
-    tokens = state["pos_embed"].shape[1]
-    side = int(round(tokens ** 0.5))
-    return side * side == tokens  # no room for the class token
-
-
 # timm activation names (`model_args["act_layer"]`) -> keras_vit's GELU forms.
-GELU_FORMS = {"gelu": "erf", "gelu_tanh": "tanh"}
+GELU_FORMS = {"gelu": "erf", "gelu_tanh": "tanh", "quick_gelu": "quick"}
 
 
 def arithmetic(config, keys):
-    """Builder arguments reproducing timm's arithmetic: exact GELU unless
-    `model_args["act_layer"]` names the tanh form (`"gelu_tanh"`)."""
-    act = ((config or {}).get("model_args") or {}).get("act_layer") or "gelu"
+    """Builder arguments reproducing timm's arithmetic: the GELU form and
+    LayerNorm epsilon of the architecture's name (`named_arguments`),
+    `model_args["act_layer"]` where given; exact GELU and 1e-6 for a bare
+    file."""
+    named = named_arguments(config)
+    act = ((config or {}).get("model_args") or {}).get("act_layer") or \
+        named.get("act_layer") or "gelu"
     if not isinstance(act, str) or act not in GELU_FORMS:
         raise CheckpointMismatchError(
             f"{(config or {}).get('architecture') or 'This timm checkpoint'} has "
             f"act_layer={act!r}; keras_vit builds GELU blocks ({sorted(GELU_FORMS)}).")
-    out = dict(gelu=GELU_FORMS[act], layer_norm_epsilon=1e-6)
+    out = dict(gelu=GELU_FORMS[act], layer_norm_epsilon=named.get("norm_eps", 1e-6))
     if family(keys) == "vit":
         out["fc_norm"] = "fc_norm.weight" in keys
         if any(k.startswith("patch_embed.backbone.") for k in keys):

@@ -1,0 +1,210 @@
+"""The ViTs people load today (#48), written by timm itself and read by
+keras_vit: DINOv2 (with and without registers), DeiT, DeiT-III, CLIP
+(erf and QuickGELU) and SigLIP (attention pooling, erf and tanh GELU).
+
+Each tiny model is made by `timm.create_model` with its registered name
+(so its arithmetic is the name's), given random weights, saved with
+`save_for_hf`, opened with `keras_vit.model_from_checkpoint`, and compared
+with timm's own forward on the two sample photos within 1e-4 x max(1,
+|value|): the classifier's logits, or the pooled output of a model
+without a head (timm's `num_classes=0`). DINOv2 is checked at a second
+size too, its position embedding resized as timm resizes it on load.
+"""
+
+import json
+
+import numpy as np
+import pytest
+from sklearn.datasets import load_sample_images
+
+import keras_vit
+from conftest import predict
+from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("transformers")  # imported before the torchvision stand-in
+from torch_libraries import import_timm  # noqa: E402
+
+timm = import_timm()
+
+WIDTH, HEADS, DEPTH, CLASSES = 32, 2, 2, 5
+
+
+def photos(size):
+    """scikit-learn's two sample photos, centre-cropped and resized to
+    `size` (uint8 values as float32, NHWC)."""
+    from PIL import Image
+
+    out = []
+    for image in load_sample_images().images:
+        h, w = image.shape[:2]
+        side = min(h, w)
+        top, left = (h - side) // 2, (w - side) // 2
+        crop = Image.fromarray(image[top:top + side, left:left + side])
+        out.append(np.asarray(crop.resize((size, size), Image.BICUBIC)))
+    return np.stack(out).astype("float32")
+
+
+def assert_parity(got, reference):
+    assert got.shape == reference.shape, (got.shape, reference.shape)
+    diff = float(np.abs(got - reference).max())
+    assert diff <= 1e-4 * max(1.0, float(np.abs(reference).max())), diff
+
+
+def randomized(model, seed=0):
+    """`model` with every parameter random (LayerScale and norms too, so
+    that each one moves the output)."""
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, parameter in model.named_parameters():
+            noise = torch.randn(parameter.shape, generator=generator)
+            if name.endswith(("norm1.weight", "norm2.weight", "norm.weight",
+                              "norm_pre.weight", "fc_norm.weight")):
+                parameter.copy_(1 + 0.2 * noise)
+            elif name.endswith("gamma"):
+                parameter.copy_(0.5 * noise)
+            else:
+                parameter.copy_(0.1 * noise)
+    return model.eval()
+
+
+def timm_folder(tmp_path, name, size, classes=CLASSES, **extra):
+    """`(timm model, folder)`: a tiny `name` written by `save_for_hf`."""
+    args = dict(depth=DEPTH, embed_dim=WIDTH, num_heads=HEADS, img_size=size,
+                num_classes=classes, **extra)
+    model = randomized(timm.create_model(name, pretrained=False, **args))
+    folder = tmp_path / name
+    timm.models.save_for_hf(model, folder, model_args=args, safe_serialization=True)
+    return model, folder
+
+
+def timm_forward(model, size, folder):
+    """timm's output on the photos, normalised with the folder's mean/std."""
+    cfg = json.loads((folder / "config.json").read_text())["pretrained_cfg"]
+    x = (photos(size) / 255.0 - np.float32(cfg["mean"])) / np.float32(cfg["std"])
+    with torch.no_grad():
+        return model(torch.from_numpy(x.transpose(0, 3, 1, 2).copy())).numpy()
+
+
+# (timm name, image size, builder options the file must give)
+FAMILIES = [
+    ("vit_small_patch14_dinov2", 56, dict(layer_scale_init=1e-5)),
+    ("vit_small_patch14_reg4_dinov2", 56,
+     dict(layer_scale_init=1e-5, num_register_tokens=4, no_embed_class=True)),
+    ("deit_tiny_patch16_224", 32, {}),
+    ("deit3_small_patch16_224", 32, dict(layer_scale_init=1e-6, no_embed_class=True)),
+    ("vit_base_patch16_clip_224", 32, dict(pre_norm=True, patch_bias=False)),
+    ("vit_base_patch16_clip_quickgelu_224", 32, dict(pre_norm=True, patch_bias=False)),
+    ("vit_base_patch16_siglip_224", 32, dict(classifier="map")),
+    ("vit_base_patch32_siglip_256", 64, dict(classifier="map")),
+]
+IDS = [name for name, _, _ in FAMILIES]
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("name, size, options", FAMILIES, ids=IDS)
+def test_timm_classifiers_give_timms_logits(tmp_path, name, size, options):
+    model, folder = timm_folder(tmp_path, name, size)
+    keras_model = keras_vit.model_from_checkpoint(folder, classifier_activation=None)
+    for key, value in options.items():
+        assert _option(keras_model, key) == value, key
+    assert_parity(predict(keras_model, photos(size)), timm_forward(model, size, folder))
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("name, size, options", FAMILIES, ids=IDS)
+def test_headless_timm_models_give_timms_pooled_output(tmp_path, name, size, options):
+    """timm's `num_classes=0` forward: the class token after the final
+    norm, or the attention-pooled (SigLIP) output."""
+    model, folder = timm_folder(tmp_path, name, size, classes=0)
+    keras_model = keras_vit.model_from_checkpoint(folder)
+    got = predict(keras_model, photos(size))
+    assert got.shape == (2, WIDTH)
+    assert_parity(got, timm_forward(model, size, folder))
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("name", ["vit_small_patch14_dinov2", "vit_small_patch14_reg4_dinov2"])
+def test_dinov2_at_a_second_size_resizes_as_timm(tmp_path, name):
+    """At 84 px (6x6 patches of 14) the 4x4 position embedding is resized
+    as timm resizes it on load (bicubic, antialias); registers and the
+    class token are never resized."""
+    _, folder = timm_folder(tmp_path, name, 56)
+    resized = timm.create_model(f"local-dir:{folder}", pretrained=True, img_size=84).eval()
+    keras_model = keras_vit.model_from_checkpoint(folder, classifier_activation=None,
+                                                  input_shape=(84, 84, 3))
+    assert_parity(predict(keras_model, photos(84)), timm_forward(resized, 84, folder))
+
+
+def test_distilled_deit_loads_its_tokens_and_names_the_missing_head(tmp_path):
+    """DeiT distilled: its two heads averaged are not built yet (one
+    sentence); with include_top=False its tokens are timm's
+    forward_features."""
+    model, folder = timm_folder(tmp_path, "deit_tiny_distilled_patch16_224", 32)
+    with pytest.raises(ValueError, match="distillation_token=True: the distilled classifier"):
+        keras_vit.model_from_checkpoint(folder)
+    keras_model = keras_vit.model_from_checkpoint(folder, include_top=False)
+    cfg = json.loads((folder / "config.json").read_text())["pretrained_cfg"]
+    x = (photos(32) / 255.0 - np.float32(cfg["mean"])) / np.float32(cfg["std"])
+    with torch.no_grad():
+        tokens = model.forward_features(torch.from_numpy(x.transpose(0, 3, 1, 2).copy()))
+    assert_parity(predict(keras_model, photos(32)), tokens.numpy())
+
+
+def test_a_config_that_contradicts_its_weights_is_corrupt(tmp_path):
+    """config.json names an architecture with 4 registers; the weights
+    hold none: both named."""
+    _, folder = timm_folder(tmp_path, "vit_small_patch14_dinov2", 56)
+    config = json.loads((folder / "config.json").read_text())
+    config["architecture"] = "vit_small_patch14_reg4_dinov2"
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CorruptCheckpointError,
+                       match=r"vit_small_patch14_reg4_dinov2 says reg_tokens=4, but its "
+                             r"weights hold 0 register tokens \(reg_token\)"):
+        keras_vit.model_from_checkpoint(folder)
+
+
+@pytest.mark.parametrize("name, missing", [
+    ("vit_giant_patch14_dinov2", "a GluMlp MLP, SiLU activation"),
+    ("vit_base_patch16_rope_reg1_gap_256", "rotary"),
+])
+def test_families_keras_vit_does_not_build_are_refused_naming_what_is_missing(
+        tmp_path, name, missing):
+    _, folder = timm_folder(tmp_path, "vit_small_patch14_dinov2", 56)
+    config = json.loads((folder / "config.json").read_text())
+    config["architecture"] = name
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CheckpointMismatchError, match=f"{name} has .*{missing}"):
+        keras_vit.model_from_checkpoint(folder)
+
+
+def test_the_architecture_table_is_timms():
+    """`timm_architectures` against the installed timm, for the names this
+    issue covers and a sample of the refused ones."""
+    import sys
+
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "tools"))
+    from timm_architectures import rows
+
+    from keras_vit.weights.timm_architectures import ARCHITECTURES, REFUSED
+
+    names = [name for name, _, _ in FAMILIES] + ["deit_tiny_distilled_patch16_224",
+                                                 "vit_base_patch16_224"]
+    built, refused = rows(timm, names + ["vit_giant_patch14_dinov2"])
+    assert built == {name: ARCHITECTURES[name] for name in names}
+    assert refused == {"vit_giant_patch14_dinov2": REFUSED["vit_giant_patch14_dinov2"]}
+
+
+def _option(model, key):
+    """A builder option as the built model has it."""
+    encoder = model.get_layer("patch_encoder")
+    block = model.get_layer("encoderblock_0")
+    return {
+        "layer_scale_init": block.layer_scale_init,
+        "num_register_tokens": encoder.num_register_tokens,
+        "no_embed_class": encoder.no_embed_class,
+        "pre_norm": any(layer.name == "pre_norm" for layer in model.layers),
+        "patch_bias": encoder.use_bias,
+        "classifier": "map" if any(layer.name == "map_head" for layer in model.layers)
+        else "token",
+    }[key]
