@@ -346,6 +346,20 @@ def check_checkpoint(checkpoint, info, family, classifier, description):
         )
 
 
+def check_distilled_top(encoder, include_top, info):
+    """A ValueError for a head with a distillation token, unless the
+    checkpoint's head is one on the class token alone (transformers'
+    `DeiTForImageClassification`), which `classification_head` builds:
+    DeiT's distilled classifier (two heads, averaged) is not built yet."""
+    single = info is not None and info.classes is not None and not info.distilled_head
+    if encoder.distillation_token and include_top and not single:
+        raise ValueError(
+            "distillation_token=True: the distilled classifier (a head on the class "
+            "token and one on the distillation token, averaged at inference, as "
+            "DeiT's) comes in a later release; build with include_top=False "
+            "(pooling='token' reads the class token).")
+
+
 def load_checkpoint(model, checkpoint, dropped):
     """Loads `checkpoint` into `model` (all but the `dropped` prefixes) and
     gives a kept head the class names the checkpoint carries."""
@@ -378,6 +392,8 @@ class Encoder:
             `num_heads` and `mlp_dim` (`AttentionPooling`).
         extra_prefix_tokens: register and distillation tokens among the
             prefix tokens ("gap" then averages the patch tokens only).
+        distillation_token: whether a distillation token follows the class
+            token (`check_distilled_top`).
     """
 
     family: str
@@ -391,6 +407,7 @@ class Encoder:
     fixed_grid: bool = False
     attention_pool: dict | None = None
     extra_prefix_tokens: int = 0
+    distillation_token: bool = False
 
 
 def build_application(
@@ -437,6 +454,7 @@ def build_application(
     checkpoint = resolve(weights, variant, description, ema=ema)
     info = checkpoint.info() if checkpoint is not None else None
     check_checkpoint(checkpoint, info, encoder.family, encoder.classifier, description)
+    check_distilled_top(encoder, include_top, info)
     classes, representation_size, dropped = plan_head(
         checkpoint, info, include_top, pooling, classes, representation_size, description)
     effective = encoder.effective_patch

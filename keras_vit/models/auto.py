@@ -45,7 +45,12 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
             hybrid stem, position-embedding resize, input mean/std). A
             checkpoint without a head (transformers `ViTModel`, DINO's
             ViTs, a head-less official `.npz`) gives `include_top=False`,
-            with its pooler `pooling="token"`. See
+            with its pooler `pooling="token"`. The output is what the
+            source class computes: the logits of a classifier (pass
+            `classifier_activation=None`; the default is softmax), the
+            `pooler_output` of a transformers `*Model` / `*VisionModel`
+            (`pooling="token"`, SigLIP's `"map"`), CLIP's `image_embeds`
+            (its projection is the head, `classifier_activation=None`). See
             docs/models.md#weights-from-the-hugging-face-hub-timm-transformers.
         ema: with a PyTorch training checkpoint, its EMA weights
             (`state_dict_ema` / `model_ema`) instead of its weights.
@@ -104,6 +109,11 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
             f"standard width; {said}). {fix}, or pass num_heads= to "
             "keras_vit.model_from_checkpoint.")
     info = checkpoint.info()
+    # what the source class computes (transformers: its pooler_output, CLIP's
+    # image_embeds through the projection kept as the head, without softmax)
+    defaults = dict(getattr(checkpoint, "builder_defaults", None) or {})
+    if "classifier_activation" in defaults and kwargs.get("classes") in (None, info.classes):
+        kwargs.setdefault("classifier_activation", defaults["classifier_activation"])
     if info.classes is None and "classes" not in kwargs and not kwargs.get("features_only"):
         kwargs.setdefault("include_top", False)
         # DINO's forward is the class token after the final norm (no pre_logits);
@@ -114,5 +124,7 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
         elif not kwargs["include_top"] and library == "timm" and family == "vit" \
                 and not info.distillation_token:
             kwargs.setdefault("pooling", config.get("classifier", info.classifier))
+        elif not kwargs["include_top"] and "pooling" in defaults:
+            kwargs.setdefault("pooling", defaults["pooling"])
     builder = MLPMixer if family == "mixer" else VisionTransformer
     return builder(**config, weights=checkpoint, **kwargs)

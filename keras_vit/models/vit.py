@@ -182,7 +182,9 @@ def VisionTransformer(
             (DINOv2-reg); `"gap"` then averages the patch tokens only.
         distillation_token: a distillation token after the class token
             (DeiT distilled); its two-head classifier comes in a later
-            release, so it needs `include_top=False`.
+            release, so it needs `include_top=False`, unless `weights` hold
+            a head on the class token alone (transformers'
+            `DeiTForImageClassification`), which is built.
         no_embed_class: position embeddings of the patch grid only, the
             prefix tokens get none (timm's `no_embed_class`).
         patch_bias: whether the patch projection has a bias (False: OpenAI
@@ -213,12 +215,6 @@ def VisionTransformer(
     include_top = include_top and out_indices is None
     remat = check_remat(remat)
     num_register_tokens = _checks.non_negative_int(num_register_tokens, "num_register_tokens")
-    if distillation_token and include_top:
-        raise ValueError(
-            "distillation_token=True: the distilled classifier (a head on the class "
-            "token and one on the distillation token, averaged at inference, as "
-            "DeiT's) comes in a later release; build with include_top=False "
-            "(pooling='token' reads the class token).")
     attention = check_attention(attention)
     classes = check_classes(classes)
     # "map" pools through the attention-pooling head a classifier="map" model has
@@ -253,6 +249,7 @@ def VisionTransformer(
         num_prefix_tokens=int(classifier == "token") + int(bool(distillation_token))
         + num_register_tokens, norm_name="encoder_norm",
         extra_prefix_tokens=int(bool(distillation_token)) + num_register_tokens,
+        distillation_token=bool(distillation_token),
         description=variant.official_name if variant else "this VisionTransformer",
         default_name="vision_transformer",
         attention_pool=dict(num_heads=num_heads, mlp_dim=mlp_dim)

@@ -93,6 +93,9 @@ class Format:
     config_keys: tuple = ()  # config.json keys that say the format
     is_state: Callable | None = None  # True for the format's key names
     labels_key: str = ""  # the config.json key of the class names (for messages)
+    # (state, config, source) -> what the source class computes beyond the
+    # architecture, as `HubCheckpoint` fields (builder_defaults, head_refusal, resize)
+    source_class: Callable | None = None
 
 
 def _timm_config(state, config, preprocessor):
@@ -120,7 +123,8 @@ FORMATS = {
         source_name=transformers_format.state_source_name,
         check_files=transformers_format.check_files,
         config_keys=("model_type", "architectures"),
-        is_state=transformers_format.is_transformers_state, labels_key="id2label"),
+        is_state=transformers_format.is_transformers_state, labels_key="id2label",
+        source_class=transformers_format.source_class),
     dino_format.LIBRARY: Format(
         keys=timm_format, resize_how=dino_format.RESIZE_HOW,
         read_config=dino_format.read_config),
@@ -151,6 +155,16 @@ class HubCheckpoint(Checkpoint):
             official key's source name, the source keys no mapping rule
             knows, and the number of heads `params` splits the attention
             into (`convert`'s last).
+        builder_defaults: builder arguments the source class implies
+            (`model_from_checkpoint` takes them unless given): the output
+            pooling of a model without a head (its `pooler_output`),
+            `classifier_activation=None` for a projection (CLIP's
+            `image_embeds`).
+        head_refusal: why the checkpoint's head is not built (a phrase),
+            raised when a model keeps it; None: it is built.
+        resize, resize_how: the position-embedding resize
+            (`posemb.POSEMB_RESIZES` key, and in words) where the model
+            type's differs from its library's; None: the library's.
     """
 
     library: str | None = None
@@ -161,6 +175,10 @@ class HubCheckpoint(Checkpoint):
     names: dict | None = None
     unmapped: list | None = None
     heads: int | None = None    # the number of heads `params` is split into
+    builder_defaults: dict = dataclasses.field(default_factory=dict)
+    head_refusal: str | None = None
+    resize: str | None = None
+    resize_how: str | None = None
 
     def __post_init__(self):
         if self.library is None:
@@ -206,11 +224,14 @@ class HubCheckpoint(Checkpoint):
         Raises:
             CheckpointMismatchError: missing, unexpected (including keys no
                 mapping rule knows) or mis-shaped keys, named as in the
-                checkpoint.
+                checkpoint; a kept head keras_vit does not build
+                (`head_refusal`).
         """
+        if self.head_refusal and "head/" not in dropped:
+            raise CheckpointMismatchError(f"{self.source}: {self.head_refusal}.")
         shape = model.input_shape
         if self.family == "vit" and isinstance(shape, tuple) and None in shape[1:3]:
-            how = FORMATS[self.library].resize_how
+            how = self.how
             raise ValueError(
                 f"input_shape={tuple(shape[1:])} (any size at call time) resizes the "
                 "position embedding in the graph with the official algorithm (bilinear, "
@@ -233,6 +254,11 @@ class HubCheckpoint(Checkpoint):
         return load_official_weights(model, {**params, **extra}, self.source,
                                      dropped=dropped, key_name=self._name_of, fmt=self.format)
 
+    @property
+    def how(self):
+        """How the weights' library resizes the position embedding, in words."""
+        return self.resize_how or FORMATS[self.library].resize_how
+
     def _resize(self, posemb, encoder):
         prefix = encoder.num_embedded_prefix_tokens  # registers may have none
         new = tuple(encoder.grid_size)
@@ -245,9 +271,8 @@ class HubCheckpoint(Checkpoint):
             return posemb
         logger.info(
             "Resizing the position embedding of %s from a %dx%d to a %dx%d grid "
-            "as %s does (%s).", self.source, *old, *new, self.library,
-            FORMATS[self.library].resize_how)
-        return POSEMB_RESIZES[self.library](posemb, new, prefix, old)
+            "as %s does (%s).", self.source, *old, *new, self.library, self.how)
+        return POSEMB_RESIZES[self.resize or self.library](posemb, new, prefix, old)
 
     def _name_of(self, key):
         """The checkpoint's own name of an official key."""
@@ -414,7 +439,9 @@ def read_hub_checkpoint(path, source=None, ema=False, kind=None, library=None):
             "PyTorch" if torch_file else "safetensors",
             " (DINO's weights under another name: read_hub_checkpoint(path, "
             "library='dino').)" if dino_like else "")
+    extra = row.source_class(state, config, source) if row.source_class and \
+        library == fmt else {}
     return HubCheckpoint(format=fmt, library=library, source=source, path=path,
                          config=config, state=state,
                          family=family, architecture=arch, arithmetic=arithmetic,
-                         preprocessing=preprocessing, class_names=names)
+                         preprocessing=preprocessing, class_names=names, **extra)

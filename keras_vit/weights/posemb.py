@@ -259,4 +259,7 @@ POSEMB_RESIZES = {
     "timm": resample_abs_pos_embed_timm,
     "transformers": interpolate_pos_encoding_transformers,
     "dino": interpolate_pos_encoding_dino,
+    # transformers' Dinov2WithRegisters: `F.interpolate(size=..., mode="bicubic",
+    # antialias=True, align_corners=False)` in float32, the call timm makes
+    "transformers-antialias": resample_abs_pos_embed_timm,
 }

@@ -36,6 +36,7 @@ from keras_vit.errors import (
     UnsupportedCheckpointError,
 )
 from keras_vit.weights import config_values as cv
+from keras_vit.weights import transformers_families as families
 from keras_vit.weights.npz import POSEMB_KEY
 from keras_vit.weights.timm_export import torch_array
 
@@ -51,7 +52,18 @@ CONFIG_VALUES = {
     "num_channels": cv.POSITIVE_INT, "qkv_bias": cv.OPTIONAL_BOOLEAN,
     "hidden_act": cv.STRING, "pooler_act": cv.STRING,
     "layer_norm_eps": cv.POSITIVE_NUMBER, "id2label": cv.OPTIONAL_LABELS,
+    # the later families (#48; `transformers_families`)
+    "image_size": cv.OPTIONAL_SIZE, "mlp_ratio": cv.OPTIONAL_POSITIVE_NUMBER,
+    "num_register_tokens": cv.OPTIONAL_COUNT, "use_swiglu_ffn": cv.OPTIONAL_BOOLEAN,
+    "projection_dim": cv.OPTIONAL_POSITIVE_INT, "vision_use_head": cv.OPTIONAL_BOOLEAN,
+    "pooler_output_size": cv.OPTIONAL_POSITIVE_INT,
 }
+# a full `clip` / `siglip` checkpoint's vision tower values (a parent before its children)
+_VISION_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
+                "intermediate_size", "patch_size", "num_channels", "hidden_act",
+                "layer_norm_eps", "image_size", "vision_use_head")
+CONFIG_VALUES.update({"vision_config": cv.OPTIONAL_OBJECT,
+                      **{f"vision_config.{k}": CONFIG_VALUES[k] for k in _VISION_KEYS}})
 PREPROCESSOR_VALUES = {
     "image_mean": cv.MEANS, "image_std": cv.STDS,
     "do_normalize": cv.BOOLEAN, "do_rescale": cv.BOOLEAN,
@@ -75,26 +87,29 @@ _V5 = [
     (r"(^|\.)layers\.(\d+)\.", r"\1encoder.layer.\2."),
 ]
 GELU_FORMS = {"gelu": "erf", "gelu_new": "tanh", "gelu_pytorch_tanh": "tanh",
-              "gelu_fast": "tanh"}
+              "gelu_fast": "tanh", "quick_gelu": "quick"}
 
 
 def is_transformers_state(keys):
-    """True when the key names are those of a transformers ViT."""
-    return any(k.endswith("embeddings.patch_embeddings.projection.weight") for k in keys)
+    """True when the key names are those of a transformers ViT (or of one
+    of the later families: CLIP's and SigLIP's `patch_embedding`)."""
+    return any(k.endswith(("embeddings.patch_embeddings.projection.weight",
+                           "embeddings.patch_embedding.weight")) for k in keys)
 
 
 def canonical(state):
-    """Strips the `vit.` prefix and renames transformers-5 names to the saved
-    names; returns `(state, prefix)`."""
-    prefix = "vit." if any(k.startswith("vit.") for k in state) else ""
-    out = {}
-    for key, value in state.items():
-        if prefix and key.startswith(prefix):
-            key = key[len(prefix):]
-        for pattern, repl in _V5:
-            key = re.sub(pattern, repl, key)
-        out[key] = value
-    return out, prefix
+    """Strips the base model's prefix (`vit.`, `dinov2.`, `deit.`,
+    `vision_model.`, ...) and renames transformers-5 names and the later
+    families' to the ViT's saved names (`transformers_families.prepare`;
+    the keys it leaves out are not in the result); returns `(state, prefix)`."""
+    prepared = families.prepare(state, _V5)
+    return prepared.state, prepared.prefix
+
+
+def model_type(config, state):
+    """config.json's `model_type`, else the one the keys say."""
+    said = (config or {}).get("model_type")
+    return said if said else families.model_type_of_keys(canonical(state)[0])
 
 
 def _t(a):
@@ -104,22 +119,19 @@ def _t(a):
 def to_official(state, num_heads):
     """`(params, names, unmapped)` as `keras_vit.weights.timm.to_official`;
     names are the keys as saved (with the `vit.` prefix of
-    `ViTForImageClassification`)."""
-    raw_names = {}
-    for key in state:
-        new, _ = canonical({key: None})
-        raw_names[next(iter(new))] = key
-    state, _ = canonical(state)
+    `ViTForImageClassification`, ...)."""
+    prepared = families.prepare(state, _V5)
     params, names, unmapped = {}, {}, []
 
     def put(key, value, source):
         params[key] = np.asarray(value, dtype=np.float32)
-        names[key] = raw_names.get(source, source)
+        names[key] = prepared.raw.get(source, source)
 
-    for key, value in state.items():
+    for key, value in prepared.state.items():
         value = np.asarray(value)
-        if not _map_one(key, value, num_heads, put):
-            unmapped.append(raw_names.get(key, key))
+        if not (_map_one(key, value, num_heads, put)
+                or families.map_key(key, value, num_heads, put)):
+            unmapped.append(prepared.raw.get(key, key))
     return params, names, sorted(unmapped)
 
 
@@ -208,7 +220,8 @@ def source_name(key, prefix=""):
 
 def architecture(state, config):
     """`("vit", VisionTransformer kwargs)` from a transformers `config.json`
-    (shapes when there is none).
+    (shapes when there is none): the ViT, and the later families of
+    `transformers_families` (their options read off the keys).
 
     Raises `CheckpointMismatchError` for configurations keras_vit does not
     build (another `model_type`, no query/key/value bias, a pooler
@@ -216,101 +229,167 @@ def architecture(state, config):
     """
     config = config or {}
     state, _ = canonical(state)
-    model_type = config.get("model_type", "vit")
-    if model_type != "vit":
-        raise CheckpointMismatchError(
-            f"A transformers {model_type!r} checkpoint; keras_vit loads the "
-            "'vit' model type (ViTModel, ViTForImageClassification). "
-            "transformers' 'vit-hybrid' uses a BiT backbone whose layers differ "
-            "from the official hybrids'.")
+    kind = model_type(config, state)
+    families.refuse_model_type(kind)
+    vision = families.vision_config(config)
     proj = state.get("embeddings.patch_embeddings.projection.weight")
-    if proj is None:
+    mlp = state.get("encoder.layer.0.intermediate.dense.weight")
+    if proj is None or mlp is None:
+        missing = ("embeddings.patch_embeddings.projection.weight" if proj is None
+                   else "encoder.layer.0.intermediate.dense.weight")
         raise CheckpointMismatchError(
-            "No 'embeddings.patch_embeddings.projection.weight': not a "
-            "transformers ViT checkpoint.")
+            f"No {missing!r} (under its {kind} name): not a transformers ViT checkpoint.")
     width = int(proj.shape[0])
     layers = {int(m[1]) for k in state if (m := re.match(_LAYER, k))}
-    heads = config.get("num_attention_heads") or {192: 3, 384: 6, 768: 12, 1024: 16,
+    heads = vision.get("num_attention_heads") or {192: 3, 384: 6, 768: 12, 1024: 16,
                                                   1280: 16}.get(width)
-    if config.get("qkv_bias") is False:
+    if vision.get("qkv_bias") is False:
         raise CheckpointMismatchError(
             "This transformers ViT has no query/key/value biases (qkv_bias="
             "false); the keras_vit TransformerBlock always has them.")
-    if config.get("pooler_act", "tanh") != "tanh" and "pooler.dense.weight" in state:
+    if vision.get("pooler_act", "tanh") != "tanh" and "pooler.dense.weight" in state:
         raise CheckpointMismatchError(
-            f"pooler_act={config['pooler_act']!r}; keras_vit's pre_logits layer "
+            f"pooler_act={vision['pooler_act']!r}; keras_vit's pre_logits layer "
             "(the ViTModel pooler) is Dense + tanh.")
-    if config.get("num_channels", 3) != 3:
+    if vision.get("num_channels", 3) != 3:
         raise CheckpointMismatchError(
-            f"num_channels={config['num_channels']}; keras_vit loads RGB models.")
-    return "vit", dict(
+            f"num_channels={vision['num_channels']}; keras_vit loads RGB models.")
+    classifier = "map" if "head.probe" in state else \
+        "gap" if kind.startswith("siglip") else "token"
+    kwargs = dict(
         patch_size=tuple(int(s) for s in proj.shape[2:]), hidden_size=width,
         num_layers=len(layers), num_heads=int(heads) if heads else None,
-        mlp_dim=int(state["encoder.layer.0.intermediate.dense.weight"].shape[0]),
-        classifier="token",
+        mlp_dim=int(mlp.shape[0]), classifier=classifier,
     )
+    kwargs.update(families.options(kind, state, vision))
+    return "vit", kwargs
 
 
 def check_config(config, state, arch, where):
     """Raises `CorruptCheckpointError` when a value of config.json (`where`)
-    contradicts the weights: the width, depth, MLP width, patch, a head
-    count that does not divide the width, the number of labels;
-    `UnsupportedCheckpointError` when `architectures` names a class other
-    than transformers' ViTs."""
-    other = [n for n in config.get("architectures") or () if not n.startswith("ViT")]
+    contradicts the weights: the model type, width, depth, MLP width, patch,
+    image size, register count, projection width, a head count that does
+    not divide the width, the number of labels;
+    `UnsupportedCheckpointError` when `architectures` names a class of the
+    model type keras_vit does not build."""
+    kind = model_type(config, state)
+    classes = families.FAMILIES[kind].classes
+    other = [n for n in config.get("architectures") or ()
+             if not (n.startswith("ViT") if kind == "vit" else n in classes)]
     if other:
+        names = ", ".join(classes[:-1]) + f" and {classes[-1]}" if len(classes) > 1 \
+            else classes[0]
         raise UnsupportedCheckpointError(
             f"{where!r} says architectures {other[0]!r}, which is not one keras_vit "
-            "builds; it loads transformers' ViTModel and ViTForImageClassification "
-            "(model_type 'vit').")
+            f"builds; it loads transformers' {names} (model_type {kind!r}).")
+    state = canonical(state)[0]
+    _check_model_type(config, kind, state, where)
+    vision = families.vision_config(config)
+    at = "vision_config." if vision is not config else ""
     width, depth, mlp = arch["hidden_size"], arch["num_layers"], arch["mlp_dim"]
-    patch, heads = tuple(arch["patch_size"]), config.get("num_attention_heads")
+    patch, heads = tuple(arch["patch_size"]), vision.get("num_attention_heads")
     proj = "embeddings.patch_embeddings.projection.weight"
 
     def check(key, value, agrees, held):
-        cv.check_agrees(where, key, value, agrees, held)
+        cv.check_agrees(where, at + key, value, agrees, held)
 
-    check("hidden_size", config.get("hidden_size"), lambda v: v == width,
+    check("hidden_size", vision.get("hidden_size"), lambda v: v == width,
           f"width {width} ({proj} has {width} output channels)")
-    check("num_hidden_layers", config.get("num_hidden_layers"), lambda v: v == depth,
+    check("num_hidden_layers", vision.get("num_hidden_layers"), lambda v: v == depth,
           f"{depth} layers (encoder.layer.0 to encoder.layer.{depth - 1})")
-    check("intermediate_size", config.get("intermediate_size"), lambda v: v == mlp,
+    check("intermediate_size", vision.get("intermediate_size"), lambda v: v == mlp,
           f"an MLP of width {mlp} (encoder.layer.0.intermediate.dense.weight has {mlp} rows)")
-    check("patch_size", config.get("patch_size"),
+    check("mlp_ratio", vision.get("mlp_ratio"), lambda v: int(width * v) == mlp,
+          f"an MLP of width {mlp} (encoder.layer.0.intermediate.dense.weight has {mlp} "
+          f"rows), not width {width} x mlp_ratio")
+    check("patch_size", vision.get("patch_size"),
           lambda v: cv.pair(v) == patch,
           f"{patch[0]}x{patch[1]} patches ({proj} has a {patch[0]}x{patch[1]} kernel)")
     check("num_attention_heads", heads, lambda v: width % v == 0,
           f"width {width} ({proj} has {width} output channels), which {heads} heads "
           "do not divide")
-    head = canonical(state)[0].get("classifier.weight")
+    _check_tokens(vision, state, arch, check)
+    _check_heads(config, state, where)
+
+
+def _check_model_type(config, kind, state, where):
+    """The register count, then the model type, against the weights."""
+    reg = state.get("embeddings.register_tokens")
+    registers = int(reg.shape[1]) if reg is not None and reg.ndim == 3 else 0
+    cv.check_agrees(where, "num_register_tokens", config.get("num_register_tokens"),
+                    lambda v: v == registers,
+                    f"{registers} register tokens (embeddings.register_tokens has "
+                    f"{registers} rows)" if reg is not None else
+                    "0 register tokens (no embeddings.register_tokens)")
+    held = families.model_type_of_keys(state)
+    said = {"clip": "clip_vision_model", "siglip": "siglip_vision_model"}.get(kind, kind)
+    if held != said:
+        raise CorruptCheckpointError(
+            f"{where!r} says model_type {kind!r}, but the weights hold the keys of a "
+            f"{held!r} model ({families.evidence(held)}); the file and the weights must "
+            "describe the same model.")
+
+
+def _check_tokens(vision, state, arch, check):
+    """`image_size` against the grid of position embeddings."""
+    posemb = state.get("embeddings.position_embeddings")
+    if posemb is None or posemb.ndim != 3 or vision.get("image_size") is None:
+        return
+    prefix = 0 if arch.get("no_embed_class") or arch["classifier"] != "token" else \
+        1 + int(bool(arch.get("distillation_token")))
+    rows = int(posemb.shape[1]) - prefix
+    patch = tuple(arch["patch_size"])
+    check("image_size", vision.get("image_size"),
+          lambda v: (cv.pair(v)[0] // patch[0]) * (cv.pair(v)[1] // patch[1]) == rows,
+          f"{rows} patch position embeddings (embeddings.position_embeddings, "
+          f"patch {patch[0]}x{patch[1]})")
+
+
+def _check_heads(config, state, where):
+    """The labels against the classifier, `projection_dim` against the projection."""
+    head = next((state[k] for k in ("classifier.weight", "cls_classifier.weight")
+                 if k in state), None)
     labels = config.get("id2label")
     if head is not None and labels and len(labels) != head.shape[0]:
         raise CorruptCheckpointError(
             f"{where!r} has {len(labels)} id2label entries, but the weights hold a "
             f"{head.shape[0]}-class head (classifier.weight has {head.shape[0]} rows); "
             "the file and the weights must describe the same model.")
+    projection = state.get("visual_projection.weight")
+    if projection is not None:
+        rows = int(projection.shape[0])
+        cv.check_agrees(where, "projection_dim", config.get("projection_dim"),
+                        lambda v: v == rows,
+                        f"a {rows}-wide projection (visual_projection.weight has {rows} rows)")
 
 
-def arithmetic(config):
+def arithmetic(config, state=None):
+    """The GELU form and LayerNorm epsilon of config.json (its
+    `vision_config` for a full CLIP / SigLIP), else the model type's
+    defaults (the model type the keys say for a bare file)."""
     config = config or {}
-    act = config.get("hidden_act", "gelu")
+    family = families.FAMILIES.get(model_type(config, state or {}), families.FAMILIES["vit"])
+    vision = families.vision_config(config)
+    act = vision.get("hidden_act", family.hidden_act)
     if act not in GELU_FORMS:
         raise CheckpointMismatchError(
             f"hidden_act={act!r}; keras_vit builds GELU blocks "
             f"({sorted(GELU_FORMS)}).")
     return dict(gelu=GELU_FORMS[act],
-                layer_norm_epsilon=float(config.get("layer_norm_eps", 1e-12)),
+                layer_norm_epsilon=float(vision.get("layer_norm_eps", family.layer_norm_eps)),
                 fc_norm=False)
 
 
-def preprocessing(preprocessor):
+def preprocessing(preprocessor, kind="vit"):
     """`{"mean", "std", ...}` on the [0, 1] scale from
-    `preprocessor_config.json` (ViTImageProcessor: rescale by
-    `rescale_factor`, then normalise). Without one, ViTImageProcessor's
-    defaults (0.5, 0.5)."""
+    `preprocessor_config.json` (ViTImageProcessor and the later families'
+    processors: rescale by `rescale_factor`, then normalise). Without one,
+    the defaults of the model type's image processor (ViT's, DeiT's,
+    SigLIP's: 0.5, 0.5; DINOv2's and CLIP's: OpenAI CLIP's)."""
     p = preprocessor or {}
-    mean = p.get("image_mean", (0.5, 0.5, 0.5))
-    std = p.get("image_std", (0.5, 0.5, 0.5))
+    family = families.FAMILIES.get(kind, families.FAMILIES["vit"])
+    mean = p.get("image_mean", family.mean)
+    std = p.get("image_std", family.std)
     if p.get("do_normalize", True) is False:
         mean, std = (0.0, 0.0, 0.0), (1.0, 1.0, 1.0)
     factor = float(p.get("rescale_factor", 1 / 255)) if p.get("do_rescale", True) else 1.0
@@ -342,9 +421,19 @@ def read_config(state, config, preprocessor):
     a transformers checkpoint (`config` and `preprocessor` None for a bare
     file, whose preprocessing is then None)."""
     family, arch = architecture(state, config)
-    return (family, arch, arithmetic(config),
-            preprocessing(preprocessor) if config is not None else None,
+    return (family, arch, arithmetic(config, state),
+            preprocessing(preprocessor, model_type(config, state))
+            if config is not None else None,
             class_names(config))
+
+
+def source_class(state, config, source):
+    """What the source class computes beyond the architecture
+    (`transformers_families.source_class`: builder defaults, a head
+    refusal, the resize); logs the one line of a left-out text tower."""
+    prepared = families.prepare(state, _V5)
+    families.log_left_out(prepared, source)
+    return families.source_class(model_type(config, state), prepared.state)
 
 
 def check_files(config, config_file, preprocessor, preprocessor_file, state):
@@ -355,9 +444,21 @@ def check_files(config, config_file, preprocessor, preprocessor_file, state):
         cv.check_values(preprocessor, PREPROCESSOR_VALUES, preprocessor_file)
 
 
+_TOP_LEVEL = ("classifier.", "cls_classifier.", "distillation_classifier.",
+              "visual_projection.")
+
+
 def state_source_name(key, state):
-    """`source_name` under the prefix `state`'s keys have (`vit.` or none)."""
-    return source_name(key, "vit." if any(k.startswith("vit.") for k in state) else "")
+    """The name `state` (its prefix and family) has for an official key."""
+    prepared = canonical(state)[0]
+    name = source_name(key)
+    if name == key:
+        name = families.official_name(key)
+        if name is None:
+            return key
+    name = families.styled(name, families.model_type_of_keys(prepared))
+    prefix = families.prefix_of(state)
+    return name if name.startswith(_TOP_LEVEL) else prefix + name
 
 # --- back out: official arrays -> a transformers state dict and configs ----
 
