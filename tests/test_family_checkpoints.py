@@ -288,3 +288,20 @@ def test_dinov2_giant_is_refused_naming_its_swiglu_mlp(tmp_path):
     with pytest.raises(CheckpointMismatchError,
                        match=r"has a SwiGLU MLP \('blocks.0.mlp.w12.weight', DINOv2's ViT-g/14\)"):
         keras_vit.model_from_checkpoint(tmp_path / "dinov2_vitg14_pretrain.pth", num_heads=HEADS)
+
+
+@pytest.mark.parametrize("name, missing", [
+    ("beit_base_patch16_224", "a BEiT: relative position biases"),
+    ("eva02_base_patch14_224", "an EVA-02: rotary position embeddings and a SwiGLU MLP"),
+])
+def test_other_vit_families_are_refused_naming_what_is_missing(tmp_path, name, missing):
+    from keras_vit.errors import UnsupportedCheckpointError
+
+    _, folder = timm_folder(tmp_path, "vit_small_patch14_dinov2", 56)
+    config = json.loads((folder / "config.json").read_text())
+    config["architecture"] = name
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UnsupportedCheckpointError,
+                       match=rf"says architecture '{name}', which is not one keras_vit builds "
+                             rf"\({missing}"):
+        keras_vit.model_from_checkpoint(folder)

@@ -418,6 +418,17 @@ BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*, deit3_*), R+ViT hybrids (
          "vit_*_r50_*, vit_*_resnet*) and MLP-Mixers (mixer_*)")
 
 
+# timm's ViT descendants outside vit_* / deit*, and what keras_vit lacks for each.
+OTHER_FAMILIES = (
+    ("beit", "a BEiT: relative position biases and layer scale in every block"),
+    ("eva02", "an EVA-02: rotary position embeddings and a SwiGLU MLP"),
+    ("eva", "an EVA: rotary position embeddings"),
+    ("vit_pe_", "a Perception Encoder: rotary position embeddings"),
+    ("naflexvit", "a NaFlex ViT: patches of variable count with factorised position "
+                  "embeddings"),
+)
+
+
 def _kind_of_name(name):
     if name.startswith("mixer_"):
         return "mixer"
@@ -452,9 +463,10 @@ def check_architecture(config, keys, where):
         return
     claimed = _kind_of_name(name)
     if claimed is None:
+        family = next((why for prefix, why in OTHER_FAMILIES if name.startswith(prefix)), None)
         raise UnsupportedCheckpointError(
             f"{where!r} says architecture {name!r}, which is not one keras_vit "
-            f"builds; {BUILT}.")
+            f"builds{f' ({family})' if family else ''}; {BUILT}.")
     kind, held = _kind_of_weights(keys)
     if claimed != kind:
         raise CorruptCheckpointError(
