@@ -44,8 +44,11 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
             source's arithmetic (GELU form, LayerNorm epsilon, fc_norm,
             hybrid stem, position-embedding resize, input mean/std). A
             checkpoint without a head (transformers `ViTModel`, DINO's
-            ViTs, a head-less official `.npz`) gives `include_top=False`,
-            with its pooler `pooling="token"`. See
+            and DINOv2's ViTs, a head-less official `.npz`) gives
+            `include_top=False`, with its pooler `pooling="token"`; a timm
+            file without a head gives timm's `num_classes=0` output (the
+            class token after the final norm, the average, or the attention
+            pooling, as its classifier pools; a distilled DeiT's tokens). See
             docs/models.md#weights-from-the-hugging-face-hub-timm-transformers.
         ema: with a PyTorch training checkpoint, its EMA weights
             (`state_dict_ema` / `model_ema`) instead of its weights.
