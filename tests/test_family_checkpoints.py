@@ -305,3 +305,14 @@ def test_other_vit_families_are_refused_naming_what_is_missing(tmp_path, name, m
                        match=rf"says architecture '{name}', which is not one keras_vit builds "
                              rf"\({missing}"):
         keras_vit.model_from_checkpoint(folder)
+
+
+@pytest.mark.backends
+def test_attention_pooling_leaves_registers_out_as_timm(tmp_path):
+    """timm's map head attends over the patch tokens only
+    (`pool_include_prefix=False`): a map model with registers
+    (`vit_so150m_patch16_reg4_map_256`'s arithmetic) gives timm's logits."""
+    model, folder = timm_folder(tmp_path, "vit_so150m_patch16_reg4_map_256", 32, mlp_ratio=2.0)
+    keras_model = keras_vit.model_from_checkpoint(folder, classifier_activation=None)
+    assert keras_model.get_layer("map_head").num_prefix_tokens == 4
+    assert_parity(predict(keras_model, photos(32)), timm_forward(model, 32, folder))
