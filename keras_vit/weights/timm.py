@@ -429,7 +429,9 @@ OTHER_FAMILIES = (
 )
 
 
-def _kind_of_name(name):
+def kind_of_name(name):
+    """"vit", "hybrid" or "mixer": what timm's architecture `name` builds
+    (None: a name keras_vit does not build)."""
     if name.startswith("mixer_"):
         return "mixer"
     if name.startswith(("vit_", "deit_", "deit3_")):
@@ -461,7 +463,7 @@ def check_architecture(config, keys, where):
     name = config.get("architecture")
     if not name:
         return
-    claimed = _kind_of_name(name)
+    claimed = kind_of_name(name)
     if claimed is None:
         family = next((why for prefix, why in OTHER_FAMILIES if name.startswith(prefix)), None)
         raise UnsupportedCheckpointError(
@@ -542,6 +544,10 @@ def named_arguments(config):
         pre_norm=row["pre_norm"], distilled=row["distilled"], patch_bias=row["patch_bias"])
     if row["layer_scale"] is not None:
         out["init_values"] = row["layer_scale"]
+    pre_norm = ((config or {}).get("model_args") or {}).get("pre_norm")
+    if pre_norm is not None and row["patch_bias"] != row["pre_norm"]:
+        # timm's VisionTransformer: PatchEmbed(bias=not pre_norm), model_args' too
+        out["patch_bias"] = not pre_norm
     return out
 
 
