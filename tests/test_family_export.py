@@ -60,6 +60,9 @@ FAMILIES = [
                                gelu="erf"), "vit_base_patch16_gap_224"),
     ("map_layer_scale", 32, dict(patch_size=8, classifier="map", gelu="erf",
                                  layer_scale_init=1e-5), "vit_base_patch16_siglip_224"),
+    # the map head pools the patch tokens, registers left out, as timm's
+    ("map_registers", 32, dict(patch_size=8, classifier="map", gelu="erf",
+                               num_register_tokens=2), "vit_base_patch16_siglip_224"),
 ]
 
 
@@ -132,9 +135,6 @@ def _distilled():
      "its patch embedding has a bias (patch_bias=True) with pre_norm=True, and timm's "
      "VisionTransformer gives its patch embedding a bias exactly when it has no pre-norm "
      "(PatchEmbed(bias=not pre_norm))."),
-    ("timm", lambda: tiny_vit(classifier="map", num_register_tokens=1),
-     "its attention-pooling head (classifier='map') attends over its 1 register token(s) "
-     "too, and timm's leaves the prefix tokens out (it pools the patch tokens only)."),
     ("timm", lambda: tiny_vit(layer_norm_epsilon=1e-12, layer_scale_init=1e-5),
      "its LayerNorm epsilon is 1e-12, and each timm ViT architecture fixes its epsilon in "
      "code (1e-05 or 1e-06), which config.json's model_args cannot change."),
@@ -169,7 +169,7 @@ def _distilled():
     ("transformers", lambda: tiny_vit(classifier="map"),
      "it pools with classifier='map', and transformers' ViTForImageClassification "
      "classifies the class token."),
-], ids=["timm-distillation", "timm-patch-bias", "timm-pre-norm-bias", "timm-map-registers",
+], ids=["timm-distillation", "timm-patch-bias", "timm-pre-norm-bias",
         "timm-epsilon",
         "timm-hybrid", "timm-headless", "transformers-quick", "transformers-layer-scale",
         "transformers-registers", "transformers-distillation", "transformers-no-embed-class",

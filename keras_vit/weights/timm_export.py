@@ -243,7 +243,7 @@ def vit_architecture(arch, arithmetic):
     Raises:
         ValueError: a model no registered name computes (a distillation
             token, an epsilon no name has, a patch bias with a pre-norm or
-            none without one, attention pooling over register tokens).
+            none without one).
 
     Example:
 
@@ -263,11 +263,6 @@ def vit_architecture(arch, arithmetic):
             f"(patch_bias={want['patch_bias']}) with pre_norm={want['pre_norm']}, and timm's "
             "VisionTransformer gives its patch embedding a bias exactly when it has no "
             "pre-norm (PatchEmbed(bias=not pre_norm))")
-    if want["pool"] == "map" and want["reg_tokens"]:
-        raise ValueError(
-            f"its attention-pooling head (classifier='map') attends over its "
-            f"{want['reg_tokens']} register token(s) too, and timm's leaves the prefix "
-            "tokens out (it pools the patch tokens only)")
     names = [name for name, row in ARCHITECTURES.items()
              if kind_of_name(name) == "vit" and not row["distilled"]
              and row["patch_bias"] != row["pre_norm"]]
