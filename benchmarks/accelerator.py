@@ -1,7 +1,9 @@
 """Training and inference on one accelerator: keras_vit on the JAX,
 TensorFlow (XLA) and torch backends against timm (eager and
 `torch.compile`), in bfloat16 mixed precision, ViT-B/16, ViT-L/16 and
-DINOv2-L/14 (patch 14, LayerScale; timm's `vit_large_patch14_dinov2`) at 224.
+DINOv2-L/14 (patch 14, LayerScale; timm's `vit_large_patch14_dinov2`) at
+224, and on a CPU DINOv2-S/14 and CLIP-B/16 (`dinov2_s14`, `clip_b16`:
+pre-norm, no patch bias, QuickGELU, eps 1e-5; timm's `_quickgelu_` name).
 
 Frameworks, each configuration in its own process (Keras picks its backend
 once per process; one framework's allocator never holds another's memory):
@@ -90,7 +92,14 @@ MODELS = {
     # DINOv2-L/14 (#48): patch 14, LayerScale (init 1e-5); timm's
     # vit_large_patch14_dinov2 at --image-size (257 tokens at 224)
     "dinov2_l14": dict(family="vit", hidden=1024, layers=24, heads=16, mlp=4096, patch=14,
-                       layer_scale=1e-5, timm="vit_large_patch14_dinov2"),
+                       options=dict(layer_scale_init=1e-5), timm="vit_large_patch14_dinov2"),
+    "dinov2_s14": dict(family="vit", hidden=384, layers=12, heads=6, mlp=1536, patch=14,
+                       options=dict(layer_scale_init=1e-5), timm="vit_small_patch14_dinov2"),
+    # OpenAI CLIP's image tower: pre-norm, no patch bias, QuickGELU, LayerNorm eps 1e-5
+    "clip_b16": dict(family="vit", hidden=768, layers=12, heads=12, mlp=3072,
+                     options=dict(pre_norm=True, patch_bias=False, gelu="quick",
+                                  layer_norm_epsilon=1e-5),
+                     timm="vit_base_patch16_clip_quickgelu_224"),
     "tiny": dict(family="vit", hidden=32, layers=2, heads=2, mlp=64),
 }
 PATCH = 16
@@ -149,7 +158,7 @@ def keras_worker(args):
         num_layers=spec["layers"], num_heads=spec["heads"], mlp_dim=spec["mlp"],
         classes=CLASSES, classifier_activation=None,
         input_shape=(args.image_size, args.image_size, 3), attention=args.attention,
-        layer_scale_init=spec.get("layer_scale"))
+        **spec.get("options", {}))
     images, labels = random_batch(args.batch, args.image_size)
     x, y = keras.ops.convert_to_tensor(images), keras.ops.convert_to_tensor(labels)
     result = {"attention": args.attention,
@@ -607,23 +616,29 @@ def _figure(mode_row, key, scale=1, unit=""):
 
 def table(report):
     lines = ["| model | framework | attention | train img/s | train MFU (measured peak) "
-             "| train MFU (spec peak) | infer img/s | peak memory GB | train ÷ timm-compile |",
-             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
+             "| train MFU (spec peak) | infer img/s | peak memory GB | train ÷ timm "
+             "| infer ÷ timm |",
+             "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for model, rows in report["results"].items():
-        reference = rows.get("timm-compile", {}).get("train", {}).get("images_per_s")
+        # the ratios are against timm compiled where it ran, else timm eager (a CPU)
+        peer = rows.get("timm-compile") or rows.get("timm-eager") or {}
+        peer_name = "timm-compile" if "timm-compile" in rows else "timm-eager"
         for framework, row in rows.items():
             if "error" in row:
-                lines.append(f"| {model} | {framework} | | {row['error']} | | | | | |")
+                lines.append(f"| {model} | {framework} | | {row['error']} | | | | | | |")
                 continue
             train, infer = row.get("train", {}), row.get("infer", {})
             memory = row.get("peak_memory_gb") or row.get("peak_rss_gb")
-            ratio = (f"{train['images_per_s'] / reference:.2f}x"
-                     if reference and train else "")
+            ratios = [f"{mode_row['images_per_s'] / peer[mode]['images_per_s']:.2f}x "
+                      f"{peer_name}" if "images_per_s" in mode_row and mode in peer
+                      and "images_per_s" in peer[mode] else ""
+                      for mode, mode_row in (("train", train), ("infer", infer))]
             lines.append(
                 f"| {model} | {framework} | {row.get('attention_ran', '')} "
                 f"| {_figure(train, 'images_per_s')} | {_figure(train, 'mfu', 100, '%')} "
                 f"| {_figure(train, 'mfu_spec', 100, '%')} "
-                f"| {_figure(infer, 'images_per_s')} | {memory or 0:.1f} | {ratio} |")
+                f"| {_figure(infer, 'images_per_s')} | {memory or 0:.1f} | {ratios[0]} "
+                f"| {ratios[1]} |")
     return "\n".join(lines)
 
 

@@ -208,3 +208,111 @@ def _option(model, key):
         "classifier": "map" if any(layer.name == "map_head" for layer in model.layers)
         else "token",
     }[key]
+
+
+def dinov2_interpolated(posemb, grid):
+    """DINOv2's `interpolate_pos_encoding` of a `(1, 1 + M*M, D)` embedding
+    (class row first) to `grid` x `grid`: bicubic, `scale_factor=(grid +
+    0.1) / M`, no antialias, as facebookresearch/dinov2 calls it."""
+    cls, patches = posemb[:, :1], posemb[:, 1:]
+    m, dim = int(round(patches.shape[1] ** 0.5)), patches.shape[-1]
+    scale = (grid + 0.1) / m
+    resized = torch.nn.functional.interpolate(
+        patches.reshape(1, m, m, dim).permute(0, 3, 1, 2), scale_factor=(scale, scale),
+        mode="bicubic", antialias=False)
+    return torch.cat([cls, resized.permute(0, 2, 3, 1).reshape(1, -1, dim)], dim=1)
+
+
+@pytest.mark.backends
+@pytest.mark.parametrize("registers", [False, True], ids=["dinov2", "dinov2_reg4"])
+@pytest.mark.parametrize("size", [56, 84])
+def test_dinov2_released_files_give_dinov2s_output(tmp_path, registers, size, caplog):
+    """A `dinov2_vits14[_reg4]_pretrain.pth` in DINOv2's own layout (its
+    `register_tokens`, its class position embedding, its `mask_token`),
+    checked to be what timm's `checkpoint_filter_fn` reads as DINOv2's, gives
+    DINOv2's forward: the class token after the final norm, at 56 px and at
+    84 px (the patch position embedding resized as DINOv2 does)."""
+    import logging
+
+    from timm.models.vision_transformer import checkpoint_filter_fn
+
+    name = "vit_small_patch14_reg4_dinov2" if registers else "vit_small_patch14_dinov2"
+    args = dict(depth=DEPTH, embed_dim=WIDTH, num_heads=HEADS, num_classes=0)
+    model = randomized(timm.create_model(name, pretrained=False, img_size=56, **args))
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    original = dict(state, mask_token=torch.zeros(1, WIDTH))
+    if registers:  # the inverse of timm's _convert_dinov2
+        cls_pos = 0.1 * torch.randn(1, 1, WIDTH, generator=torch.Generator().manual_seed(1))
+        original["register_tokens"] = original.pop("reg_token")
+        original["cls_token"] = state["cls_token"] - cls_pos
+        original["pos_embed"] = torch.cat([cls_pos, state["pos_embed"]], dim=1)
+    read_by_timm = checkpoint_filter_fn(dict(original), model)
+    assert sorted(read_by_timm) == sorted(state)
+    for key, value in state.items():
+        torch.testing.assert_close(read_by_timm[key], value, rtol=0, atol=1e-7)
+    path = tmp_path / f"dinov2_vits14{'_reg4' if registers else ''}_pretrain.pth"
+    torch.save(original, path)
+
+    reference = model
+    if size != 56:  # DINOv2 resizes the patch rows of its own embedding, class row kept
+        reference = timm.create_model(name, pretrained=False, img_size=size, **args).eval()
+        resized = dict(state)
+        grid = size // 14
+        if registers:
+            full = dinov2_interpolated(original["pos_embed"], grid)
+            resized["pos_embed"] = full[:, 1:]
+        else:
+            resized["pos_embed"] = dinov2_interpolated(state["pos_embed"], grid)
+        reference.load_state_dict(resized)
+    with caplog.at_level(logging.INFO, logger="keras_vit"):
+        keras_model = keras_vit.model_from_checkpoint(path, num_heads=HEADS,
+                                                      input_shape=(size, size, 3))
+    assert "its mask_token (used by DINOv2's training only) is left out" in caplog.text
+    got = predict(keras_model, photos(size))
+    assert got.shape == (2, WIDTH)
+    x = (photos(size) / 255.0 - np.float32([0.485, 0.456, 0.406])) / np.float32(
+        [0.229, 0.224, 0.225])
+    with torch.no_grad():
+        expected = reference(torch.from_numpy(x.transpose(0, 3, 1, 2).copy())).numpy()
+    assert_parity(got, expected)
+
+
+def test_dinov2_giant_is_refused_naming_its_swiglu_mlp(tmp_path):
+    _, folder = timm_folder(tmp_path, "vit_small_patch14_dinov2", 56, classes=0)
+    from safetensors.numpy import load_file
+
+    state = {k: torch.from_numpy(v) for k, v in
+             load_file(str(folder / "model.safetensors")).items()}
+    state["blocks.0.mlp.w12.weight"] = state.pop("blocks.0.mlp.fc1.weight")
+    torch.save(state, tmp_path / "dinov2_vitg14_pretrain.pth")
+    with pytest.raises(CheckpointMismatchError,
+                       match=r"has a SwiGLU MLP \('blocks.0.mlp.w12.weight', DINOv2's ViT-g/14\)"):
+        keras_vit.model_from_checkpoint(tmp_path / "dinov2_vitg14_pretrain.pth", num_heads=HEADS)
+
+
+@pytest.mark.parametrize("name, missing", [
+    ("beit_base_patch16_224", "a BEiT: relative position biases"),
+    ("eva02_base_patch14_224", "an EVA-02: rotary position embeddings and a SwiGLU MLP"),
+])
+def test_other_vit_families_are_refused_naming_what_is_missing(tmp_path, name, missing):
+    from keras_vit.errors import UnsupportedCheckpointError
+
+    _, folder = timm_folder(tmp_path, "vit_small_patch14_dinov2", 56)
+    config = json.loads((folder / "config.json").read_text())
+    config["architecture"] = name
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(UnsupportedCheckpointError,
+                       match=rf"says architecture '{name}', which is not one keras_vit builds "
+                             rf"\({missing}"):
+        keras_vit.model_from_checkpoint(folder)
+
+
+@pytest.mark.backends
+def test_attention_pooling_leaves_registers_out_as_timm(tmp_path):
+    """timm's map head attends over the patch tokens only
+    (`pool_include_prefix=False`): a map model with registers
+    (`vit_so150m_patch16_reg4_map_256`'s arithmetic) gives timm's logits."""
+    model, folder = timm_folder(tmp_path, "vit_so150m_patch16_reg4_map_256", 32, mlp_ratio=2.0)
+    keras_model = keras_vit.model_from_checkpoint(folder, classifier_activation=None)
+    assert keras_model.get_layer("map_head").num_prefix_tokens == 4
+    assert_parity(predict(keras_model, photos(32)), timm_forward(model, 32, folder))

@@ -53,6 +53,8 @@ def timm():
 
 
 def source_model(name):
+    if name == "quick_gelu":  # OpenAI CLIP's GELU in a plain ViT: act_layer="quick_gelu"
+        return random_weights(tiny_vit(gelu="quick", classifier_activation=None))
     if name in HYBRIDS:  # timm's stem arithmetic, the stages of one of its architectures
         model = tiny_vit(**HYBRIDS[name], resnet_width=1, resnet_arithmetic="timm",
                          gelu="erf", classifier_activation=None)
@@ -66,7 +68,7 @@ def source_model(name):
 
 @pytest.mark.parametrize("source, library", [
     ("timm_token", "timm"), ("timm_gap", "timm"), ("official_tanh", "timm"),
-    ("timm_hybrid_stem", "timm"), ("timm_hybrid_r26", "timm"),
+    ("timm_hybrid_stem", "timm"), ("timm_hybrid_r26", "timm"), ("quick_gelu", "timm"),
     ("transformers", "transformers"), ("timm_token", "transformers"),
     ("official_tanh", "transformers")])
 def test_the_library_opens_the_folder_and_gives_keras_vits_logits(tmp_path, request, source,
@@ -120,7 +122,10 @@ def test_the_arithmetic_mean_std_and_class_names_travel(tmp_path):
     ("timm", lambda: tiny_vit(representation_size=8),
      "it has a pre_logits layer (Dense + tanh, 8 units)"),
     ("timm", lambda: tiny_vit(layer_norm_epsilon=1e-12),
-     "its LayerNorm epsilon is 1e-12 and timm's ViT and Mixer LayerNorms have 1e-6"),
+     "its LayerNorm epsilon is 1e-12, and each timm ViT architecture fixes its epsilon in "
+     "code (1e-05 or 1e-06), which config.json's model_args cannot change"),
+    ("timm", lambda: tiny_mixer(gelu="erf", layer_norm_epsilon=1e-5),
+     "its LayerNorm epsilon is 1e-05 and timm's Mixer LayerNorms have 1e-6"),
     ("transformers", lambda: tiny_vit(resnet_layers=(), resnet_width=1, patch_size=2),
      "it is a hybrid, and transformers' ViT has no ResNet stem"),
     ("timm", lambda: tiny_vit(resnet_layers=(), resnet_width=1, patch_size=2),
@@ -129,9 +134,11 @@ def test_the_arithmetic_mean_std_and_class_names_travel(tmp_path):
     ("timm", lambda: tiny_vit(resnet_layers=(1,), resnet_width=1, patch_size=1,
                               resnet_arithmetic="timm"),
      "this one has stages (1,) and width 1"),
-    # a KeyError for timm; transformers' folder named gelu_pytorch_tanh
-    ("timm", lambda: tiny_vit(gelu="quick"), "it computes QuickGELU (gelu='quick')"),
-    ("transformers", lambda: tiny_vit(gelu="quick"), "it computes QuickGELU (gelu='quick')"),
+    # timm writes it (act_layer="quick_gelu"); transformers' folder once named
+    # gelu_pytorch_tanh (the other families: tests/test_family_export.py)
+    ("transformers", lambda: tiny_vit(gelu="quick"),
+     "it computes QuickGELU (gelu='quick'), and keras_vit writes transformers' ViT with the "
+     "exact or tanh GELU only"),
 ])
 def test_a_model_the_library_computes_differently_is_refused(tmp_path, library, build,
                                                              message):

@@ -130,9 +130,11 @@ def test_a_timm_distillation_token_is_named(tmp_path):
         state["pos_embed"] = np.concatenate([posemb[:, :1], posemb], axis=1)
         state["dist_token"] = posemb[:, :1].copy()
 
-    with pytest.raises(CheckpointMismatchError, match=(
-            r"has a distillation token \(dist_token, as DeiT's distilled models have\), which "
-            "keras_vit does not build yet; it cannot be loaded")):
+    # since #48 a distillation token loads (tests/test_family_checkpoints.py);
+    # under a name whose model has none, the file contradicts its weights
+    with pytest.raises(CorruptCheckpointError, match=(
+            r"vit_base_patch16_224 says distilled=False, but its weights hold a distillation "
+            r"token \(dist_token\); the file and the weights must describe the same model")):
         keras_vit.model_from_checkpoint(timm_folder(tmp_path, distilled))
 
 

@@ -6,21 +6,26 @@ The folder holds `config.json` and `model.safetensors` (plus
 save_for_hf` and `save_pretrained` lay them out:
 
 - `timm`: `config.json` holds `architecture`, `model_args` (shape, GELU,
-  pooling, `fc_norm`), `pretrained_cfg` (input size, mean/std) and
-  `label_names`; `timm.create_model("local-dir:DIR", pretrained=True)`
-  opens it.
+  pooling, `fc_norm`, and the options of the later families: LayerScale's
+  `init_values`, `reg_tokens`, `no_embed_class`, `pre_norm`, `global_pool=
+  "map"`), `pretrained_cfg` (input size, mean/std) and `label_names`;
+  `timm.create_model("local-dir:DIR", pretrained=True)` opens it. The
+  architecture name is a registered one whose code computes the model's
+  LayerNorm epsilon (`timm_export.vit_architecture`).
 - `transformers`: `config.json` is a `ViTConfig` (`hidden_act`,
   `layer_norm_eps`, `id2label`), `preprocessor_config.json` the
   `ViTImageProcessor`'s (size, mean/std);
   `ViTForImageClassification.from_pretrained(DIR)` opens it.
 
-The arithmetic travels: the GELU form (`"gelu"` / `"gelu_tanh"` in timm,
-`"gelu"` / `"gelu_pytorch_tanh"` in transformers), the LayerNorm epsilon,
-timm's `fc_norm`, the input normalisation and the class names. A model the
-library would compute differently is refused with the reason (a Mixer
-with the official tanh GELU for timm, whose Mixer takes its GELU from code;
-a `gap` model or a hybrid for transformers; a `pre_logits` layer for
-both, ...).
+The arithmetic travels: the GELU form (`"gelu"` / `"gelu_tanh"` /
+`"quick_gelu"` in timm, `"gelu"` / `"gelu_pytorch_tanh"` in transformers),
+the LayerNorm epsilon, timm's `fc_norm`, the input normalisation and the
+class names. A model the library would compute differently is refused
+with the reason (a Mixer with the official tanh GELU for timm, whose
+Mixer takes its GELU from code; a distillation token, or a patch bias
+that does not go with the pre-norm as timm's does; a `gap` or `map` model,
+a hybrid, LayerScale, registers or QuickGELU for transformers; a
+`pre_logits` layer for both, ...).
 
 Verified like every export (`_pipeline.export_verified`): written under a
 temporary name, read back by keras_vit's own reader
@@ -52,7 +57,12 @@ from keras_vit.export.model import (
 from keras_vit.export._pipeline import ExportFormat, export_verified
 from keras_vit.export._report import ExportReport
 from keras_vit.export.saved_model import dynamic_size_layout, takes_any_size
-from keras_vit.layers import BottleneckUnit, ImageNormalization, ResNetRoot
+from keras_vit.layers import (
+    AttentionPooling,
+    BottleneckUnit,
+    ImageNormalization,
+    ResNetRoot,
+)
 from keras_vit.layers.blocks import encoder_blocks, walk_layers
 from keras_vit.layers.resnet import RESNET_ARITHMETIC
 from keras_vit.models.auto import model_from_checkpoint
@@ -77,27 +87,35 @@ def _check_library(library):
 
 
 def model_arithmetic(model):
-    """`{"gelu", "layer_norm_epsilon", "fc_norm"}` of a keras_vit model,
-    read off its blocks and final norm, with `"resnet_arithmetic"`
-    ("official", "timm" or None for another) for a hybrid.
+    """`{"gelu", "layer_norm_epsilon", "fc_norm", "layer_scale_init"}` of a
+    keras_vit model, read off its blocks, norms and attention-pooling head
+    (`layer_scale_init`: the blocks' initial LayerScale, None without),
+    with `"resnet_arithmetic"` ("official", "timm" or None for another) for
+    a hybrid.
 
     Raises:
-        ValueError: blocks that differ in GELU form or LayerNorm epsilon
-            (no library builds such a model from a config).
+        ValueError: blocks that differ in GELU form, LayerNorm epsilon or
+            LayerScale (no library builds such a model from a config).
     """
     layers = list(walk_layers(model))
     blocks = encoder_blocks(model)
-    norms = [layer for layer in layers
-             if layer.name in ("encoder_norm", "pre_head_layer_norm", "fc_norm")]
-    gelus = {block.gelu for block in blocks}
+    norms = [layer for layer in layers if layer.name in (
+        "encoder_norm", "pre_head_layer_norm", "fc_norm", "pre_norm")]
+    pools = [layer for layer in layers if isinstance(layer, AttentionPooling)]
+    gelus = {block.gelu for block in blocks} | {pool.gelu for pool in pools}
     epsilons = {float(block.layer_norm_epsilon) for block in blocks} | {
-        float(norm.epsilon) for norm in norms}
-    if len(gelus) != 1 or len(epsilons) != 1:
+        float(norm.epsilon) for norm in norms} | {
+        float(pool.layer_norm_epsilon) for pool in pools}
+    scales = {getattr(block, "layer_scale_init", None) for block in blocks}
+    if len(gelus) != 1 or len(epsilons) != 1 or len(scales) > 1:
         raise ValueError(
-            f"{model.name!r} mixes GELU forms {sorted(gelus)} or LayerNorm epsilons "
-            f"{sorted(epsilons)} across its blocks; timm and transformers build one of each.")
+            f"{model.name!r} mixes GELU forms {sorted(gelus)}, LayerNorm epsilons "
+            f"{sorted(epsilons)} or LayerScales {sorted(scales, key=str)} across its blocks; "
+            "timm and transformers build one of each.")
+    scale = scales.pop() if scales else None
     out = {"gelu": gelus.pop(), "layer_norm_epsilon": epsilons.pop(),
-           "fc_norm": any(norm.name == "fc_norm" for norm in norms)}
+           "fc_norm": any(norm.name == "fc_norm" for norm in norms),
+           "layer_scale_init": None if scale is None else float(scale)}
     stems = {(layer.standardization, layer.standardization_epsilon, layer.group_norm_epsilon)
              for layer in layers if isinstance(layer, (ResNetRoot, BottleneckUnit))}
     if stems:  # a hybrid: which named stem arithmetic (None: neither)
@@ -151,26 +169,27 @@ def hub_folder(model, library, size, class_names=None):
     arithmetic = model_arithmetic(model)
     mean, std = model_normalization(model)
     try:
-        if arithmetic["gelu"] == "quick":  # the folder would name another GELU
-            raise ValueError(
-                "it computes QuickGELU (gelu='quick'); its folders come with the CLIP "
-                "readers (a later release), which read them back to verify")
         if info.representation_size:
             raise ValueError(
                 f"it has a pre_logits layer (Dense + tanh, {info.representation_size} "
                 f"units) before its head, which {library}'s classifiers do not have; "
                 "fine-tune a model without one (representation_size=None)")
+        classes = info.classes or 0  # a model without a head is refused below
         if library == "timm":
             files = {CONFIG: timm_export.hub_config(
-                family, arch, arithmetic, size, info.classes, mean, std, class_names)}
+                family, arch, arithmetic, size, classes, mean, std, class_names)}
             state = timm_export.from_official(params)
         else:
             if family != "vit":
                 raise ValueError("it is a Mixer, and transformers has no MLP-Mixer")
             config, preprocessor = transformers_format.hub_configs(
-                arch, arithmetic, size, info.classes, mean, std, class_names)
+                arch, arithmetic, size, classes, mean, std, class_names)
             files = {CONFIG: config, PREPROCESSOR: preprocessor}
             state = transformers_format.from_official(params)
+        if info.classes is None:
+            raise ValueError(
+                "it has no classification head (include_top=False), and the folder is "
+                "verified as a classifier; give it one with classes=N and fine-tune it")
     except ValueError as error:
         raise ValueError(
             f"{model.name!r} cannot be written as a {library} Hub folder: {error}.") from None
@@ -263,9 +282,11 @@ def to_hub_folder(model: keras.Model, path: str | os.PathLike, library: str = "t
         model: a keras_vit classifier (a head, its preprocessing layer
             inside), taking RGB pixels in [0, 255].
         path: the folder to write.
-        library: `"timm"` (ViT with `token` or `gap` pooling, Mixer with
+        library: `"timm"` (ViT with `token`, `gap` or `map` pooling and
+            the options of DINOv2, DeiT-III, CLIP and SigLIP; Mixer with
             exact GELU) or `"transformers"` (`ViTForImageClassification`:
-            ViT with `token` pooling).
+            ViT with `token` pooling, exact or tanh GELU, none of those
+            options).
         outputs, validation_data, validation_split, num_validation, check,
             verbose, seed, data_dir, holdout, skip_corrupt: as in
             `to_onnx`.

@@ -79,7 +79,9 @@ class AttentionPooling(keras.layers.Layer):
     y = y + MLP(LayerNorm(y))                # MLP: Dense, GELU, Dense
     ```
 
-    Pools `(batch, tokens, hidden)` to `(batch, hidden)`. The query is
+    Pools `(batch, tokens, hidden)` to `(batch, hidden)`; the first
+    `num_prefix_tokens` (registers, a distillation token) are left out, as
+    timm's `pool_include_prefix=False` leaves them. The query is
     divided by `sqrt(head_dim)`; the softmax and the LayerNorm statistics
     are computed in float32 under a mixed-precision policy. Weights: the
     probe `(1, 1, hidden)` (timm's `latent`), `query` (timm's `q`),
@@ -91,6 +93,8 @@ class AttentionPooling(keras.layers.Layer):
         mlp_dim: width of the MLP hidden layer.
         layer_norm_epsilon: the LayerNorm's epsilon.
         gelu: the MLP's GELU form, `"tanh"`, `"erf"` or `"quick"`.
+        num_prefix_tokens: tokens before the patch tokens, not attended over
+            (default 0: every token, as SigLIP's).
 
     Example:
 
@@ -99,8 +103,10 @@ class AttentionPooling(keras.layers.Layer):
     (3, 16)
     """
 
-    def __init__(self, num_heads, mlp_dim, layer_norm_epsilon=1e-6, gelu="tanh", **kwargs):
+    def __init__(self, num_heads, mlp_dim, layer_norm_epsilon=1e-6, gelu="tanh",
+                 num_prefix_tokens=0, **kwargs):
         super().__init__(**kwargs)
+        self.num_prefix_tokens = _checks.non_negative_int(num_prefix_tokens, "num_prefix_tokens")
         self.num_heads = _checks.positive_int(num_heads, "num_heads")
         self.mlp_dim = _checks.positive_int(mlp_dim, "mlp_dim")
         self.layer_norm_epsilon = float(layer_norm_epsilon)
@@ -140,6 +146,8 @@ class AttentionPooling(keras.layers.Layer):
     def call(self, inputs):
         hidden, heads = self.hidden_size, self.num_heads
         head_dim = hidden // heads
+        if self.num_prefix_tokens:
+            inputs = inputs[:, self.num_prefix_tokens:]
         dtype = inputs.dtype
         tokens = inputs.shape[1] if inputs.shape[1] is not None else ops.shape(inputs)[1]
         probe = ops.reshape(ops.cast(self.probe, dtype), (1, hidden))
@@ -167,5 +175,6 @@ class AttentionPooling(keras.layers.Layer):
     def get_config(self):
         config = super().get_config()
         config.update(num_heads=self.num_heads, mlp_dim=self.mlp_dim,
-                      layer_norm_epsilon=self.layer_norm_epsilon, gelu=self.gelu)
+                      layer_norm_epsilon=self.layer_norm_epsilon, gelu=self.gelu,
+                      num_prefix_tokens=self.num_prefix_tokens)
         return config

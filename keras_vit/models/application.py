@@ -300,14 +300,16 @@ def classification_head(x, norm_name, pool, representation_size, include_top,
 
     `pool="map"`: the attention-pooling head (`AttentionPooling`, named
     "map_head") of `attention_pool` (its `num_heads`, `mlp_dim`) with the
-    model's `gelu` and epsilon, over every token."""
+    model's `gelu` and epsilon, over the patch tokens (a "map" model's prefix
+    tokens are registers or a distillation token, which timm leaves out)."""
     dtype = mixed_precision_head_dtype()
     if not fc_norm:
         x = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=dtype, name=norm_name)(x)
     if pool == "map":
         x = AttentionPooling(**attention_pool, layer_norm_epsilon=layer_norm_epsilon,
-                             gelu=gelu, dtype=dtype, name="map_head")(x)
+                             gelu=gelu, num_prefix_tokens=num_prefix_tokens, dtype=dtype,
+                             name="map_head")(x)
     elif pool is not None:
         prefix = (num_prefix_tokens if pool in FEATURE_POOLINGS
                   or (pool == "gap" and extra_prefix_tokens) else 0)

@@ -44,13 +44,17 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
             source's arithmetic (GELU form, LayerNorm epsilon, fc_norm,
             hybrid stem, position-embedding resize, input mean/std). A
             checkpoint without a head (transformers `ViTModel`, DINO's
-            ViTs, a head-less official `.npz`) gives `include_top=False`,
-            with its pooler `pooling="token"`. The output is what the
-            source class computes: the logits of a classifier (pass
-            `classifier_activation=None`; the default is softmax), the
-            `pooler_output` of a transformers `*Model` / `*VisionModel`
-            (`pooling="token"`, SigLIP's `"map"`), CLIP's `image_embeds`
-            (its projection is the head, `classifier_activation=None`). See
+            and DINOv2's ViTs, a head-less official `.npz`) gives
+            `include_top=False`, with its pooler `pooling="token"`; a timm
+            file without a head gives timm's `num_classes=0` output (the
+            class token after the final norm, the average, or the attention
+            pooling, as its classifier pools; a distilled DeiT's tokens).
+            The output is what the source class computes: the logits of a
+            classifier (pass `classifier_activation=None`; the default is
+            softmax), the `pooler_output` of a transformers `*Model` /
+            `*VisionModel` (`pooling="token"`, SigLIP's `"map"`), CLIP's
+            `image_embeds` (its projection is the head,
+            `classifier_activation=None`). See
             docs/models.md#weights-from-the-hugging-face-hub-timm-transformers.
         ema: with a PyTorch training checkpoint, its EMA weights
             (`state_dict_ema` / `model_ema`) instead of its weights.

@@ -1,5 +1,5 @@
-"""DINO's released ViTs (facebookresearch/dino, `vision_transformer.py`),
-read as backbones.
+"""DINO's and DINOv2's released ViTs (facebookresearch/dino and
+facebookresearch/dinov2, `vision_transformer.py`), read as backbones.
 
 What the files are: DINO (Caron et al., 2021, "Emerging Properties in
 Self-Supervised Vision Transformers") released its self-supervised ViTs as
@@ -29,17 +29,36 @@ in two places, which the loaded model reproduces:
   bicubic with a `scale_factor` of `(new + 0.1) / old`, not timm's
   antialiased resize (`keras_vit.weights.posemb.interpolate_pos_encoding_dino`).
 
+DINOv2 (Oquab et al., 2023) released its backbones the same way
+(`dinov2_vits14_pretrain.pth`, `_vitb14_`, `_vitl14_`, `_vitg14_`, and
+`dinov2_vits14_reg4_pretrain.pth`, ... with 4 register tokens; torch.hub
+`dinov2_vits14`, ...), with the same arithmetic and resize, plus LayerScale
+(`blocks.i.ls1.gamma`, `ls2.gamma`, timm's names), a `mask_token` used only
+in training (left out, logged) and, with registers, `register_tokens`
+inserted after the class token with no position embedding of their own.
+Those are read as timm reads them (`timm.models.vision_transformer.
+_convert_dinov2`): the class token's position embedding is added to the
+class token, and the position embedding covers the patches only
+(`no_embed_class`), which is exact at every size since DINOv2 never resizes
+the class token's. ViT-g/14's SwiGLU MLP (`mlp.w12`, `mlp.w3`) is not built
+by keras_vit and is refused.
+
 Example:
 
 ```python
 model = keras_vit.model_from_checkpoint("dino_deitsmall16_pretrain.pth")
+model = keras_vit.model_from_checkpoint("dinov2_vits14_reg4_pretrain.pth")
 features = model(images)            # (batch, 384): DINO's forward output
 ```
 """
 
+import logging
 import os
 import re
 
+import numpy as np
+
+from keras_vit.errors import CheckpointMismatchError
 from keras_vit.weights.timm import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, architecture
 
 LIBRARY = "dino"
@@ -47,15 +66,18 @@ LIBRARY = "dino"
 # torch.hub entry points' names under which a user may save their weights.
 RELEASE_NAMES = re.compile(
     r"dino_(?:deitsmall|vitbase)(?:8|16)_pretrain(?:_full_checkpoint)?\.pth"
-    r"|dino_vit[sb](?:8|16)\.(?:pth|pt|bin)")
+    r"|dino_vit[sb](?:8|16)\.(?:pth|pt|bin)"
+    r"|dinov2_vit[sblg]14(?:_reg4)?(?:_pretrain)?\.(?:pth|pt|bin)")
+logger = logging.getLogger("keras_vit")
 # Where a DINO training checkpoint keeps the weights DINO evaluates.
 TEACHER = "teacher"
 RESIZE_HOW = "bicubic at scale (n + 0.1) / old, no antialias (interpolate_pos_encoding)"
 
 # The keys of DINO's VisionTransformer (num_classes=0: no head).
 _KEY = re.compile(r"cls_token|pos_embed|patch_embed\.proj\.(?:weight|bias)|norm\.(?:weight|bias)"
-                  r"|blocks\.\d+\.(?:norm1|attn\.qkv|attn\.proj|norm2|mlp\.fc1|mlp\.fc2)"
-                  r"\.(?:weight|bias)")
+                  r"|blocks\.\d+\.(?:norm1|attn\.qkv|attn\.proj|norm2|mlp\.fc1|mlp\.fc2"
+                  r"|mlp\.w12|mlp\.w3)\.(?:weight|bias)"
+                  r"|blocks\.\d+\.ls[12]\.gamma|register_tokens|mask_token")  # DINOv2's
 _REQUIRED = ("patch_embed.proj.weight", "cls_token", "pos_embed", "norm.weight", "norm.bias")
 
 
@@ -95,6 +117,29 @@ def layout_problem(state):
     if missing:
         return f"it has no {missing[0]!r}, which DINO's ViT has"
     return None
+
+
+def prepare(state, source):
+    """DINOv2's layout as timm reads it (`_convert_dinov2`): `mask_token`
+    left out (logged), `register_tokens` -> `reg_token` with the class
+    token's position embedding added to the class token; DINO's files pass
+    unchanged. A SwiGLU MLP (ViT-g/14) is a CheckpointMismatchError."""
+    swiglu = next((k for k in sorted(state) if ".mlp.w12." in k or ".mlp.w3." in k), None)
+    if swiglu:
+        raise CheckpointMismatchError(
+            f"{source} has a SwiGLU MLP ({swiglu!r}, DINOv2's ViT-g/14), which keras_vit "
+            "does not build; it cannot be loaded without changing its results, so it is "
+            "refused.")
+    state = dict(state)
+    if state.pop("mask_token", None) is not None:
+        logger.info("%s: its mask_token (used by DINOv2's training only) is left out.", source)
+    registers = state.pop("register_tokens", None)
+    if registers is not None:
+        posemb = np.asarray(state["pos_embed"])
+        state["reg_token"] = registers
+        state["cls_token"] = np.asarray(state["cls_token"]) + posemb[:, :1]
+        state["pos_embed"] = posemb[:, 1:]
+    return state
 
 
 def arithmetic():

@@ -93,6 +93,8 @@ class Format:
     config_keys: tuple = ()  # config.json keys that say the format
     is_state: Callable | None = None  # True for the format's key names
     labels_key: str = ""  # the config.json key of the class names (for messages)
+    # (state, source) -> state in the layout `keys` reads (DINOv2's registers)
+    prepare: Callable | None = None
     # (state, config, source) -> what the source class computes beyond the
     # architecture, as `HubCheckpoint` fields (builder_defaults, head_refusal, resize)
     source_class: Callable | None = None
@@ -127,7 +129,7 @@ FORMATS = {
         source_class=transformers_format.source_class),
     dino_format.LIBRARY: Format(
         keys=timm_format, resize_how=dino_format.RESIZE_HOW,
-        read_config=dino_format.read_config),
+        read_config=dino_format.read_config, prepare=dino_format.prepare),
 }
 LIBRARIES = tuple(FORMATS)
 
@@ -419,6 +421,8 @@ def read_hub_checkpoint(path, source=None, ema=False, kind=None, library=None):
         row.check_files(config, config_file, preprocessor, preprocessor_file, state)
     told = library is None
     library = _library(library, fmt, config, state, name, source, where)
+    if FORMATS[library].prepare is not None:
+        state = FORMATS[library].prepare(state, source)
     family, arch, arithmetic, preprocessing, names = FORMATS[library].read_config(
         state, config, preprocessor)
     if config is not None:

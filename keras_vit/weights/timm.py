@@ -418,7 +418,20 @@ BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*, deit3_*), R+ViT hybrids (
          "vit_*_r50_*, vit_*_resnet*) and MLP-Mixers (mixer_*)")
 
 
-def _kind_of_name(name):
+# timm's ViT descendants outside vit_* / deit*, and what keras_vit lacks for each.
+OTHER_FAMILIES = (
+    ("beit", "a BEiT: relative position biases and layer scale in every block"),
+    ("eva02", "an EVA-02: rotary position embeddings and a SwiGLU MLP"),
+    ("eva", "an EVA: rotary position embeddings"),
+    ("vit_pe_", "a Perception Encoder: rotary position embeddings"),
+    ("naflexvit", "a NaFlex ViT: patches of variable count with factorised position "
+                  "embeddings"),
+)
+
+
+def kind_of_name(name):
+    """"vit", "hybrid" or "mixer": what timm's architecture `name` builds
+    (None: a name keras_vit does not build)."""
     if name.startswith("mixer_"):
         return "mixer"
     if name.startswith(("vit_", "deit_", "deit3_")):
@@ -450,11 +463,12 @@ def check_architecture(config, keys, where):
     name = config.get("architecture")
     if not name:
         return
-    claimed = _kind_of_name(name)
+    claimed = kind_of_name(name)
     if claimed is None:
+        family = next((why for prefix, why in OTHER_FAMILIES if name.startswith(prefix)), None)
         raise UnsupportedCheckpointError(
             f"{where!r} says architecture {name!r}, which is not one keras_vit "
-            f"builds; {BUILT}.")
+            f"builds{f' ({family})' if family else ''}; {BUILT}.")
     kind, held = _kind_of_weights(keys)
     if claimed != kind:
         raise CorruptCheckpointError(
@@ -530,6 +544,10 @@ def named_arguments(config):
         pre_norm=row["pre_norm"], distilled=row["distilled"], patch_bias=row["patch_bias"])
     if row["layer_scale"] is not None:
         out["init_values"] = row["layer_scale"]
+    pre_norm = ((config or {}).get("model_args") or {}).get("pre_norm")
+    if pre_norm is not None and row["patch_bias"] != row["pre_norm"]:
+        # timm's VisionTransformer: PatchEmbed(bias=not pre_norm), model_args' too
+        out["patch_bias"] = not pre_norm
     return out
 
 

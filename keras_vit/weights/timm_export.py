@@ -4,14 +4,18 @@ this inverts), for `keras_vit.export.hub_folder`'s timm folders.
 
 The folder written opens with `timm.create_model("local-dir:DIR",
 pretrained=True)`; a model timm does not compute the same way is refused
-with what differs (`hub_config`).
+with what differs (`hub_config`). A ViT's architecture name comes from
+`timm_architectures.ARCHITECTURES` (`vit_architecture`): `model_args`
+set the shape and every option timm's `VisionTransformer` takes, the name
+brings what they cannot (the LayerNorm epsilon: 1e-5 in the CLIP names).
 """
 
 import re
 
 import numpy as np
 
-from keras_vit.weights.timm import GELU_FORMS, source_name
+from keras_vit.weights.timm import GELU_FORMS, kind_of_name, source_name
+from keras_vit.weights.timm_architectures import ARCHITECTURES
 
 
 def torch_array(key, value):
@@ -25,7 +29,7 @@ def torch_array(key, value):
         value = value.reshape(value.shape[0], -1).T
     elif re.search(r"/(query|key|value)/bias$", key):  # (H, D/H) -> (D*,)
         value = value.reshape(-1)
-    elif key.endswith("MultiHeadDotProductAttention_1/out/kernel"):  # (H, D/H, D) -> (D, D*)
+    elif re.search(r"MultiHeadDotProductAttention_\d/out/kernel$", key):  # (H, D/H, D) -> (D, D*)
         value = value.reshape(-1, value.shape[-1]).T
     elif key.endswith("/kernel"):  # a Dense (I, O) -> a Linear (O, I)
         value = value.T
@@ -35,7 +39,11 @@ def torch_array(key, value):
 def from_official(params):
     """`{timm key: float32 array}` of official arrays (a ViT, hybrid or
     Mixer): the inverse of `to_official`, named by `source_name`. The
-    query, key and value of each block are fused into timm's `qkv`.
+    query, key and value of each block are fused into timm's `qkv`, those
+    of the attention-pooling head (SigLIP's `MAPHead_0`) into its
+    `attn_pool.q` (the query) and `attn_pool.kv` (keys, then values);
+    LayerScale gammas, register / distillation tokens and the pre-norm
+    keep their shapes.
 
     Raises:
         ValueError: an official key timm has no name for (`pre_logits`).
@@ -46,17 +54,18 @@ def from_official(params):
     >>> sorted(from_official({"cls": np.zeros((1, 1, 8), "float32")}))
     ['cls_token']
     """
-    state, qkv = {}, {}
+    state, fused = {}, {}
     for key, value in params.items():
         name = source_name(key)
         if name == key or name.startswith("pre_logits."):
             raise ValueError(f"timm's models have no counterpart of {key!r}.")
-        if ".attn.qkv." in name:
-            qkv.setdefault(name, {})[key.split("/")[-2]] = torch_array(key, value)
+        if ".attn.qkv." in name or name.startswith("attn_pool.kv."):
+            fused.setdefault(name, {})[key.split("/")[-2]] = torch_array(key, value)
         else:
             state[name] = torch_array(key, value)
-    for name, parts in qkv.items():
-        state[name] = np.concatenate([parts["query"], parts["key"], parts["value"]])
+    for name, parts in fused.items():  # rows in timm's order: (query,) key, value
+        state[name] = np.concatenate([parts[p] for p in ("query", "key", "value")
+                                      if p in parts])
     if not any(".backbone.stages." in name for name in state):
         # a stem without stages (R+Ti/16) is timm's backbone itself
         state = {name.replace("patch_embed.backbone.stem.", "patch_embed.backbone."): value
@@ -109,10 +118,17 @@ def hub_config(family, arch, arithmetic, image_size, classes, mean, std, class_n
     `pretrained_cfg` (input size, mean/std on the [0, 1] scale, bilinear
     resize without a crop, as keras_vit's eval pipeline) with `label_names`.
 
+    A ViT's architecture name is chosen by `vit_architecture`, its
+    `model_args` state every option of the later families (#48):
+    `init_values` (LayerScale), `reg_tokens`, `no_embed_class`,
+    `class_token`, `global_pool` ("token", "avg" or "map"), `pre_norm`,
+    `act_layer` ("gelu", "gelu_tanh" or "quick_gelu").
+
     Args:
         family, arch: `architecture.architecture_from_checkpoint` of the
             model's official arrays.
-        arithmetic: `{"gelu", "layer_norm_epsilon", "fc_norm"}` of the model.
+        arithmetic: `{"gelu", "layer_norm_epsilon", "fc_norm"}` of the model
+            (and `"layer_scale_init"`, its blocks' initial LayerScale, or None).
         image_size: `(height, width)`; classes: the head's width.
         mean, std: per-channel, on the [0, 1] scale.
 
@@ -120,13 +136,10 @@ def hub_config(family, arch, arithmetic, image_size, classes, mean, std, class_n
         ValueError: a model timm does not compute the same way (the message
             says what differs).
     """
-    if arithmetic["layer_norm_epsilon"] != 1e-6:
-        raise ValueError(
-            f"its LayerNorm epsilon is {arithmetic['layer_norm_epsilon']:g} and timm's "
-            "ViT and Mixer LayerNorms have 1e-6 (not a model argument)")
     size = [int(s) for s in image_size]
     args = dict(img_size=size, num_classes=int(classes), in_chans=3)
     if family == "mixer":
+        _check_fixed_epsilon(arithmetic, "Mixer")
         if arithmetic["gelu"] != "erf":
             raise ValueError(
                 "it computes GELU with the tanh approximation (the official Mixer's) and "
@@ -145,15 +158,25 @@ def hub_config(family, arch, arithmetic, image_size, classes, mean, std, class_n
             _ratio(width, arch["channels_mlp_dim"], "channel-mixing MLP")], global_pool="avg")
         pool = "avg"
     else:
-        name = _hybrid_architecture(arch, arithmetic) if "resnet_layers" in arch \
-            else "vit_base_patch16_224"
-        pool = "token" if arch["classifier"] == "token" else "avg"
+        if "resnet_layers" in arch:
+            _check_fixed_epsilon(arithmetic, "hybrid")
+            _refuse_hybrid_options(arch)
+            name = _hybrid_architecture(arch, arithmetic)
+        else:
+            name = vit_architecture(arch, arithmetic)
+        pool = POOLS[arch["classifier"]]
         width = arch["hidden_size"]
         args.update(patch_size=_patch(arch["patch_size"]), embed_dim=width,
                     depth=arch["num_layers"], num_heads=arch["num_heads"],
                     mlp_ratio=_ratio(width, arch["mlp_dim"], "MLP"), global_pool=pool,
                     class_token=pool == "token", fc_norm=bool(arithmetic["fc_norm"]),
                     act_layer={v: k for k, v in GELU_FORMS.items()}[arithmetic["gelu"]])
+        if "resnet_layers" not in arch:  # every option, whatever the name's code sets
+            scale = arithmetic.get("layer_scale_init")
+            args.update(init_values=None if scale is None else float(scale),
+                        reg_tokens=int(arch.get("num_register_tokens", 0)),
+                        no_embed_class=bool(arch.get("no_embed_class", False)),
+                        pre_norm=bool(arch.get("pre_norm", False)))
     cfg = dict(input_size=[3, *size], fixed_input_size=True, interpolation="bilinear",
                crop_pct=1.0, crop_mode="center", mean=[float(m) for m in mean],
                std=[float(s) for s in std], num_classes=int(classes),
@@ -164,6 +187,100 @@ def hub_config(family, arch, arithmetic, image_size, classes, mean, std, class_n
     if class_names:
         config["label_names"] = [str(n) for n in class_names]
     return config
+
+
+# keras_vit's classifier -> timm's global_pool
+POOLS = {"token": "token", "gap": "avg", "map": "map"}
+
+
+def _check_fixed_epsilon(arithmetic, what):
+    if arithmetic["layer_norm_epsilon"] != 1e-6:
+        raise ValueError(
+            f"its LayerNorm epsilon is {arithmetic['layer_norm_epsilon']:g} and timm's "
+            f"{what} LayerNorms have 1e-6 (not a model argument)")
+
+
+# The options of the later families (#48) as the official arrays show them
+# (`architecture_from_checkpoint`), for the hybrid refusal.
+_FAMILY_OPTIONS = ("layer_scale_init", "num_register_tokens", "distillation_token",
+                   "no_embed_class", "patch_bias", "pre_norm")
+
+
+def _refuse_hybrid_options(arch):
+    options = [key for key in _FAMILY_OPTIONS if key in arch]
+    options += ["classifier='map'"] if arch["classifier"] == "map" else []
+    if options:
+        raise ValueError(
+            f"it is a hybrid built with {', '.join(options)}, and keras_vit writes timm "
+            "hybrids as the official ones only, without the options of the later families")
+
+
+def model_fields(arch, arithmetic):
+    """What a ViT computes, as `timm_architectures.ARCHITECTURES` rows say
+    it: gelu, eps, pool, class_token, reg_tokens, no_embed_class, pre_norm,
+    layer_scale (the initial value, None: none), fc_norm, patch_bias,
+    distilled."""
+    scale = arithmetic.get("layer_scale_init")
+    return dict(
+        gelu=arithmetic["gelu"], eps=float(arithmetic["layer_norm_epsilon"]),
+        pool=POOLS[arch["classifier"]], class_token=arch["classifier"] == "token",
+        reg_tokens=int(arch.get("num_register_tokens", 0)),
+        no_embed_class=bool(arch.get("no_embed_class", False)),
+        pre_norm=bool(arch.get("pre_norm", False)),
+        layer_scale=None if scale is None else float(scale),
+        fc_norm=bool(arithmetic["fc_norm"]), patch_bias=bool(arch.get("patch_bias", True)),
+        distilled=bool(arch.get("distillation_token", False)))
+
+
+def vit_architecture(arch, arithmetic):
+    """The registered timm name a ViT's config.json names: of the plain ViT
+    names of `ARCHITECTURES` whose code computes what `model_args` cannot
+    say (the LayerNorm epsilon, no distillation head, a patch bias exactly
+    when there is no pre-norm), the one that matches most of the model's
+    other fields (`model_fields`; `model_args` then set them all), first
+    among the `vit_base_` names, then by name.
+
+    Raises:
+        ValueError: a model no registered name computes (a distillation
+            token, an epsilon no name has, a patch bias with a pre-norm or
+            none without one).
+
+    Example:
+
+    >>> vit_architecture(dict(classifier="map"), dict(
+    ...     gelu="erf", layer_norm_epsilon=1e-6, fc_norm=False))
+    'vit_base_patch16_siglip_224'
+    """
+    want = model_fields(arch, arithmetic)
+    if want["distilled"]:
+        raise ValueError(
+            "it has a distillation token (distillation_token=True), which timm builds only "
+            "in its distilled DeiT (deit_*_distilled_*), whose classifier averages a second "
+            "head on that token (head_dist) that keras_vit does not build")
+    if want["patch_bias"] == want["pre_norm"]:
+        raise ValueError(
+            f"its patch embedding {'has a' if want['patch_bias'] else 'has no'} bias "
+            f"(patch_bias={want['patch_bias']}) with pre_norm={want['pre_norm']}, and timm's "
+            "VisionTransformer gives its patch embedding a bias exactly when it has no "
+            "pre-norm (PatchEmbed(bias=not pre_norm))")
+    names = [name for name, row in ARCHITECTURES.items()
+             if kind_of_name(name) == "vit" and not row["distilled"]
+             and row["patch_bias"] != row["pre_norm"]]
+    candidates = [name for name in names if ARCHITECTURES[name]["eps"] == want["eps"]]
+    if not candidates:
+        epsilons = sorted({ARCHITECTURES[name]["eps"] for name in names}, reverse=True)
+        raise ValueError(
+            f"its LayerNorm epsilon is {want['eps']:g}, and each timm ViT architecture "
+            f"fixes its epsilon in code ({' or '.join(f'{e:g}' for e in epsilons)}), "
+            "which config.json's model_args cannot change")
+
+    def mismatches(name):
+        row = ARCHITECTURES[name]
+        return sum((row[key] is None) != (want[key] is None) if key == "layer_scale"
+                   else row[key] != want[key] for key in want)
+
+    return min(candidates, key=lambda name: (
+        mismatches(name), not name.startswith("vit_base_"), name))
 
 
 def _first_conv(family, arch):

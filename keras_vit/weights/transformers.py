@@ -507,6 +507,7 @@ def hub_configs(arch, arithmetic, image_size, classes, mean, std, class_names=No
         raise ValueError(
             f"it pools with classifier={arch['classifier']!r}, and transformers' "
             "ViTForImageClassification classifies the class token")
+    _refuse_family_options(arch, arithmetic)
     height, width = (int(s) for s in image_size)
     patch = [int(p) for p in arch["patch_size"]]
     names = [str(n) for n in class_names] if class_names else [
@@ -529,3 +530,36 @@ def hub_configs(arch, arithmetic, image_size, classes, mean, std, class_names=No
         rescale_factor=1 / 255, do_normalize=True, image_mean=[float(m) for m in mean],
         image_std=[float(s) for s in std])
     return config, preprocessor
+
+
+def _refuse_family_options(arch, arithmetic):
+    """The options of the later families (#48) that transformers' ViT does
+    not have, each refused in its own sentence."""
+    if arithmetic["gelu"] == "quick":
+        raise ValueError(
+            "it computes QuickGELU (gelu='quick'), and keras_vit writes transformers' ViT "
+            "with the exact or tanh GELU only (hidden_act 'gelu' or 'gelu_pytorch_tanh')")
+    if "layer_scale_init" in arch:
+        raise ValueError(
+            "it scales each block's residual branches (LayerScale, layer_scale_init), "
+            "and transformers' ViT has no LayerScale")
+    if arch.get("num_register_tokens"):
+        raise ValueError(
+            f"it has {arch['num_register_tokens']} register tokens (num_register_tokens), "
+            "and transformers' ViT has no registers")
+    if arch.get("distillation_token"):
+        raise ValueError(
+            "it has a distillation token (distillation_token=True), and transformers' "
+            "ViTForImageClassification has none")
+    if arch.get("no_embed_class"):
+        raise ValueError(
+            "its class token has no position embedding (no_embed_class=True), and "
+            "transformers' ViT adds one to the class token")
+    if arch.get("pre_norm"):
+        raise ValueError(
+            "it normalises its embeddings before the blocks (pre_norm=True), and "
+            "transformers' ViT has no such LayerNorm")
+    if arch.get("patch_bias") is False:
+        raise ValueError(
+            "its patch embedding has no bias (patch_bias=False), and transformers' ViT's "
+            "patch embedding has one")
