@@ -295,6 +295,8 @@ NAFLEX = (
     ("beit", "relative position bias"),
     ("data2vec-vision", "relative position bias"),
     ("dinov3_vit", "rotary position embeddings"),
+    ("aimv2_vision_model", "RMSNorm"),
+    ("vit_mae", "random patch masking (mask_ratio) in its forward"),
     ("siglip2_vision_model", NAFLEX),
 ])
 def test_families_keras_vit_does_not_build_are_refused_naming_what_is_missing(
