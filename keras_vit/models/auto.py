@@ -103,7 +103,22 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
             f"({checkpoint.format} format, width {config['hidden_size']}, not a "
             f"standard width; {said}). {fix}, or pass num_heads= to "
             "keras_vit.model_from_checkpoint.")
+    kwargs = headless_defaults(checkpoint, family, config.get("classifier"), kwargs)
+    builder = MLPMixer if family == "mixer" else VisionTransformer
+    return builder(**config, weights=checkpoint, **kwargs)
+
+
+def headless_defaults(checkpoint: Checkpoint, family: str, classifier: str | None,
+                      kwargs: dict) -> dict:
+    """`kwargs` with the defaults for a checkpoint without a head when they
+    give no `classes` and no `features_only`: `include_top=False` and the
+    output its library computes, `pooling="token"` for a pooler
+    (`pre_logits`) or DINO's class token, timm's `num_classes=0` pooling
+    (`classifier`: the class token after the final norm, or the map
+    head's vector) for a timm ViT; else the token sequence. Shared by
+    `model_from_checkpoint` and the named Hub-family builders."""
     info = checkpoint.info()
+    kwargs = dict(kwargs)
     if info.classes is None and "classes" not in kwargs and not kwargs.get("features_only"):
         kwargs.setdefault("include_top", False)
         # DINO's forward is the class token after the final norm (no pre_logits);
@@ -113,6 +128,5 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
             kwargs.setdefault("pooling", "token")
         elif not kwargs["include_top"] and library == "timm" and family == "vit" \
                 and not info.distillation_token:
-            kwargs.setdefault("pooling", config.get("classifier", info.classifier))
-    builder = MLPMixer if family == "mixer" else VisionTransformer
-    return builder(**config, weights=checkpoint, **kwargs)
+            kwargs.setdefault("pooling", classifier or info.classifier)
+    return kwargs
