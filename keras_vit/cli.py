@@ -39,7 +39,7 @@ from keras_vit.errors import TrainingDivergedError
 from keras_vit.model_arguments import check_model_arguments
 from keras_vit.training import quickstart
 from keras_vit.training.precision import compute_policy, warn_if_emulated
-from keras_vit.variants import ALL_VARIANTS, effective_patch_size
+from keras_vit.variants import ALL_VARIANTS, OFFICIAL, effective_patch_size
 from keras_vit.weights import registry
 from keras_vit.weights.cache import provenance
 
@@ -73,6 +73,9 @@ def _variant_rows():
             "config": cfg,
             "pixels_per_token": effective_patch_size(v.config)[0],
             "weights": registry.available_weights(v),
+            "release": v.release,
+            "image_size": v.image_size,
+            "hub": list(v.hub),
         })
     return rows
 
@@ -128,7 +131,7 @@ def cmd_models(args, out):
     print(f"  {'function':<10} {'variant':<10} {'patch (grid cells)':>18} "
           f"{'pixels per token':>16} {'hidden':>6} {'layers':>6} {'heads':>5} {'mlp':>5}  "
           "registered weights", file=out)
-    for row in variants:
+    for row in [r for r in variants if r["release"] == OFFICIAL]:
         c = row["config"]
         depth = c.get("num_layers", c.get("num_blocks"))
         heads = c.get("num_heads", "-")
@@ -140,6 +143,15 @@ def cmd_models(args, out):
     print("  (patch: its side in cells of the grid the patch embedding reads: pixels, or for "
           "a hybrid (R...) the ResNet stem's outputs;\n   pixels per token: patch x the "
           "stem's stride, the 16 of B/16 and the 32 of R26+S/32)", file=out)
+    print("\nModels with Hugging Face Hub weights (weights='hf://ORG/NAME', a Hub folder "
+          "or a file; no registered names):", file=out)
+    print(f"  {'function':<16} {'variant':<17} {'patch':>5} {'hidden':>6} {'layers':>6} "
+          f"{'heads':>5} {'mlp':>5} {'size':>4}  Hub repositories", file=out)
+    for row in [r for r in variants if r["release"] != OFFICIAL]:
+        c = row["config"]
+        print(f"  {row['function']:<16} {row['variant']:<17} {c['patch_size']:>5} "
+              f"{c['hidden_size']:>6} {c['num_layers']:>6} {c['num_heads']:>5} "
+              f"{c['mlp_dim']:>5} {row['image_size']:>4}  {', '.join(row['hub'])}", file=out)
     print("\nCheckpoint families (weights=...):", file=out)
     for row in families:
         print(f"  {row['weights']:<30} {row['family']:<5} {row['resolution']:>3}px "
@@ -179,6 +191,11 @@ def _download_target(name, model):
         return None, registry.download_url(name), registry.url_cache_name(name)
     if model:
         variant = _named_variant(model)
+        if variant.release != OFFICIAL:
+            raise ValueError(
+                f"{variant.function} has no registered weights: its checkpoints are on the "
+                f"Hugging Face Hub ({', '.join(variant.hub)}), which predict and train "
+                f"download themselves, e.g. --weights hf://{variant.hub[0]}.")
     elif name.startswith(registry.AUGREG_PREFIX):
         prefix = name[len(registry.AUGREG_PREFIX):].split("-")[0]
         matches = [v for v in ALL_VARIANTS.values() if v.augreg_name and v.augreg_name == prefix]

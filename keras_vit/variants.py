@@ -1,4 +1,5 @@
-"""The one table of model variants (official `vit_jax/configs/models.py`).
+"""The one table of model variants (official `vit_jax/configs/models.py`,
+and the families whose weights are on the Hugging Face Hub).
 
 Keys are the paper names ("B/16", "R50+B/16", ...). Each entry holds the
 builder arguments, the official checkpoint model name (the file name under
@@ -6,25 +7,48 @@ builder arguments, the official checkpoint model name (the file name under
 name in `keras_vit`. Every list of model names (the public API, the
 command line's choices, the registry's tables) is derived from it.
 
+`HUB_VARIANTS` (#48): DINOv2 (with registers), DeiT, DeiT-III, CLIP and
+SigLIP, `VisionTransformer`s whose config holds their architecture and
+their arithmetic (GELU form, LayerNorm epsilon, input mean and std), with
+their native image size and Hub repositories. They have no official
+`.npz` files (`release` is not "official"), so the registry has no
+`weights=` names for them.
+
 Pure data: the bottom floor of the package (imports nothing of it, no Keras).
 
 >>> VIT_VARIANTS["B/16"].function, VIT_VARIANTS["B/16"].config["hidden_size"]
 ('ViTB16', 768)
->>> len(ALL_VARIANTS)
-20
+>>> HUB_VARIANTS["DINOv2-S/14"].function, HUB_VARIANTS["DINOv2-S/14"].image_size
+('DINOv2ViTS14', 518)
+>>> len(ALL_VARIANTS), len(HUB_VARIANTS)
+(38, 18)
 """
 
 import dataclasses
 
 
+OFFICIAL = "official"
+
+
 @dataclasses.dataclass(frozen=True)
 class Variant:
     key: str             # "B/16"
-    family: str          # "vit" | "mixer"
+    family: str          # "vit" | "mixer": the builder, and the checkpoints it loads
     function: str        # "ViTB16"
-    official_name: str   # "ViT-B_16" (checkpoint file stem)
+    official_name: str   # "ViT-B_16" (checkpoint file stem; the model's name in messages)
     config: dict         # VisionTransformer / MLPMixer arguments
     augreg_name: str = None  # "B_16": prefix of AugReg files, if any
+    # Who released the weights: "official" (google-research/vision_transformer,
+    # the registry's .npz files) or a family whose weights are on the Hugging
+    # Face Hub only: "dinov2", "deit", "deit3", "clip", "siglip".
+    release: str = OFFICIAL
+    image_size: int = 224    # the default input side without weights
+    hub: tuple = ()          # Hub repositories of its weights, timm's first
+
+    @property
+    def module(self):
+        """The module of `keras_vit.models` that defines `function`."""
+        return self.family if self.release == OFFICIAL else "families"
 
 
 def _vit(size, patch, **extra):
@@ -34,6 +58,8 @@ def _vit(size, patch, **extra):
         "B": dict(hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072),
         "L": dict(hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096),
         "H": dict(hidden_size=1280, num_layers=32, num_heads=16, mlp_dim=5120),
+        # SigLIP's shape-optimised ViT (Alabdulmohsin et al., 2023; big_vision's "So400m")
+        "So400m": dict(hidden_size=1152, num_layers=27, num_heads=16, mlp_dim=4304),
     }[size]
     return dict(patch_size=patch, **base, **extra)
 
@@ -92,6 +118,90 @@ _MIXER_TABLE = [
     ("L/16", "MixerL16", "Mixer-L_16", _mixer("L", 16)),
 ]
 
+# The arithmetic of the Hub families: VisionTransformer arguments that the
+# weights do not show. Input mean and std are on the [0, 1] scale.
+IMAGENET_MEAN, IMAGENET_STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+CLIP_MEAN = (0.48145466, 0.4578275, 0.40821073)  # OpenAI CLIP's
+CLIP_STD = (0.26862954, 0.26130258, 0.27577711)
+_IMAGENET = dict(layer_norm_epsilon=1e-6, image_mean=IMAGENET_MEAN, image_std=IMAGENET_STD)
+
+
+def _dinov2(size, registers=False):
+    # timm's vit_*_patch14_dinov2 (init_values=1e-5, erf GELU, eps 1e-6);
+    # with registers its vit_*_patch14_reg4_dinov2: 4 registers, and position
+    # embeddings of the patch grid only
+    extra = dict(num_register_tokens=4, no_embed_class=True) if registers else {}
+    return _vit(size, 14, layer_scale_init=1e-5, gelu="erf", **_IMAGENET, **extra)
+
+
+def _deit(size, deit3=False):
+    # timm's deit_*: the plain ViT with erf GELU and ImageNet mean/std;
+    # deit3_*: LayerScale (init_values=1e-6) and no_embed_class
+    extra = dict(layer_scale_init=1e-6, no_embed_class=True) if deit3 else {}
+    return _vit(size, 16, gelu="erf", **_IMAGENET, **extra)
+
+
+def _clip(size, patch):
+    # OpenAI CLIP's image tower: ln_pre, conv1 without bias, QuickGELU, eps 1e-5
+    return _vit(size, patch, pre_norm=True, patch_bias=False, gelu="quick",
+                layer_norm_epsilon=1e-5, image_mean=CLIP_MEAN, image_std=CLIP_STD)
+
+
+def _siglip(size, patch):
+    # big_vision's SigLIP image tower: no class token, a MAP head, flax's
+    # nn.gelu (tanh-approximate), eps 1e-6, inputs scaled to [-1, 1]
+    return _vit(size, patch, classifier="map", gelu="tanh", layer_norm_epsilon=1e-6,
+                image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5))
+
+
+_HUB_TABLE = [
+    # key, function, name, release, config, native size, Hub repositories
+    # DINOv2 (ViT-g/14 uses a SwiGLU MLP, which keras_vit does not build: no row)
+    ("DINOv2-S/14", "DINOv2ViTS14", "DINOv2-ViT-S_14", "dinov2", _dinov2("S"), 518,
+     ("timm/vit_small_patch14_dinov2.lvd142m", "facebook/dinov2-small")),
+    ("DINOv2-B/14", "DINOv2ViTB14", "DINOv2-ViT-B_14", "dinov2", _dinov2("B"), 518,
+     ("timm/vit_base_patch14_dinov2.lvd142m", "facebook/dinov2-base")),
+    ("DINOv2-L/14", "DINOv2ViTL14", "DINOv2-ViT-L_14", "dinov2", _dinov2("L"), 518,
+     ("timm/vit_large_patch14_dinov2.lvd142m", "facebook/dinov2-large")),
+    ("DINOv2-S/14-reg", "DINOv2ViTS14Reg", "DINOv2-ViT-S_14-reg", "dinov2",
+     _dinov2("S", True), 518,
+     ("timm/vit_small_patch14_reg4_dinov2.lvd142m", "facebook/dinov2-with-registers-small")),
+    ("DINOv2-B/14-reg", "DINOv2ViTB14Reg", "DINOv2-ViT-B_14-reg", "dinov2",
+     _dinov2("B", True), 518,
+     ("timm/vit_base_patch14_reg4_dinov2.lvd142m", "facebook/dinov2-with-registers-base")),
+    ("DINOv2-L/14-reg", "DINOv2ViTL14Reg", "DINOv2-ViT-L_14-reg", "dinov2",
+     _dinov2("L", True), 518,
+     ("timm/vit_large_patch14_reg4_dinov2.lvd142m", "facebook/dinov2-with-registers-large")),
+    # DeiT (the distilled ones' two-head classifier is not built: no rows)
+    ("DeiT-Ti/16", "DeiTTi16", "DeiT-Ti_16", "deit", _deit("Ti"), 224,
+     ("timm/deit_tiny_patch16_224.fb_in1k", "facebook/deit-tiny-patch16-224")),
+    ("DeiT-S/16", "DeiTS16", "DeiT-S_16", "deit", _deit("S"), 224,
+     ("timm/deit_small_patch16_224.fb_in1k", "facebook/deit-small-patch16-224")),
+    ("DeiT-B/16", "DeiTB16", "DeiT-B_16", "deit", _deit("B"), 224,
+     ("timm/deit_base_patch16_224.fb_in1k", "facebook/deit-base-patch16-224")),
+    ("DeiT3-S/16", "DeiT3S16", "DeiT3-S_16", "deit3", _deit("S", deit3=True), 224,
+     ("timm/deit3_small_patch16_224.fb_in1k", "timm/deit3_small_patch16_224.fb_in22k_ft_in1k")),
+    ("DeiT3-B/16", "DeiT3B16", "DeiT3-B_16", "deit3", _deit("B", deit3=True), 224,
+     ("timm/deit3_base_patch16_224.fb_in1k", "timm/deit3_base_patch16_224.fb_in22k_ft_in1k")),
+    ("DeiT3-L/16", "DeiT3L16", "DeiT3-L_16", "deit3", _deit("L", deit3=True), 224,
+     ("timm/deit3_large_patch16_224.fb_in1k", "timm/deit3_large_patch16_224.fb_in22k_ft_in1k")),
+    # CLIP: OpenAI's image towers
+    ("CLIP-B/32", "CLIPViTB32", "CLIP-ViT-B_32", "clip", _clip("B", 32), 224,
+     ("timm/vit_base_patch32_clip_224.openai", "openai/clip-vit-base-patch32")),
+    ("CLIP-B/16", "CLIPViTB16", "CLIP-ViT-B_16", "clip", _clip("B", 16), 224,
+     ("timm/vit_base_patch16_clip_224.openai", "openai/clip-vit-base-patch16")),
+    ("CLIP-L/14", "CLIPViTL14", "CLIP-ViT-L_14", "clip", _clip("L", 14), 224,
+     ("timm/vit_large_patch14_clip_224.openai", "openai/clip-vit-large-patch14")),
+    # SigLIP: the image towers (SigLIP 2's NaFlex models are not built)
+    ("SigLIP-B/16", "SigLIPViTB16", "SigLIP-ViT-B_16", "siglip", _siglip("B", 16), 224,
+     ("timm/vit_base_patch16_siglip_224.webli", "google/siglip-base-patch16-224")),
+    ("SigLIP-L/16", "SigLIPViTL16", "SigLIP-ViT-L_16", "siglip", _siglip("L", 16), 256,
+     ("timm/vit_large_patch16_siglip_256.webli", "google/siglip-large-patch16-256")),
+    ("SigLIP-So400m/14", "SigLIPSo400m14", "SigLIP-So400m_14", "siglip",
+     _siglip("So400m", 14), 224,
+     ("timm/vit_so400m_patch14_siglip_224.webli", "google/siglip-so400m-patch14-224")),
+]
+
 VIT_VARIANTS = {
     key: Variant(key, "vit", fn, official, config, augreg)
     for key, fn, official, config, augreg in _TABLE
@@ -100,7 +210,12 @@ MIXER_VARIANTS = {
     key: Variant(key, "mixer", fn, official, config)
     for key, fn, official, config in _MIXER_TABLE
 }
-ALL_VARIANTS = {v.function: v for v in [*VIT_VARIANTS.values(), *MIXER_VARIANTS.values()]}
+HUB_VARIANTS = {
+    key: Variant(key, "vit", fn, name, config, release=release, image_size=size, hub=hub)
+    for key, fn, name, release, config, size, hub in _HUB_TABLE
+}
+OFFICIAL_VARIANTS = {v.function: v for v in [*VIT_VARIANTS.values(), *MIXER_VARIANTS.values()]}
+ALL_VARIANTS = {**OFFICIAL_VARIANTS, **{v.function: v for v in HUB_VARIANTS.values()}}
 
 
 def _normalized(config):
@@ -118,7 +233,9 @@ def _normalized(config):
 
 
 def find_variant(family, config):
-    """Returns the `Variant` whose architecture equals `config`, or None."""
+    """Returns the official `Variant` whose architecture equals `config`, or
+    None (the Hub families are named by their builders, never found: a DeiT
+    has the official ViT's architecture)."""
     table = VIT_VARIANTS if family == "vit" else MIXER_VARIANTS
     wanted = _normalized(config)
     for variant in table.values():

@@ -3,7 +3,8 @@
 The names load on first use (PEP 562), so `import keras_vit.models` imports
 no Keras. The named models are those of `keras_vit.variants` (the table): a
 variant of family "vit" is defined in `models/vit.py`, of family "mixer" in
-`models/mixer.py`.
+`models/mixer.py`, and those of the Hub families (DINOv2, DeiT, CLIP,
+SigLIP) in `models/families.py` (`Variant.module`).
 """
 
 from keras_vit._lazy import attach
@@ -15,7 +16,7 @@ _EXPORTS = {
     "model_from_checkpoint": "auto",
     "MLPMixer": "mixer",
     "VisionTransformer": "vit",
-    **{function: variant.family for function, variant in ALL_VARIANTS.items()},
+    **{function: variant.module for function, variant in ALL_VARIANTS.items()},
 }
 
 __getattr__, __dir__, __all__ = attach(__name__, _EXPORTS)

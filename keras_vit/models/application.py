@@ -255,14 +255,15 @@ ARITHMETIC_DEFAULTS = dict(gelu="tanh", layer_norm_epsilon=1e-6, fc_norm=False,
                           resnet_arithmetic="official", image_mean=None, image_std=None)
 
 
-def arithmetic(checkpoint, **given):
+def arithmetic(checkpoint, defaults=None, **given):
     """The builder's arithmetic arguments: each the user's value when not
     None, else the checkpoint's (timm / transformers weights carry their
-    library's), else the official default (`ARITHMETIC_DEFAULTS`)."""
+    library's), else the named variant's (`defaults`: a Hub family's, e.g.
+    DINOv2's erf GELU), else the official default (`ARITHMETIC_DEFAULTS`)."""
     out = {}
     source = checkpoint.arithmetic if checkpoint is not None else {}
     pre = (checkpoint.preprocessing if checkpoint is not None else None) or {}
-    for key, default in ARITHMETIC_DEFAULTS.items():
+    for key, default in {**ARITHMETIC_DEFAULTS, **(defaults or {})}.items():
         value = given.get(key)
         if value is None:
             value = pre.get(key[len("image_"):]) if key.startswith("image_") \
@@ -429,6 +430,8 @@ def build_application(
     ema: bool = False,
     out_indices: tuple[int, ...] | None = None,
     feature_format: str = "nhwc",
+    default_size: int = 224,
+    arithmetic_defaults: dict | None = None,
     **given_arithmetic: Any,
 ) -> keras.Model:
     """Builds a keras.applications-style model around `encoder`: weights,
@@ -437,7 +440,9 @@ def build_application(
     The family's builder has checked its arguments (`arguments.check_classes`,
     `check_pooling`, `check_feature_args`); `given_arithmetic`: the
     arithmetic arguments the user gave (None: from the checkpoint, else
-    official). `out_indices` (absolute block indices): the
+    official; `arithmetic_defaults`: a named Hub variant's, before the
+    official). `default_size`: the input side without a checkpoint (224; a
+    Hub variant's native size). `out_indices` (absolute block indices): the
     `features_only=True` model of those blocks' outputs (`features_model`),
     built after the checkpoint is loaded into the model without head, so
     that every weights source loads as it does for `include_top=False`.
@@ -461,14 +466,14 @@ def build_application(
         checkpoint, info, include_top, pooling, classes, representation_size, description)
     effective = encoder.effective_patch
     grid = info.grid if info is not None else None
-    default_size = grid[0] * effective[0] if grid is not None else 224
+    default_size = grid[0] * effective[0] if grid is not None else default_size
     channels_last_notice(description)
     inputs, x, size = image_input(
         input_tensor, input_shape, default_size, effective, description,
         pretrained=checkpoint is not None,
         mixer_grid=grid if encoder.fixed_grid else None,
         allow_dynamic=not encoder.fixed_grid)
-    arith = arithmetic(checkpoint, **given_arithmetic)
+    arith = arithmetic(checkpoint, arithmetic_defaults, **given_arithmetic)
     if arith["fc_norm"] and not include_top and pooling is None:
         # fc_norm normalises the pooled vector: the token sequence (timm's
         # forward_features) and the blocks' outputs have none to load.

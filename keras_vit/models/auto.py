@@ -112,7 +112,25 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
             f"({checkpoint.format} format, width {config['hidden_size']}, not a "
             f"standard width; {said}). {fix}, or pass num_heads= to "
             "keras_vit.model_from_checkpoint.")
+    kwargs = headless_defaults(checkpoint, family, config.get("classifier"), kwargs)
+    builder = MLPMixer if family == "mixer" else VisionTransformer
+    return builder(**config, weights=checkpoint, **kwargs)
+
+
+def headless_defaults(checkpoint: Checkpoint, family: str, classifier: str | None,
+                      kwargs: dict) -> dict:
+    """`kwargs` with the defaults for a checkpoint without a head when they
+    give no `classes` and no `features_only`: `include_top=False` and the
+    output its library computes, `pooling="token"` for a pooler
+    (`pre_logits`) or DINO's class token, timm's `num_classes=0` pooling
+    (`classifier`: the class token after the final norm, or the map
+    head's vector) for a timm ViT, the checkpoint's `builder_defaults`
+    otherwise (a transformers class's `pooler_output`; CLIP's projection
+    kept as the head without softmax, `image_embeds`); else the token
+    sequence. Shared by `model_from_checkpoint` and the named Hub-family
+    builders."""
     info = checkpoint.info()
+    kwargs = dict(kwargs)
     # what the source class computes (transformers: its pooler_output, CLIP's
     # image_embeds through the projection kept as the head, without softmax)
     defaults = dict(getattr(checkpoint, "builder_defaults", None) or {})
@@ -127,8 +145,7 @@ def model_from_checkpoint(path: str | os.PathLike | Checkpoint, ema: bool = Fals
             kwargs.setdefault("pooling", "token")
         elif not kwargs["include_top"] and library == "timm" and family == "vit" \
                 and not info.distillation_token:
-            kwargs.setdefault("pooling", config.get("classifier", info.classifier))
+            kwargs.setdefault("pooling", classifier or info.classifier)
         elif not kwargs["include_top"] and "pooling" in defaults:
             kwargs.setdefault("pooling", defaults["pooling"])
-    builder = MLPMixer if family == "mixer" else VisionTransformer
-    return builder(**config, weights=checkpoint, **kwargs)
+    return kwargs

@@ -29,6 +29,7 @@ from keras_vit.layers.fused import check_attention
 from keras_vit.layers.resnet import resnet_arithmetic as resnet_arithmetic_args
 from keras_vit.layers.transformer import check_layer_scale_init
 from keras_vit.models.application import (
+    ARITHMETIC_DEFAULTS,
     Encoder,
     build_application,
     mixed_precision_head_dtype,
@@ -40,7 +41,7 @@ from keras_vit.models.arguments import (
     check_pooling,
     check_remat,
 )
-from keras_vit.variants import VIT_VARIANTS, effective_patch_size, find_variant
+from keras_vit.variants import VIT_VARIANTS, Variant, effective_patch_size, find_variant
 from keras_vit.weights.checkpoint import Checkpoint
 
 CLASSIFIERS = ("token", "gap", "map")
@@ -204,6 +205,25 @@ def VisionTransformer(
     >>> model.output_shape
     (None, 10)
     """
+    return vision_transformer_model(None, **locals())
+
+
+def vision_transformer_model(
+    variant: Variant | None, *, patch_size, hidden_size, num_layers, num_heads, mlp_dim,
+    classifier, representation_size, dropout_rate, attention_dropout_rate, drop_path_rate,
+    resnet_layers, resnet_width, include_top, weights, input_tensor, input_shape, pooling,
+    classes, classifier_activation, include_preprocessing, name, gelu, layer_norm_epsilon,
+    fc_norm, resnet_arithmetic, image_mean, image_std, ema, features_only, out_indices,
+    feature_format, remat, attention, layer_scale_init, num_register_tokens,
+    distillation_token, no_embed_class, patch_bias, pre_norm,
+) -> keras.Model:
+    """`VisionTransformer` with every argument given, built as the named
+    `variant`: a row of `keras_vit.variants.HUB_VARIANTS` (its name in
+    messages, its `image_size` the input side without weights, the
+    arithmetic of its config where neither an argument nor the checkpoint
+    gives one), or None: the official variant of the architecture, if any
+    (`find_variant`). `keras_vit.models.families` builds its named models
+    through it."""
     patch, hidden_size, num_layers, num_heads, mlp_dim, resnet_layers = _check_architecture(
         patch_size, hidden_size, num_layers, num_heads, mlp_dim, classifier,
         representation_size, dropout_rate, attention_dropout_rate, drop_path_rate,
@@ -229,7 +249,8 @@ def VisionTransformer(
     config = dict(patch_size=patch, hidden_size=hidden_size, num_layers=num_layers,
                   num_heads=num_heads, mlp_dim=mlp_dim, resnet_layers=resnet_layers,
                   resnet_width=resnet_width)
-    variant = find_variant("vit", config)
+    if variant is None:
+        variant = find_variant("vit", config)
 
     def encode(x, grid_size, arith):
         return vit_encoder(
@@ -262,7 +283,10 @@ def VisionTransformer(
         representation_size=representation_size, gelu=gelu,
         layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm,
         resnet_arithmetic=resnet_arithmetic, image_mean=image_mean, image_std=image_std,
-        ema=ema, out_indices=out_indices, feature_format=feature_format)
+        ema=ema, out_indices=out_indices, feature_format=feature_format,
+        default_size=variant.image_size if variant else 224,
+        arithmetic_defaults={k: v for k, v in (variant.config if variant else {}).items()
+                             if k in ARITHMETIC_DEFAULTS})
 
 
 

@@ -138,6 +138,8 @@ def weights_hint(model):
                 f"{model}'s: {', '.join(names)})")
     if variant is None:
         return "weights (a registered name, listed by `keras-vit models`, or a checkpoint file)"
+    if variant.hub:  # a Hub family's (DINOv2, ...)
+        return f"weights (e.g. --weights hf://{variant.hub[0]}, a Hub folder or a file)"
     return f"weights (no registered weights exist for {model}: a checkpoint file)"
 
 

@@ -41,7 +41,7 @@ import os
 import re
 import urllib.parse
 
-from keras_vit.variants import ALL_VARIANTS
+from keras_vit.variants import OFFICIAL, OFFICIAL_VARIANTS
 
 OFFICIAL_BASE_URL = "https://storage.googleapis.com"
 MIRROR_ENV = "KERAS_VIT_MIRROR"
@@ -526,8 +526,9 @@ class RemoteCheckpoint:
     family: object = None  # the `Family` (None for `augreg:<filename>`)
 
 
-def _table(variant):
-    return VIT_FAMILIES if variant.family == "vit" else MIXER_FAMILIES
+def _table(variant):  # a Hub family's variant (DINOv2, ...) has no official files
+    tables = {"vit": VIT_FAMILIES, "mixer": MIXER_FAMILIES}
+    return tables[variant.family] if variant.release == OFFICIAL else {}
 
 
 def families_for(variant):
@@ -684,7 +685,7 @@ def imagenet_markdown():
     `IMAGENET_CHOICES` (between `<!-- registry:imagenet -->` markers)."""
     lines = ["| model | `weights=\"imagenet\"` loads | res. | ImageNet top-1 | source |",
              "| --- | --- | ---: | ---: | --- |"]
-    for function, variant in ALL_VARIANTS.items():
+    for function, variant in OFFICIAL_VARIANTS.items():
         choice = imagenet_choice(variant)
         if choice is None:
             lines.append(f"| `{function}` | – (no official ImageNet-1k classifier) | | | |")

@@ -97,15 +97,16 @@ def resolve(weights: str | os.PathLike | Checkpoint | None, variant: Variant | N
             f"{type(weights).__name__} {weights!r}."
         )
     weights = os.fspath(weights)
-    where = _where(weights)
-    if ema and where in ("url", "name"):
+    kind = where(weights)
+    if ema and kind in ("url", "name"):
         raise ema_error(weights, "an official checkpoint")
-    return _SOURCES[where](weights, variant, description, ema)
+    return _SOURCES[kind](weights, variant, description, ema)
 
 
-def _where(weights):
-    """What `weights` (a str) names: "hf" (an `hf://` reference), "url",
-    "path" (a local file or folder) or "name" (a registered name)."""
+def where(weights: str) -> str:
+    """What `weights` (a str, as `resolve` reads it) names: "hf" (an
+    `hf://` reference), "url" (an official `.npz` to download), "path" (a
+    local file or folder) or "name" (a registered name)."""
     if hub_layout.is_hub_uri(weights):
         return "hf"
     if weights.startswith(("http://", "https://")):
@@ -132,7 +133,7 @@ def _from_registry(weights, variant, description, ema):
     return _fetched(weights, remote.url, remote.filename)
 
 
-# What `weights` names (`_where`) -> its reader.
+# What `weights` names (`where`) -> its reader.
 _SOURCES = {"hf": _from_hub, "path": _from_path, "url": _from_url, "name": _from_registry}
 
 
