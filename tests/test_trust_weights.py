@@ -116,8 +116,8 @@ def test_an_extra_prefix_token_in_an_official_npz_is_named(tmp_path):
     path = tiny_npz(tmp_path / "deit.npz", distilled)
     message = (r"position embedding of 18 rows \(the class token and 17 more\) holds 1 extra "
                r"prefix token before a 4x4 grid of patches \(a distillation token, as DeiT's "
-               r"distilled models have\); keras_vit does not build models with extra prefix "
-               "tokens yet")
+               r"distilled models have\), but the checkpoint holds no weights of such tokens, "
+               "so it is refused")
     with pytest.raises(CheckpointMismatchError, match=message):
         keras_vit.model_from_checkpoint(path)
     with pytest.raises(CheckpointMismatchError, match=message):

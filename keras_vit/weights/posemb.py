@@ -36,14 +36,14 @@ def checkpoint_grid(rows, prefix):
     Raises:
         CheckpointMismatchError: the other rows are no square grid. When a
             square grid and a few more rows would fit, the message says what
-            those rows are (DeiT's distillation token, register tokens) and
-            that keras_vit does not build such models yet.
+            those rows likely are (a distillation token, register tokens)
+            and that the checkpoint holds no weights of those tokens.
 
     >>> checkpoint_grid(1 + 14 * 14, 1)
     (14, 14)
     """
-    # keras_vit builds no model with extra prefix tokens yet (DeiT's distilled
-    # models are a later issue, #48): refused in one sentence, never resized.
+    # rows for prefix tokens the checkpoint holds no weights of: refused in one
+    # sentence, never resized.
     tokens = rows - prefix
     side = math.isqrt(max(tokens, 0))
     extra = tokens - side * side
@@ -56,8 +56,8 @@ def checkpoint_grid(rows, prefix):
                 else "e.g. a distillation token and register tokens")
         raise CheckpointMismatchError(
             f"{head}{tokens} more) holds {extra} extra prefix token{'s' * (extra > 1)} "
-            f"before a {side}x{side} grid of patches ({what}); keras_vit does not build "
-            "models with extra prefix tokens yet, so the checkpoint is refused.")
+            f"before a {side}x{side} grid of patches ({what}), but the checkpoint holds "
+            "no weights of such tokens, so it is refused.")
     raise CheckpointMismatchError(
         f"{head}{tokens} patch tokens) holds no square grid of patches, which every "
         "checkpoint keras_vit reads has.")
