@@ -118,7 +118,8 @@ class _Parts:
         # A model that takes any size is inspected at its stored grid.
         self.image_size = stored_image_size(self.vit)
         self.grid = tuple(self.encoder.grid_size)
-        self.prefix = self.encoder.num_prefix_tokens
+        self.prefix = self.encoder.num_prefix_tokens  # class, distillation, registers
+        self.class_token = self.encoder.use_class_token
         # Pixels per token: the patch size, times the ResNet stride in hybrids.
         self.pixels = (self.image_size[0] / self.grid[0], self.image_size[1] / self.grid[1])
 
@@ -166,14 +167,31 @@ def attention_weights(model, images, batch_size=16):
     return [a.astype("float32") for a in _run(probe, images, batch_size)]
 
 
-def rollout(attentions, num_prefix_tokens, grid, token=None):
+def rollout(attentions, num_prefix_tokens, grid, token=None, class_token=None):
     """Attention rollout (Abnar & Zuidema 2020) from attention arrays.
 
     Heads are averaged, the identity is added (residual), rows are
     renormalised and the layers multiplied, first layer rightmost. The map
     is the rolled-out attention of `token` (an index into the whole
-    sequence) to every patch; `token=None` takes the class token when there
-    is one, else the mean over all tokens. Returns `(N, grid_h, grid_w)`.
+    sequence) to every patch: the columns of the patch tokens only, the
+    `num_prefix_tokens` before them (class, distillation and register
+    tokens, in that order) left out. `token=None` takes the class token's
+    row (index 0) when the model has one, else the mean of the patch
+    tokens' rows (what `classifier="gap"` pools; for `classifier="map"`,
+    SigLIP's, the attention-pooling head's own attention is not in the
+    rollout). `class_token`: whether the sequence starts with a class
+    token; None: when it has prefix tokens (a model with register or
+    distillation tokens but no class token needs `class_token=False`).
+    Returns `(N, grid_h, grid_w)`.
+
+    One image, one head, a prefix token and 2 patches; the prefix token
+    attends to the second patch, each patch to itself:
+
+    >>> a = np.array([[[[0, 0, 1], [0, 1, 0], [0, 0, 1]]]], "float32")
+    >>> rollout([a], 1, (1, 2))                     # a class token: its row
+    array([[[0. , 0.5]]], dtype=float32)
+    >>> rollout([a], 1, (1, 2), class_token=False)  # a register: the patches' rows
+    array([[[0.5, 0.5]]], dtype=float32)
     """
     tokens = attentions[0].shape[-1]
     result = np.broadcast_to(np.eye(tokens, dtype="float64"),
@@ -182,8 +200,10 @@ def rollout(attentions, num_prefix_tokens, grid, token=None):
         a = attention.astype("float64").mean(axis=1) + np.eye(tokens)
         a /= a.sum(axis=-1, keepdims=True)
         result = a @ result
+    if class_token is None:
+        class_token = num_prefix_tokens > 0
     if token is None:
-        rows = result[:, 0] if num_prefix_tokens else result.mean(axis=1)
+        rows = result[:, 0] if class_token else result[:, num_prefix_tokens:].mean(axis=1)
     else:
         if not 0 <= token < tokens:
             raise ValueError(f"token={token} is outside the {tokens} tokens.")
@@ -211,7 +231,8 @@ def attention_rollout(model, images, token=None, upsample=True):
     (2, 4, 4)
     """
     parts = _Parts(model)
-    grid_maps = rollout(attention_weights(model, images), parts.prefix, parts.grid, token)
+    grid_maps = rollout(attention_weights(model, images), parts.prefix, parts.grid, token,
+                        class_token=parts.class_token)
     return upsample_maps(grid_maps, parts.image_size) if upsample else grid_maps
 
 

@@ -110,7 +110,8 @@ def explain(model, images, out, names=None, n_filters=28):
         "pictures")
     attentions = analysis.attention_weights(model, images)  # once, for both pictures
     maps = analysis.upsample_maps(
-        analysis.rollout(attentions, parts.prefix, parts.grid), parts.image_size)
+        analysis.rollout(attentions, parts.prefix, parts.grid, class_token=parts.class_token),
+        parts.image_size)
     written = {"rollout": [plot_rollout(image, m, os.path.join(out, f"rollout_{name}.png"))
                            for image, m, name in zip(images, maps, names, strict=True)]}
     distance = analysis.mean_distance(attentions, parts.prefix, parts.grid, parts.pixels)

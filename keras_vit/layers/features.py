@@ -20,14 +20,15 @@ class FeatureMap(keras.layers.Layer):
     each call's image size, so a model built with
     `input_shape=(None, None, 3)` gives each image size its own map).
 
-    `"nhwc"`: the patch tokens (the first `num_prefix_tokens`, the class
-    token, left out) in row-major grid order, as `Patches` made them,
-    reshaped to `(batch, gh, gw, width)`. `"tokens"`: the sequence as it is,
-    class token included.
+    `"nhwc"`: the patch tokens (the first `num_prefix_tokens`, the class,
+    distillation and register tokens, left out) in row-major grid order, as
+    `Patches` made them, reshaped to `(batch, gh, gw, width)`. `"tokens"`:
+    the sequence as it is, prefix tokens included.
 
     Args:
-        num_prefix_tokens: leading tokens that are not patches (1 for a
-            class-token ViT, else 0).
+        num_prefix_tokens: leading tokens that are not patches (class,
+            distillation and register tokens: 1 for a class-token ViT, 5
+            for DINOv2 with 4 registers, 0 for SigLIP).
         feature_format: `"nhwc"` or `"tokens"`.
         reduction: `(rows, columns)` pixels of the image per token (the
             patch size, times the ResNet stride for hybrids): metadata for

@@ -105,6 +105,19 @@ def gelu_tanh(x):
     return ops.gelu(x, approximate=True)
 
 
+def gelu_erf(x):
+    """Exact GELU, `0.5 x (1 + erf(x / sqrt(2)))` (PyTorch's `nn.GELU()`).
+    `ops.gelu(x, approximate=False)`, except in `portable_graph()` on
+    TensorFlow: there it is written with `Erf`, as PyTorch exports it to
+    ONNX, since `tf.nn.gelu` computes it with `Erfc`, which tf2onnx cannot
+    convert (an ONNX export of every timm or transformers model was refused:
+    "Erfc has no ONNX conversion"). The same function to float rounding."""
+    if getattr(_state, "portable", False) and keras.backend.backend() == "tensorflow":
+        tf = _tensorflow()
+        return 0.5 * x * (1.0 + tf.math.erf(x * tf.cast(0.5 ** 0.5, x.dtype)))
+    return ops.gelu(x, approximate=False)
+
+
 def quick_gelu(x):
     """OpenAI CLIP's QuickGELU, `x * sigmoid(1.702 x)` (timm's
     `quick_gelu`, transformers' `"quick_gelu"`)."""
@@ -190,7 +203,7 @@ def dense(layer, x, gelu=False, training=False):
     if training and keras.backend.backend() == "tensorflow":
         return _gelu_with_gradient(y, approximate=gelu != "erf")
     if gelu == "erf":
-        return ops.gelu(y, approximate=False)
+        return gelu_erf(y)
     return gelu_tanh(y)
 
 

@@ -1,6 +1,7 @@
 """LoRA on the encoder blocks: Keras' own `Dense.enable_lora` on the blocks'
-Dense layers, everything else frozen but the head, and the merge back to
-plain Dense kernels for saving and export.
+Dense layers (and on those of a `classifier="map"` model's attention-pooling
+head), everything else frozen but the head, and the merge back to plain
+Dense kernels for saving and export.
 
 Low-rank adaptation (Hu et al., "LoRA: Low-Rank Adaptation of Large Language
 Models", 2021) adds `(alpha / rank) * A @ B` to a frozen kernel `W`; `A`
@@ -24,20 +25,29 @@ from keras_vit import _checks
 from keras_vit.layers.blocks import encoder_blocks, walk_layers
 from keras_vit.layers.head import ClassifierHead
 from keras_vit.layers.mixer import MixerBlock
+from keras_vit.layers.pooling import AttentionPooling
 from keras_vit.layers.transformer import TransformerBlock
 
-# Target name -> the block's Dense attributes it covers, per block type.
+# Target name -> the layer's Dense attributes it covers, per layer type. The
+# attention-pooling head (`classifier="map"`, SigLIP) is an attention layer
+# too: its probe's query and the keys-values are "qkv", its output
+# projection "attention_output", its MLP "mlp", as keras-hub's
+# `backbone.enable_lora` adapts the query and value of every attention layer,
+# a SigLIP backbone's pooling head's included.
 LORA_TARGETS = {
     TransformerBlock: {"qkv": ("qkv",), "attention_output": ("attention_output",),
                        "mlp": ("mlp_dense1", "mlp_dense2")},
     MixerBlock: {"token_mixing": ("token_mixing1", "token_mixing2"),
                  "channel_mixing": ("channel_mixing1", "channel_mixing2")},
+    AttentionPooling: {"qkv": ("query", "key_value"), "attention_output": ("out",),
+                       "mlp": ("mlp_dense1", "mlp_dense2")},
 }
 # The targets when none are given: the attention projections of a ViT (as
 # keras-hub's `backbone.enable_lora`), both MLPs of a Mixer (it has no
 # attention).
 DEFAULT_TARGETS = {TransformerBlock: ("qkv", "attention_output"),
-                   MixerBlock: ("token_mixing", "channel_mixing")}
+                   MixerBlock: ("token_mixing", "channel_mixing"),
+                   AttentionPooling: ("qkv", "attention_output")}
 ADAPTER_NAMES = ("lora_kernel_a", "lora_kernel_b")
 
 
@@ -71,15 +81,21 @@ def _targeted(block, targets):
 
 def enable_lora(model, rank, targets=None, alpha=None, seed=None):
     """Turns `model` into a LoRA fine-tuning model, in place: rank-`rank`
-    adapters on the targeted Dense layers of every encoder block, and every
-    other weight frozen except the classification head's (`ClassifierHead`).
+    adapters on the targeted Dense layers of every encoder block and of the
+    attention-pooling head of a `classifier="map"` model (`AttentionPooling`,
+    SigLIP's: an attention layer, so the same target names cover its Dense
+    layers, as keras-hub's `enable_lora` adapts every attention layer), and
+    every other weight frozen except the classification head's
+    (`ClassifierHead`); the pooling head's probe and LayerNorm are frozen.
 
     Args:
         model: a keras_vit model (ViT, hybrid or Mixer; built).
         rank: adapter rank, from 1 to the smallest input or output width of
             a targeted layer.
         targets: names of the blocks' Dense layers to adapt. ViT blocks:
-            `"qkv"`, `"attention_output"`, `"mlp"` (both MLP layers);
+            `"qkv"`, `"attention_output"`, `"mlp"` (both MLP layers; in the
+            attention-pooling head: `"qkv"` its `query` and `key_value`,
+            `"attention_output"` its `out`, `"mlp"` its two MLP layers);
             Mixer blocks: `"token_mixing"`, `"channel_mixing"`. Default:
             `("qkv", "attention_output")` for ViTs, both MLPs for Mixers.
         alpha: the adapters' scale numerator (`alpha / rank`); default
@@ -112,7 +128,9 @@ def enable_lora(model, rank, targets=None, alpha=None, seed=None):
     if lora_layers(model):
         raise ValueError(f"LoRA is already enabled on {model.name!r}; enable it once "
                          "(a saved .keras file is merged: load it to start afresh).")
-    dense_layers = [d for block in blocks for d in _targeted(block, targets)]
+    pooling_heads = [layer for layer in walk_layers(model)
+                     if isinstance(layer, AttentionPooling)]
+    dense_layers = [d for layer in (*blocks, *pooling_heads) for d in _targeted(layer, targets)]
     if not dense_layers:
         raise ValueError(f"No layer of {model.name!r} is among targets={targets!r}.")
     quantized = sorted({d.quantization_mode for d in dense_layers if d.quantization_mode})

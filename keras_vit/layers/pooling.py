@@ -7,6 +7,7 @@ import keras
 from keras import ops
 
 from keras_vit import _checks
+from keras_vit.layers._utils import dtype_config, sublayer_policy
 from keras_vit.layers.fused import check_gelu, dense, layer_norm
 
 POOLING_MODES = ("token", "gap", "avg", "max")
@@ -111,10 +112,10 @@ class AttentionPooling(keras.layers.Layer):
         self.mlp_dim = _checks.positive_int(mlp_dim, "mlp_dim")
         self.layer_norm_epsilon = float(layer_norm_epsilon)
         self.gelu = check_gelu(gelu)
-        policy = self.dtype_policy
         self.norm = keras.layers.LayerNormalization(
-            epsilon=self.layer_norm_epsilon, dtype=policy, name="norm")
-        self.mlp_dense1 = keras.layers.Dense(self.mlp_dim, dtype=policy, name="mlp_dense1")
+            epsilon=self.layer_norm_epsilon, dtype=sublayer_policy(self), name="norm")
+        self.mlp_dense1 = keras.layers.Dense(
+            self.mlp_dim, dtype=sublayer_policy(self, "mlp_dense1"), name="mlp_dense1")
         self.probe = self.query = self.key_value = self.out = self.mlp_dense2 = None
 
     def build(self, input_shape):
@@ -127,13 +128,12 @@ class AttentionPooling(keras.layers.Layer):
             raise ValueError(
                 f"The hidden size {hidden} is not divisible by num_heads={self.num_heads}.")
         self.hidden_size = hidden
-        policy = self.dtype_policy
         self.probe = self.add_weight(
             name="probe", shape=(1, 1, hidden), initializer="glorot_uniform")
-        self.query = keras.layers.Dense(hidden, dtype=policy, name="query")
-        self.key_value = keras.layers.Dense(2 * hidden, dtype=policy, name="key_value")
-        self.out = keras.layers.Dense(hidden, dtype=policy, name="out")
-        self.mlp_dense2 = keras.layers.Dense(hidden, dtype=policy, name="mlp_dense2")
+        self.query, self.key_value, self.out, self.mlp_dense2 = (
+            keras.layers.Dense(units, dtype=sublayer_policy(self, name), name=name)
+            for name, units in (("query", hidden), ("key_value", 2 * hidden),
+                                ("out", hidden), ("mlp_dense2", hidden)))
         rows = (None, hidden)
         self.query.build(rows)
         self.key_value.build(rows)
@@ -169,12 +169,15 @@ class AttentionPooling(keras.layers.Layer):
 
     @property
     def dense_layers(self):
-        """The Dense layers (`model.quantize` quantizes them)."""
+        """The Dense layers, which `model.quantize(mode)` quantizes; their
+        quantized policies are saved in the config (`dtype`, a
+        `DTypePolicyMap`, as `TransformerBlock`'s), so a quantized model
+        reloads."""
         return [self.query, self.key_value, self.out, self.mlp_dense1, self.mlp_dense2]
 
     def get_config(self):
         config = super().get_config()
         config.update(num_heads=self.num_heads, mlp_dim=self.mlp_dim,
                       layer_norm_epsilon=self.layer_norm_epsilon, gelu=self.gelu,
-                      num_prefix_tokens=self.num_prefix_tokens)
+                      num_prefix_tokens=self.num_prefix_tokens, dtype=dtype_config(self))
         return config

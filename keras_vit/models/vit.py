@@ -166,7 +166,8 @@ def VisionTransformer(
             the last 3.
         feature_format: with `features_only=True`, `"nhwc"` (None, the
             default): `(batch, H / p, W / p, hidden_size)` maps of the patch
-            tokens; `"tokens"`: the token sequence, class token first.
+            tokens (class, distillation and register tokens left out);
+            `"tokens"`: the token sequence, those tokens first.
         remat: rematerialise each transformer block in training (gradient
             checkpointing): less memory, more compute, the same outputs
             and gradients. Saved in the blocks' configs. See
