@@ -4,7 +4,9 @@ the estimate that `keras_vit.training.memory` refuses a run by.
     python benchmarks/train_memory.py [--configs ViTTi16@384 ViTS16@224 ...]
         [--batches 4 8] [--json docs/performance/train_memory.json]
 
-Each configuration (`MODEL@SIZE`, `+remat` for rematerialised blocks) runs
+Each configuration (`MODEL@SIZE`, `+remat` for rematerialised blocks;
+MODEL a named model or one of `FAMILY_MODELS`, the later families' options
+on ViT-S at patch 14 or 16: `--configs DINOv2S14@224 ViTS14@224`) runs
 `train` (the finetune recipe, SGD with momentum; 2 steps and the
 validation pass, on a folder of scikit-learn's digits) in a fresh process
 at each batch size, and reads its peak resident memory (`ru_maxrss`) after
@@ -32,6 +34,15 @@ from machine import cpu  # noqa: E402  (the same CPU record as the README's)
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_CONFIGS = ["ViTTi16@384", "ViTTi16@384+remat", "ViTS16@224", "MixerS16@224",
                    "R26ViTS32@224"]
+# `keras_vit.VisionTransformer` options of models that have no named builder:
+# ViT-S at patch 14 without and with DINOv2's LayerScale, and SigLIP's
+# attention-pooling head on ViT-S/16.
+_S = dict(hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536)
+FAMILY_MODELS = {
+    "ViTS14": dict(_S, patch_size=14),
+    "DINOv2S14": dict(_S, patch_size=14, layer_scale_init=1e-5),
+    "SigLIPS16": dict(_S, patch_size=16, classifier="map"),
+}
 
 CHILD = textwrap.dedent("""
     import json, os, resource, sys
@@ -46,8 +57,10 @@ CHILD = textwrap.dedent("""
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
 
     imports = peak()
-    model = getattr(keras_vit, {model!r})(weights=None, input_shape=({size}, {size}, 3),
-                                          classes=10, remat={remat})
+    family = {family!r}
+    build = (getattr(keras_vit, {model!r}) if family is None
+             else lambda **kw: keras_vit.VisionTransformer(**family, **kw))
+    model = build(weights=None, input_shape=({size}, {size}, 3), classes=10, remat={remat})
     estimate = memory.estimate_training_memory(model, {batch}, optimizer_slots=1)
     train(model, "folder:" + {data!r}, recipe="finetune", out={out!r}, image_size={size},
           batch_size={batch}, steps=2, verbose=0, overwrite=True)
@@ -60,8 +73,8 @@ CHILD = textwrap.dedent("""
 def measure(config, batch, data, out):
     model, _, rest = config.partition("@")
     size, _, flag = rest.partition("+")
-    code = CHILD.format(root=str(ROOT), model=model, size=int(size), remat=flag == "remat",
-                        batch=batch, data=data, out=out)
+    code = CHILD.format(root=str(ROOT), model=model, family=FAMILY_MODELS.get(model),
+                        size=int(size), remat=flag == "remat", batch=batch, data=data, out=out)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                             timeout=1800)
     if result.returncode != 0:

@@ -17,7 +17,16 @@ image, from the model's own layers, plus the gradients and optimizer slots:
   times the first and `4 H T^2`, on torch 1.1 times the first. The
   attention arrays count for `attention="dot_product"` too (torch's
   default): PyTorch's `scaled_dot_product_attention` kept less than that
-  on the CPU at 577 tokens, as much for ViT-L/16 at 197;
+  on the CPU at 577 tokens, as much for ViT-L/16 at 197. With LayerScale
+  (`layer_scale_init`, DINOv2, DeiT-III) `0.5 T D` more, on torch `7 T D`
+  (each scale keeps its branch's output for the gradient of its `gamma`:
+  autograd saves `2 T D` more per block on torch; the peak measured:
+  ViT-S/14 at 224 px, 257 tokens, 12 blocks, +1.8 MB an image on
+  TensorFlow, +1.7 on JAX, +36 on torch). Register and distillation
+  tokens are among the `T` tokens;
+- the attention-pooling head (`classifier="map"`, SigLIP) over `T` tokens:
+  its keys and values, `2 T D` values of the compute dtype, and `1.5 H T`
+  float32 attention values (the factors of the blocks on JAX and torch);
 - a `MixerBlock` of `S` patches, `C` channels and MLP widths `Dt`, `Dc`:
   `8 S C + 3 (C Dt + S Dc)` values;
 - a rematerialised block (`remat=True`) on TensorFlow: its input, plus one
@@ -25,7 +34,8 @@ image, from the model's own layers, plus the gradients and optimizer slots:
   backends remat saved little or nothing (ViT-L/16, batch 8:
   `docs/performance/remat_vit_l16.json`), so a block counts in full there;
 - every other layer: 4 values per output value (a convolution keeps its
-  input, the normalisation and the activation theirs).
+  input, the normalisation and the activation theirs): the `pre_norm`
+  LayerNorm (CLIP) of `T D` values counts `4 T D`.
 
 The coefficients were fitted to the peak resident memory of `train` on
 the CPU on each backend, by batch (`python benchmarks/train_memory.py`,
@@ -40,6 +50,7 @@ import keras
 
 from keras_vit.layers.fused import accelerator
 from keras_vit.layers.mixer import MixerBlock
+from keras_vit.layers.pooling import AttentionPooling
 from keras_vit.layers.resnet import ResNetRoot
 from keras_vit.layers.transformer import TransformerBlock
 
@@ -47,6 +58,9 @@ from keras_vit.layers.transformer import TransformerBlock
 TOKEN_WIDTH = 8           # x T D, per TransformerBlock (S C per MixerBlock)
 MLP_WIDTH = 3             # x T M (C Dt + S Dc)
 ATTENTION = 1.5           # x H T^2, float32
+LAYER_SCALE = 0.5         # x T D, per TransformerBlock with LayerScale
+LAYER_SCALE_TORCH = 7.0   # (torch: ViT-S/14 at 224 px, 168 MB an image measured, 132 without)
+POOLING_KEYS_VALUES = 2   # x T D, per AttentionPooling (and ATTENTION x H T)
 # JAX (XLA on the CPU) keeps more: 4 attention arrays per head, and 15% more
 # of the others (fitted to ViT-Ti/16 at 384 px and S/16 at 224); torch 10%
 # more of the others (ViT-S/16 at 224: 105.7 MB an image, 90 on TensorFlow).
@@ -112,10 +126,17 @@ def _block_values(layer, itemsize):
     activations, attention = _backend_factors()
     if isinstance(layer, TransformerBlock):
         tokens, width = shape[-2], shape[-1]
-        kept = (activations * itemsize * (TOKEN_WIDTH * tokens * width
+        token_width = TOKEN_WIDTH + (layer_scale_values() if layer.ls1 is not None else 0)
+        kept = (activations * itemsize * (token_width * tokens * width
                                           + MLP_WIDTH * tokens * layer.mlp_dim)
                 + 4 * attention * layer.num_heads * tokens * tokens)
         return kept, itemsize * tokens * width
+    if isinstance(layer, AttentionPooling):
+        tokens, width = shape[-2], shape[-1]
+        kept = (activations * itemsize * POOLING_KEYS_VALUES * tokens * width
+                + 4 * attention * layer.num_heads * tokens
+                + OTHER_LAYER * itemsize * width)  # and its output, as any layer's
+        return kept, 0  # (never rematerialised)
     if isinstance(layer, MixerBlock):
         patches, channels = shape[-2], shape[-1]
         kept = activations * itemsize * (TOKEN_WIDTH * patches * channels + MLP_WIDTH * (
@@ -187,6 +208,12 @@ def _backend_factors():
     if backend == "jax":
         return ACTIVATIONS_JAX, ATTENTION_JAX
     return (ACTIVATIONS_TORCH if backend == "torch" else 1.0), ATTENTION
+
+
+def layer_scale_values():
+    """Values x `T D` a block's LayerScale keeps more (see the module
+    docstring): 7 on torch, 0.5 on TensorFlow and JAX."""
+    return LAYER_SCALE_TORCH if keras.backend.backend() == "torch" else LAYER_SCALE
 
 
 def remat_saves_memory():
