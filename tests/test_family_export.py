@@ -25,7 +25,7 @@ from keras_vit.weights.official import official_arrays
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")  # imported before the torchvision stand-in
-from test_family_checkpoints import assert_parity, photos  # noqa: E402
+from family_photos import assert_parity, photos  # noqa: E402
 from torch_libraries import import_timm, library_logits  # noqa: E402
 
 timm = import_timm()

@@ -18,10 +18,10 @@ import re
 
 import numpy as np
 import pytest
-from sklearn.datasets import load_sample_images
 
 import keras_vit
 from conftest import predict
+from family_photos import assert_parity, photos
 from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
 
 torch = pytest.importorskip("torch")
@@ -29,27 +29,6 @@ transformers = pytest.importorskip("transformers")
 
 TINY = dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2)
 MEAN, STD = [0.485, 0.456, 0.406], [0.229, 0.224, 0.225]
-
-
-def photos(size):
-    """scikit-learn's two sample photos, centre-cropped and resized to
-    `size` (uint8 values as float32, NHWC)."""
-    from PIL import Image
-
-    out = []
-    for image in load_sample_images().images:
-        h, w = image.shape[:2]
-        side = min(h, w)
-        top, left = (h - side) // 2, (w - side) // 2
-        crop = Image.fromarray(image[top:top + side, left:left + side])
-        out.append(np.asarray(crop.resize((size, size), Image.BICUBIC)))
-    return np.stack(out).astype("float32")
-
-
-def assert_parity(got, reference):
-    assert got.shape == reference.shape, (got.shape, reference.shape)
-    diff = float(np.abs(got - reference).max())
-    assert diff <= 1e-4 * max(1.0, float(np.abs(reference).max())), diff
 
 
 def randomized(model, seed=0):

@@ -121,7 +121,8 @@ def test_timm_dinov2_reg_intermediates_are_the_feature_maps(tmp_path):
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     import torch
-    from test_family_checkpoints import assert_parity, photos, timm_folder
+    from family_photos import assert_parity, photos
+    from test_family_checkpoints import timm_folder
 
     import keras_vit
 
