@@ -42,6 +42,14 @@ def _is_square(n):
     return n > 0 and math.isqrt(n) ** 2 == n
 
 
+def posemb_without_prefix(rows, prefix):
+    """Whether a position embedding of `rows` rows covers the patch grid
+    alone (timm's `no_embed_class`: DeiT-III, DINOv2 with registers) though
+    the checkpoint has `prefix` prefix tokens: `rows` is a square and
+    `rows - prefix` is not."""
+    return prefix > 0 and not _is_square(rows - prefix) and _is_square(rows)
+
+
 def describe(params):
     """Reads family, head, pre_logits, classifier and grid from the keys."""
     head = params.get("head/kernel")
@@ -57,7 +65,7 @@ def describe(params):
         rows = int(params[POSEMB_KEY].shape[1])
         # timm's no_embed_class (DeiT-III, DINOv2 with registers): the rows are
         # the patch grid alone, the prefix tokens get no position embedding
-        no_embed = prefix > 0 and not _is_square(rows - prefix) and _is_square(rows)
+        no_embed = posemb_without_prefix(rows, prefix)
         return CheckpointInfo("vit", classes, representation, classifier,
                               checkpoint_grid(rows, 0 if no_embed else prefix),
                               registers, dist, no_embed, "head_dist/kernel" in params)

@@ -47,6 +47,7 @@ from keras_vit.errors import (
     UnsupportedCheckpointError,
 )
 from keras_vit.weights import config_values as cv
+from keras_vit.weights.architecture import posemb_without_prefix
 from keras_vit.weights.npz import DIST_KEY, POSEMB_KEY, REG_KEY
 from keras_vit.weights.timm_architectures import ARCHITECTURES, REFUSED, TIMM_VERSION
 
@@ -564,9 +565,9 @@ def _token_options(name, args, keys, state):
             "init_values": "blocks.0.ls1.gamma" in keys}
     for key, value in held.items():
         said = args.get(key)
-        if said is None or (key == "init_values" and bool(said) == value):
+        if said is None:
             continue
-        if said != value and not (key == "init_values" and not said and not value):
+        if (bool(said) if key == "init_values" else said) != value:  # a gamma's init: held or not
             raise CorruptCheckpointError(
                 f"{name} says {key}={said!r}, but its weights hold "
                 f"{_held_phrase(key, value, registers)}; the file and the weights must "
@@ -582,8 +583,10 @@ def _token_options(name, args, keys, state):
     if held["pre_norm"]:
         out["pre_norm"] = True
     prefix = int(held["class_token"]) + int(held["distilled"]) + registers
-    if args.get("no_embed_class") or (prefix and "pos_embed" in state and _posemb_without_prefix(
-            state["pos_embed"], prefix)):
+    posemb = state.get("pos_embed")
+    if args.get("no_embed_class") or (
+            posemb is not None and posemb.ndim == 3
+            and posemb_without_prefix(int(posemb.shape[1]), prefix)):
         out["no_embed_class"] = True
     return out
 
@@ -597,12 +600,6 @@ def _held_phrase(key, value, registers):
         "patch_bias": f"{'a' if value else 'no'} patch-embedding bias (patch_embed.proj.bias)",
         "init_values": f"{'' if value else 'no '}layer scale (blocks.0.ls1.gamma)",
     }[key]
-
-
-def _posemb_without_prefix(posemb, prefix):
-    rows = int(posemb.shape[1]) if posemb.ndim == 3 else 0
-    side, rest = int(round(rows ** 0.5)), rows - prefix
-    return side * side == rows and int(round(max(rest, 0) ** 0.5)) ** 2 != rest
 
 
 def _refuse_unsupported(name, args, pool, has_cls, keys, state):
