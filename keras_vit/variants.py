@@ -21,7 +21,7 @@ Pure data: the bottom floor of the package (imports nothing of it, no Keras).
 >>> HUB_VARIANTS["DINOv2-S/14"].function, HUB_VARIANTS["DINOv2-S/14"].image_size
 ('DINOv2ViTS14', 518)
 >>> len(ALL_VARIANTS), len(HUB_VARIANTS)
-(38, 18)
+(41, 21)
 """
 
 import dataclasses
@@ -134,10 +134,13 @@ def _dinov2(size, registers=False):
     return _vit(size, 14, layer_scale_init=1e-5, gelu="erf", **_IMAGENET, **extra)
 
 
-def _deit(size, deit3=False):
+def _deit(size, deit3=False, distilled=False):
     # timm's deit_*: the plain ViT with erf GELU and ImageNet mean/std;
-    # deit3_*: LayerScale (init_values=1e-6) and no_embed_class
-    extra = dict(layer_scale_init=1e-6, no_embed_class=True) if deit3 else {}
+    # deit3_*: LayerScale (init_values=1e-6) and no_embed_class;
+    # deit_*_distilled_*: a distillation token, and its head beside the class
+    # token's (the two averaged)
+    extra = dict(layer_scale_init=1e-6, no_embed_class=True) if deit3 else \
+        dict(distillation_token=True) if distilled else {}
     return _vit(size, 16, gelu="erf", **_IMAGENET, **extra)
 
 
@@ -172,7 +175,19 @@ _HUB_TABLE = [
     ("DINOv2-L/14-reg", "DINOv2ViTL14Reg", "DINOv2-ViT-L_14-reg", "dinov2",
      _dinov2("L", True), 518,
      ("timm/vit_large_patch14_reg4_dinov2.lvd142m", "facebook/dinov2-with-registers-large")),
-    # DeiT (the distilled ones' two-head classifier is not built: no rows)
+    # DeiT distilled (the class token's head and the distillation token's, averaged)
+    ("DeiT-Ti/16-distilled", "DeiTTi16Distilled", "DeiT-Ti_16-distilled", "deit",
+     _deit("Ti", distilled=True), 224,
+     ("timm/deit_tiny_distilled_patch16_224.fb_in1k",
+      "facebook/deit-tiny-distilled-patch16-224")),
+    ("DeiT-S/16-distilled", "DeiTS16Distilled", "DeiT-S_16-distilled", "deit",
+     _deit("S", distilled=True), 224,
+     ("timm/deit_small_distilled_patch16_224.fb_in1k",
+      "facebook/deit-small-distilled-patch16-224")),
+    ("DeiT-B/16-distilled", "DeiTB16Distilled", "DeiT-B_16-distilled", "deit",
+     _deit("B", distilled=True), 224,
+     ("timm/deit_base_distilled_patch16_224.fb_in1k",
+      "facebook/deit-base-distilled-patch16-224")),
     ("DeiT-Ti/16", "DeiTTi16", "DeiT-Ti_16", "deit", _deit("Ti"), 224,
      ("timm/deit_tiny_patch16_224.fb_in1k", "facebook/deit-tiny-patch16-224")),
     ("DeiT-S/16", "DeiTS16", "DeiT-S_16", "deit", _deit("S"), 224,

@@ -352,17 +352,22 @@ def test_default_models_keep_their_weights():
 @pytest.mark.parametrize("kwargs", [
     dict(layer_scale_init=1e-5, num_register_tokens=4, no_embed_class=True),
     dict(layer_scale_init=1e-6, no_embed_class=True),
-    dict(distillation_token=True, include_top=False),
+    dict(distillation_token=True),  # head and head_dist, kept as one Dense
     dict(classifier="map"),
     dict(pre_norm=True, patch_bias=False, gelu="quick"),
     dict(num_register_tokens=2),
-], ids=["dinov2_reg", "deit3", "deit_distilled", "siglip", "clip", "registers"])
+    dict(classifier="token_avg", layer_scale_init=1e-5),
+], ids=["dinov2_reg", "deit3", "deit_distilled", "siglip", "clip", "registers",
+        "dinov2_classifier"])
 def test_official_files_keep_every_option(tmp_path, kwargs):
     """An `.npz` written by save_official_weights holds the later families'
     weights under keras_vit's keys (`weights.npz`: `reg`, `dist`,
     `LayerScale_0/1`, `pre_norm`, big_vision's `MAPHead_0`), and
     model_from_checkpoint builds the same model from it: same options,
-    same outputs to the bit."""
+    same outputs to the bit. A distilled DeiT's head is written as DeiT's
+    `head` and `head_dist`; DINOv2's classifier's `(2D, classes)` head says
+    `token_avg`."""
+    from keras_vit.weights.npz import read_checkpoint
     from keras_vit.weights.official import save_official_weights
 
     rng = np.random.default_rng(0)
@@ -370,6 +375,8 @@ def test_official_files_keep_every_option(tmp_path, kwargs):
     for weight in model.weights:
         weight.assign(rng.normal(size=weight.shape).astype("float32") * 0.1)
     save_official_weights(model, tmp_path / "w.npz")
+    assert ("head_dist/kernel" in read_checkpoint(tmp_path / "w.npz")) == \
+        ("distillation_token" in kwargs)
     arithmetic = {"gelu": kwargs["gelu"]} if "gelu" in kwargs else {}
     loaded = keras_vit.model_from_checkpoint(tmp_path / "w.npz", **arithmetic)
     assert [(w.path, tuple(w.shape)) for w in loaded.weights] == \

@@ -40,6 +40,8 @@ PARAMS = {
     "DINOv2ViTS14Reg": 22_442_344, "DINOv2ViTB14Reg": 87_351_016,
     "DINOv2ViTL14Reg": 305_395_688,
     "DeiTTi16": 5_717_416, "DeiTS16": 22_050_664, "DeiTB16": 86_567_656,
+    "DeiTTi16Distilled": 5_910_800, "DeiTS16Distilled": 22_436_432,
+    "DeiTB16Distilled": 87_338_192,
     "DeiT3S16": 22_059_496, "DeiT3B16": 86_585_320, "DeiT3L16": 304_374_760,
     "CLIPViTB32": 88_225_000, "CLIPViTB16": 86_568_424, "CLIPViTL14": 304_204_776,
     "SigLIPViTB16": 93_653_224, "SigLIPViTL16": 316_981_224, "SigLIPSo400m14": 428_833_704,
@@ -51,6 +53,7 @@ GFLOPS = {
     "DINOv2ViTS14": 93.4, "DINOv2ViTB14": 303.1, "DINOv2ViTL14": 1013.6,
     "DINOv2ViTS14Reg": 93.8, "DINOv2ViTB14Reg": 304.2, "DINOv2ViTL14Reg": 1017.1,
     "DeiTTi16": 2.5, "DeiTS16": 9.2, "DeiTB16": 35.1,
+    "DeiTTi16Distilled": 2.5, "DeiTS16Distilled": 9.2, "DeiTB16Distilled": 35.3,
     "DeiT3S16": 9.2, "DeiT3B16": 35.1, "DeiT3L16": 123.1,
     "CLIPViTB32": 8.8, "CLIPViTB16": 35.1, "CLIPViTL14": 162.0,
     "SigLIPViTB16": 35.4, "SigLIPViTL16": 162.6, "SigLIPSo400m14": 220.4,
@@ -87,7 +90,7 @@ def timm_files(timm):
 # --- the table ---------------------------------------------------------------------------
 
 def test_the_table_and_its_derived_lists():
-    assert len(HUB_VARIANTS) == 18 and len(ALL_VARIANTS) == 38
+    assert len(HUB_VARIANTS) == 21 and len(ALL_VARIANTS) == 41
     assert set(FUNCTIONS) == set(PARAMS) <= set(keras_vit.__all__)
     for function in FUNCTIONS:
         variant = BY_FUNCTION[function]
@@ -117,7 +120,9 @@ def test_each_builder_builds_its_row(function):
         model = getattr(keras_vit, function)()
     size = variant.image_size
     assert model.input_shape == (None, size, size, 3) and model.output_shape == (None, 1000)
-    assert model.count_params() == PARAMS[function]
+    # a distilled DeiT's two head biases are one, their mean (the same output)
+    assert model.count_params() == PARAMS[function] - 1000 * bool(
+        config.get("distillation_token"))
     assert model.name == variant.official_name.lower().replace("-", "_")
     encoder = model.get_layer("patch_encoder").get_config()
     assert encoder["num_register_tokens"] == config.get("num_register_tokens", 0)
@@ -192,6 +197,8 @@ def _options(config):
         out.append(f"LayerScale {_number(config['layer_scale_init'])}")
     if config.get("num_register_tokens"):
         out.append(f"{config['num_register_tokens']} registers")
+    if config.get("distillation_token"):
+        out.append("distillation token, two heads averaged")
     if config.get("no_embed_class"):
         out.append("no_embed_class")
     if config.get("pre_norm"):

@@ -72,6 +72,8 @@ FAMILIES = [
      dict(layer_scale_init=1e-5, num_register_tokens=4, no_embed_class=True)),
     ("deit_tiny_patch16_224", 32, {}),
     ("deit3_small_patch16_224", 32, dict(layer_scale_init=1e-6, no_embed_class=True)),
+    # the two heads averaged; headless, the two tokens averaged
+    ("deit_tiny_distilled_patch16_224", 32, dict(distillation_token=True)),
     ("vit_base_patch16_clip_224", 32, dict(pre_norm=True, patch_bias=False)),
     ("vit_base_patch16_clip_quickgelu_224", 32, dict(pre_norm=True, patch_bias=False)),
     ("vit_base_patch16_siglip_224", 32, dict(classifier="map")),
@@ -115,19 +117,28 @@ def test_dinov2_at_a_second_size_resizes_as_timm(tmp_path, name):
     assert_parity(predict(keras_model, photos(84)), timm_forward(resized, 84, folder))
 
 
-def test_distilled_deit_loads_its_tokens_and_names_the_missing_head(tmp_path):
-    """DeiT distilled: its two heads averaged are not built yet (one
-    sentence); with include_top=False its tokens are timm's
-    forward_features."""
+def test_distilled_deit_is_one_dense_on_both_tokens_and_writes_back_its_two_heads(tmp_path):
+    """DeiT distilled: `head` and `head_dist` averaged are built as one
+    Dense on the class and distillation tokens side by side (kernel
+    `[W; W_dist] / 2`, bias the mean); written back to timm, timm's own
+    forward gives the same logits. With include_top=False the tokens are
+    timm's forward_features."""
     model, folder = timm_folder(tmp_path, "deit_tiny_distilled_patch16_224", 32)
-    with pytest.raises(ValueError, match="distillation_token=True: the distilled classifier"):
-        keras_vit.model_from_checkpoint(folder)
-    keras_model = keras_vit.model_from_checkpoint(folder, include_top=False)
+    keras_model = keras_vit.model_from_checkpoint(folder, classifier_activation=None)
+    assert keras_model.get_layer("pool").mode == "token_dist"
+    assert tuple(keras_model.get_layer("head").kernel.shape) == (2 * WIDTH, CLASSES)
+    logits = predict(keras_model, photos(32))
+    out = tmp_path / "written"
+    keras_vit.export.to_hub_folder(keras_model, out, library="timm")
+    reread = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
+    assert type(reread).__name__ == "VisionTransformerDistilled"
+    assert_parity(logits, timm_forward(reread, 32, out))
+    tokens = keras_vit.model_from_checkpoint(folder, include_top=False)
     cfg = json.loads((folder / "config.json").read_text())["pretrained_cfg"]
     x = (photos(32) / 255.0 - np.float32(cfg["mean"])) / np.float32(cfg["std"])
     with torch.no_grad():
-        tokens = model.forward_features(torch.from_numpy(x.transpose(0, 3, 1, 2).copy()))
-    assert_parity(predict(keras_model, photos(32)), tokens.numpy())
+        expected = model.forward_features(torch.from_numpy(x.transpose(0, 3, 1, 2).copy()))
+    assert_parity(predict(tokens, photos(32)), expected.numpy())
 
 
 def test_a_config_that_contradicts_its_weights_is_corrupt(tmp_path):
@@ -184,6 +195,7 @@ def _option(model, key):
         "no_embed_class": encoder.no_embed_class,
         "pre_norm": any(layer.name == "pre_norm" for layer in model.layers),
         "patch_bias": encoder.use_bias,
+        "distillation_token": encoder.distillation_token,
         "classifier": "map" if any(layer.name == "map_head" for layer in model.layers)
         else "token",
     }[key]

@@ -119,14 +119,13 @@ def test_the_options_travel_in_model_args(tmp_path):
 
 
 def _distilled():
-    return tiny_vit(distillation_token=True, include_top=False, pooling="token")
+    return tiny_vit(distillation_token=True)
 
 
 @pytest.mark.parametrize("library, build, message", [
-    ("timm", _distilled,
-     "it has a distillation token (distillation_token=True), which timm builds only in its "
-     "distilled DeiT (deit_*_distilled_*), whose classifier averages a second head on that "
-     "token (head_dist) that keras_vit does not build."),
+    ("timm", lambda: tiny_vit(distillation_token=True, num_register_tokens=2),
+     "it has a distillation token and 2 register tokens, and timm's distilled DeiT "
+     "(VisionTransformerDistilled) has no registers."),
     ("timm", lambda: tiny_vit(patch_bias=False),
      "its patch embedding has no bias (patch_bias=False) with pre_norm=False, and timm's "
      "VisionTransformer gives its patch embedding a bias exactly when it has no pre-norm "

@@ -6,6 +6,7 @@ answers in NumPy, the layer harness, a tiny VisionTransformer saved and
 reloaded with safe_mode, and today's models unchanged at the defaults."""
 
 import os
+import re
 
 import keras
 import numpy as np
@@ -218,10 +219,61 @@ def test_defaults_keep_todays_model():
                                   ops.convert_to_numpy(model(x)))
 
 
+def test_the_distilled_classifier_is_one_dense_on_the_two_tokens():
+    """DeiT's head and head_dist averaged: (x_cls W + b + x_dist W_d + b_d) / 2
+    is the one Dense `head` on [x_cls, x_dist]; without a head,
+    pooling='distilled' is the tokens' mean (timm's pre_logits)."""
+    model = VisionTransformer(**TINY, distillation_token=True, classes=3,
+                              classifier_activation=None)
+    assert model.get_layer("pool").mode == "token_dist"
+    kernel = model.get_layer("head").kernel
+    assert tuple(kernel.shape) == (32, 3)
+    rng = np.random.default_rng(3)
+    w, w_dist, b, b_dist = (rng.normal(size=s).astype("float32")
+                            for s in ((16, 3), (16, 3), (3,), (3,)))
+    model.get_layer("head").set_weights([np.concatenate([w, w_dist]) / 2, (b + b_dist) / 2])
+    x = rng.uniform(0, 255, size=(2, 32, 32, 3)).astype("float32")
+    tokens = keras.Model(model.inputs, model.get_layer("encoder_norm").output)(x)
+    tokens = ops.convert_to_numpy(tokens)
+    expected = (tokens[:, 0] @ w + b + tokens[:, 1] @ w_dist + b_dist) / 2
+    np.testing.assert_allclose(ops.convert_to_numpy(model(x)), expected, atol=1e-5)
+    headless = VisionTransformer(**TINY, distillation_token=True, include_top=False,
+                                 pooling="distilled")
+    headless.set_weights(model.get_weights()[:len(headless.weights)])
+    np.testing.assert_allclose(ops.convert_to_numpy(headless(x)),
+                               (tokens[:, 0] + tokens[:, 1]) / 2, atol=1e-6)
+
+
+def test_the_token_avg_classifier_reads_the_class_token_beside_the_patch_mean():
+    """classifier='token_avg' (DINOv2's linear head): the head reads
+    [x_cls, mean of the patch tokens], registers left out."""
+    model = VisionTransformer(**TINY, classifier="token_avg", num_register_tokens=2,
+                              classes=3, classifier_activation=None)
+    head = model.get_layer("head")
+    assert tuple(head.kernel.shape) == (32, 3)
+    rng = np.random.default_rng(4)
+    head.set_weights([rng.normal(size=(32, 3)).astype("float32"), np.ones(3, "float32")])
+    x = rng.uniform(0, 255, size=(2, 32, 32, 3)).astype("float32")
+    tokens = ops.convert_to_numpy(
+        keras.Model(model.inputs, model.get_layer("encoder_norm").output)(x))
+    features = np.concatenate([tokens[:, 0], tokens[:, 3:].mean(axis=1)], axis=1)
+    np.testing.assert_allclose(ops.convert_to_numpy(model(x)),
+                               features @ ops.convert_to_numpy(head.kernel) + 1, atol=1e-5)
+
+
 def test_refusals(tmp_path):
-    with pytest.raises(ValueError, match="distillation_token=True: the distilled "
-                                         "classifier .* include_top=False"):
-        VisionTransformer(**TINY, distillation_token=True)
+    with pytest.raises(ValueError, match=re.escape(
+            "pooling='distilled' averages the class and distillation tokens; this model "
+            "has no distillation token (distillation_token=False). Use pooling='token'.")):
+        VisionTransformer(**TINY, include_top=False, pooling="distilled")
+    with pytest.raises(ValueError, match=re.escape(
+            "pooling='token_avg' needs a class token, but this model has "
+            "classifier='gap'. Use pooling='gap'.")):
+        VisionTransformer(**TINY, classifier="gap", include_top=False, pooling="token_avg")
+    with pytest.raises(ValueError, match=re.escape(
+            "representation_size=8 adds pre_logits after a 'token' or 'gap' pooling; "
+            "classifier='token_avg' has none. Pass None.")):
+        VisionTransformer(**TINY, classifier="token_avg", representation_size=8)
     with pytest.raises(ValueError, match="num_register_tokens"):
         VisionTransformer(**TINY, num_register_tokens=-1)
 

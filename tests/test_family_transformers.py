@@ -116,6 +116,16 @@ CLASSES = [
      dict(distillation_token=True)),
     ("deit_classifier", "DeiTForImageClassification", lambda: deit_config(num_labels=5),
      "deit", 32, "logits", dict(classifier_activation=None), dict(distillation_token=True)),
+    # its two heads averaged (one Dense on the class and distillation tokens)
+    ("deit_with_teacher", "DeiTForImageClassificationWithTeacher",
+     lambda: deit_config(num_labels=5), "deit", 32, "logits",
+     dict(classifier_activation=None), dict(distillation_token=True, head="token_dist")),
+    # the head on the class token beside the patch tokens' mean (registers left out)
+    ("dinov2_classifier", "Dinov2ForImageClassification", lambda: dinov2_config(num_labels=3),
+     "dinov2", 28, "logits", dict(classifier_activation=None), dict(head="token_avg")),
+    ("dinov2_reg_classifier", "Dinov2WithRegistersForImageClassification",
+     lambda: dinov2_reg_config(num_labels=3), "dinov2", 28, "logits",
+     dict(classifier_activation=None), dict(head="token_avg", num_register_tokens=4)),
     ("clip_vision_model", "CLIPVisionModel", clip_config, "clip", 32, "pooler_output", {},
      dict(pre_norm=True, patch_bias=False, gelu="quick", layer_norm_epsilon=1e-5)),
     ("clip_with_projection", "CLIPVisionModelWithProjection",
@@ -161,39 +171,20 @@ def test_clip_at_a_second_size_resizes_as_interpolate_pos_encoding(tmp_path):
         model, 64, folder, "pooler_output", interpolate_pos_encoding=True))
 
 
-def test_dinov2_classifier_head_is_refused_and_its_backbone_loads(tmp_path):
-    """Dinov2ForImageClassification classifies concat(class token, mean of
-    the patch tokens): refused in one sentence; with include_top=False the
-    backbone gives last_hidden_state, and pooling='token' pooler_output."""
+def test_dinov2_classifier_without_its_head_gives_the_pooler_and_the_heads_input(tmp_path):
+    """Dinov2ForImageClassification with include_top=False:
+    pooling='token' is Dinov2Model's pooler_output, pooling='token_avg' the
+    vector its classifier reads (class token, mean of the patch tokens)."""
     model, folder = saved(tmp_path, transformers.Dinov2ForImageClassification(
         dinov2_config(num_labels=3)), "dinov2")
-    with pytest.raises(CheckpointMismatchError, match=re.escape(
-            f"{folder}: Dinov2ForImageClassification classifies the class token "
-            "concatenated with the mean of the patch tokens, a head keras_vit does not "
-            "build; load its backbone with include_top=False (then pooling='token' gives "
-            "Dinov2Model's pooler_output).")):
-        keras_vit.model_from_checkpoint(folder)
-    tokens = keras_vit.model_from_checkpoint(folder, include_top=False)
     pooled = keras_vit.model_from_checkpoint(folder, include_top=False, pooling="token")
+    both = keras_vit.model_from_checkpoint(folder, include_top=False, pooling="token_avg")
     with torch.no_grad():
         out = model.dinov2(pixels(28, folder))
-    assert_parity(predict(tokens, photos(28)), out.last_hidden_state.numpy())
+    tokens = out.last_hidden_state
     assert_parity(predict(pooled, photos(28)), out.pooler_output.numpy())
-
-
-def test_deit_with_teacher_is_refused_in_the_builders_sentence_and_its_tokens_load(tmp_path):
-    model, folder = saved(tmp_path, transformers.DeiTForImageClassificationWithTeacher(
-        deit_config(num_labels=5)), "deit")
-    with pytest.raises(ValueError, match=re.escape(
-            "distillation_token=True: the distilled classifier (a head on the class token "
-            "and one on the distillation token, averaged at inference, as DeiT's) comes in "
-            "a later release; build with include_top=False (pooling='token' reads the "
-            "class token).")):
-        keras_vit.model_from_checkpoint(folder)
-    keras_model = keras_vit.model_from_checkpoint(folder, include_top=False)
-    with torch.no_grad():
-        tokens = model.deit(pixels(32, folder)).last_hidden_state.numpy()
-    assert_parity(predict(keras_model, photos(32)), tokens)
+    assert_parity(predict(both, photos(28)),
+                  torch.cat([tokens[:, 0], tokens[:, 1:].mean(dim=1)], dim=1).numpy())
 
 
 @pytest.mark.backends
@@ -335,4 +326,4 @@ def _option(model, key):
         else "token",
         "gelu": block.gelu,
         "layer_norm_epsilon": block.layer_norm_epsilon,
-    }[key]
+    }[key] if key != "head" else model.get_layer("pool").mode

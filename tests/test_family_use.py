@@ -1,6 +1,6 @@
 """Everything the ViTs have works on the later families (#48, item 5): tiny
 models of each family's option set (DINOv2, DINOv2 with registers, OpenAI
-CLIP, SigLIP, DeiT distilled without head) give feature maps of the patch
+CLIP, SigLIP, DeiT distilled with its two heads) give feature maps of the patch
 tokens only, take LoRA and merge it, quantize and reload (in this process
 and in a fresh one, safe mode on), roll attention out from the class token
 over the patches only, are counted by the training-memory estimate, and
@@ -33,8 +33,7 @@ FAMILIES = {
     "clip": dict(patch_size=8, pre_norm=True, patch_bias=False, gelu="quick",
                  layer_norm_epsilon=1e-5, input_shape=(32, 32, 3)),
     "siglip": dict(patch_size=8, classifier="map", input_shape=(32, 32, 3)),
-    "deit_distilled": dict(patch_size=8, distillation_token=True, include_top=False,
-                           input_shape=(32, 32, 3)),
+    "deit_distilled": dict(patch_size=8, distillation_token=True, input_shape=(32, 32, 3)),
 }
 # Tokens before the patches: class, distillation, registers.
 PREFIX = {"dinov2": 1, "dinov2_reg": 5, "clip": 1, "siglip": 0, "deit_distilled": 2}
@@ -159,8 +158,7 @@ def test_lora_adapts_the_blocks_and_the_map_head_and_merges(family, tmp_path):
     if family == "siglip":
         expected += [f"map_head/{layer}/lora_kernel_{ab}"
                      for layer in ("query", "key_value", "out") for ab in "ab"]
-    if family != "deit_distilled":  # (headless: no head to train)
-        expected += ["head/bias", "head/kernel"]
+    expected += ["head/bias", "head/kernel"]
     assert trainable == sorted(expected)
     np.testing.assert_allclose(predict(model, x), before, atol=1e-6)  # B starts at zero
     rng = np.random.default_rng(3)
@@ -353,11 +351,11 @@ def test_the_memory_estimates_fixed_part_is_the_models_parameters(family):
     model = build(family)
     parameters = model.count_params()
     extra = {"dinov2": 2 * 2 * 32, "dinov2_reg": 4 * 32 + 2 * 2 * 32 - 32,
-             "deit_distilled": 2 * 32}.get(family)
+             "deit_distilled": 2 * 32 + 32 * 3}.get(family)  # + head_dist's kernel
     if extra is not None:  # against the plain ViT of the same shape and head
         plain = VisionTransformer(**{**TINY, **{k: FAMILIES[family][k] for k in (
             "patch_size", "input_shape", "include_top") if k in FAMILIES[family]},
-            **({"classes": 3} if family != "deit_distilled" else {})})
+            "classes": 3})
         assert parameters - plain.count_params() == extra
     estimate = memory.estimate_training_memory(model, 1, optimizer_slots=2)
     assert estimate.fixed == memory.RUNTIME_BYTES + 4 * parameters * 3

@@ -32,6 +32,9 @@ LAYER_CASES = [
     (layers.BottleneckUnit, dict(features=32, strides=(2, 2)), (1, 8, 8, 64)),
     (layers.SequencePooling, dict(mode="gap"), (2, 5, 16)),
     (layers.SequencePooling, dict(mode="max", num_prefix_tokens=1), (2, 5, 16)),
+    (layers.SequencePooling, dict(mode="distilled"), (2, 5, 16)),
+    (layers.SequencePooling, dict(mode="token_dist"), (2, 5, 16)),
+    (layers.SequencePooling, dict(mode="token_avg", num_prefix_tokens=2), (2, 5, 16)),
     (layers.PatchEncoder, dict(hidden_size=16, grid_size=(2, 4)), (2, 3, 3, 12)),
     (layers.ClassifierHead, dict(units=3, class_names=["cat", "dog", "emu"]), (2, 16)),
     (layers.ImageNormalization, dict(mean=[127.5] * 3, variance=[127.5**2] * 3), (2, 4, 4, 3)),
@@ -164,5 +167,6 @@ def test_layer_argument_errors():
     with pytest.raises(ValueError, match=r"The hidden size 10 is not divisible by num_heads=3\."):
         layers.TransformerBlock(3, 8)(np.zeros((1, 2, 10), "float32"))
     with pytest.raises(ValueError, match=r"Unknown pooling mode 'min'; allowed: "
-                                         r"\('token', 'gap', 'avg', 'max'\)\."):
+                                         r"\('token', 'gap', 'avg', 'max', 'distilled', "
+                                         r"'token_dist', 'token_avg'\)\."):
         layers.SequencePooling("min")

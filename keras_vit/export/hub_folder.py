@@ -175,6 +175,13 @@ def hub_folder(model, library, size, class_names=None):
                 f"units) before its head, which {library}'s classifiers do not have; "
                 "fine-tune a model without one (representation_size=None)")
         classes = info.classes or 0  # a model without a head is refused below
+        if info.distillation_token and info.classes and not info.distilled_head:
+            raise ValueError(
+                "its head reads the class token alone (transformers' "
+                "DeiTForImageClassification), and "
+                + ("timm's distilled DeiT averages a head on each of the class and "
+                   "distillation tokens" if library == "timm" else
+                   "transformers' ViTForImageClassification has no distillation token"))
         if library == "timm":
             files = {CONFIG: timm_export.hub_config(
                 family, arch, arithmetic, size, classes, mean, std, class_names)}

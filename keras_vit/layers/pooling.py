@@ -10,12 +10,15 @@ from keras_vit import _checks
 from keras_vit.layers._utils import dtype_config, sublayer_policy
 from keras_vit.layers.fused import check_gelu, dense, layer_norm
 
-POOLING_MODES = ("token", "gap", "avg", "max")
+POOLING_MODES = ("token", "gap", "avg", "max", "distilled", "token_dist", "token_avg")
+# the modes whose vector is two tokens side by side: (batch, 2 * hidden)
+CONCAT_MODES = ("token_dist", "token_avg")
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
 class SequencePooling(keras.layers.Layer):
-    """Pools `(batch, tokens, hidden)` to `(batch, hidden)`.
+    """Pools `(batch, tokens, hidden)` to `(batch, hidden)` (`(batch, 2 *
+    hidden)` for `"token_dist"` and `"token_avg"`).
 
     Args:
         mode: `"token"` takes the first (class) token, `"gap"` averages all
@@ -30,6 +33,15 @@ class SequencePooling(keras.layers.Layer):
             prefix token for a model with register or distillation tokens,
             as timm's `global_pool="avg"`). `"token"` ignores it.
 
+    Three modes of later families read the class token with another:
+    `"distilled"`, the mean of the class and distillation tokens (DeiT
+    distilled without its heads: timm's `num_classes=0` output);
+    `"token_dist"`, the two side by side (the input of DeiT's distilled
+    classifier, whose two heads averaged are one Dense on it);
+    `"token_avg"`, the class token beside the mean of the patch tokens
+    (after `num_prefix_tokens`; DINOv2's linear classifier, transformers'
+    `Dinov2ForImageClassification`).
+
     Example:
 
     >>> x = keras.ops.reshape(keras.ops.arange(6.0), (1, 3, 2))
@@ -37,6 +49,10 @@ class SequencePooling(keras.layers.Layer):
     array([[2., 3.]], dtype=float32)
     >>> keras.ops.convert_to_numpy(SequencePooling("avg", num_prefix_tokens=1)(x))
     array([[3., 4.]], dtype=float32)
+    >>> keras.ops.convert_to_numpy(SequencePooling("distilled")(x))
+    array([[1., 2.]], dtype=float32)
+    >>> keras.ops.convert_to_numpy(SequencePooling("token_avg", num_prefix_tokens=1)(x))
+    array([[0., 1., 3., 4.]], dtype=float32)
     """
 
     def __init__(self, mode="token", num_prefix_tokens=0, **kwargs):
@@ -52,6 +68,13 @@ class SequencePooling(keras.layers.Layer):
     def call(self, inputs):
         if self.mode == "token":
             return inputs[:, 0]
+        if self.mode == "distilled":
+            return (inputs[:, 0] + inputs[:, 1]) / 2
+        if self.mode == "token_dist":
+            return ops.concatenate([inputs[:, 0], inputs[:, 1]], axis=-1)
+        if self.mode == "token_avg":
+            return ops.concatenate(
+                [inputs[:, 0], ops.mean(inputs[:, self.num_prefix_tokens:], axis=1)], axis=-1)
         if self.mode == "gap":
             return ops.mean(inputs[:, self.num_prefix_tokens:] if self.num_prefix_tokens
                             else inputs, axis=1)
@@ -61,7 +84,10 @@ class SequencePooling(keras.layers.Layer):
         return ops.max(patches, axis=1)
 
     def compute_output_shape(self, input_shape):
-        return (input_shape[0], input_shape[-1])
+        width = input_shape[-1]
+        if self.mode in CONCAT_MODES and width is not None:
+            width *= 2
+        return (input_shape[0], width)
 
     def get_config(self):
         config = super().get_config()

@@ -244,10 +244,8 @@ def plan_head(checkpoint, info, include_top, pooling, classes, representation_si
             )
     if info.representation_size and (not representation_size or not uses_pre_logits):
         dropped.append("pre_logits/")
-    if info.distilled_head:
-        # DeiT's distillation head; include_top=True with a distillation token
-        # is refused by the builder, so only a model without a head gets here
-        dropped.append("head_dist/")
+    if info.distilled_head and "head/" in dropped:
+        dropped.append("head_dist/")  # DeiT's second head goes with the first
     return classes, representation_size, tuple(dropped)
 
 
@@ -296,6 +294,10 @@ def classification_head(x, norm_name, pool, representation_size, include_top,
     out every prefix token too (timm's `global_pool="avg"`); without, it
     averages every token (the official "gap").
 
+    `pool="token_dist"` (DeiT's distilled classifier) and `"token_avg"`
+    (DINOv2's linear classifier): the head reads two tokens side by side
+    (`SequencePooling`); `"distilled"`, their mean without a head.
+
     `fc_norm=True` (timm's `gap` models): pool first, then the LayerNorm
     (named "fc_norm"); the sequence itself is not normalised.
 
@@ -312,7 +314,7 @@ def classification_head(x, norm_name, pool, representation_size, include_top,
                              gelu=gelu, num_prefix_tokens=num_prefix_tokens, dtype=dtype,
                              name="map_head")(x)
     elif pool is not None:
-        prefix = (num_prefix_tokens if pool in FEATURE_POOLINGS
+        prefix = (num_prefix_tokens if pool in FEATURE_POOLINGS or pool == "token_avg"
                   or (pool == "gap" and extra_prefix_tokens) else 0)
         x = SequencePooling(pool, num_prefix_tokens=prefix, dtype=dtype, name="pool")(x)
         if fc_norm:
@@ -349,18 +351,17 @@ def check_checkpoint(checkpoint, info, family, classifier, description):
         )
 
 
-def check_distilled_top(encoder, include_top, info):
-    """A ValueError for a head with a distillation token, unless the
-    checkpoint's head is one on the class token alone (transformers'
-    `DeiTForImageClassification`), which `classification_head` builds:
-    DeiT's distilled classifier (two heads, averaged) is not built yet."""
+def head_pooling(encoder, info):
+    """The pooling the classification head reads: the encoder's
+    classifier, except for a model with a distillation token, whose head is
+    DeiT's distilled classifier (`"token_dist"`: a head on the class token
+    and one on the distillation token, averaged, which is one Dense on the
+    two tokens side by side), unless the checkpoint's head reads the class
+    token alone (transformers' `DeiTForImageClassification`)."""
     single = info is not None and info.classes is not None and not info.distilled_head
-    if encoder.distillation_token and include_top and not single:
-        raise ValueError(
-            "distillation_token=True: the distilled classifier (a head on the class "
-            "token and one on the distillation token, averaged at inference, as "
-            "DeiT's) comes in a later release; build with include_top=False "
-            "(pooling='token' reads the class token).")
+    if encoder.distillation_token and encoder.classifier == "token" and not single:
+        return "token_dist"
+    return encoder.classifier
 
 
 def load_checkpoint(model, checkpoint, dropped):
@@ -384,7 +385,8 @@ class Encoder:
             bound; `grid_size` the token grid, `arithmetic` the resolved
             arithmetic arguments (`ARITHMETIC_DEFAULTS`' keys).
         effective_patch: pixels per token (patch x ResNet stride).
-        classifier: the head's pooling, "token" or "gap".
+        classifier: the head's pooling, "token", "gap", "token_avg" or
+            "map" (`VisionTransformer`'s `classifier`).
         num_prefix_tokens: tokens before the patch tokens (class,
             distillation and register tokens).
         norm_name: the final LayerNorm's name (the official one).
@@ -396,7 +398,7 @@ class Encoder:
         extra_prefix_tokens: register and distillation tokens among the
             prefix tokens ("gap" then averages the patch tokens only).
         distillation_token: whether a distillation token follows the class
-            token (`check_distilled_top`).
+            token (`head_pooling`).
     """
 
     family: str
@@ -461,7 +463,6 @@ def build_application(
     checkpoint = resolve(weights, variant, description, ema=ema)
     info = checkpoint.info() if checkpoint is not None else None
     check_checkpoint(checkpoint, info, encoder.family, encoder.classifier, description)
-    check_distilled_top(encoder, include_top, info)
     classes, representation_size, dropped = plan_head(
         checkpoint, info, include_top, pooling, classes, representation_size, description)
     effective = encoder.effective_patch
@@ -482,7 +483,7 @@ def build_application(
         x = preprocessing_layer(arith["image_mean"], arith["image_std"])(x)
     x = encoder.encode(x, (size[0] // effective[0], size[1] // effective[1]), arith)
     x = classification_head(
-        x, encoder.norm_name, encoder.classifier if include_top else pooling,
+        x, encoder.norm_name, head_pooling(encoder, info) if include_top else pooling,
         representation_size, include_top, classes, classifier_activation,
         layer_norm_epsilon=arith["layer_norm_epsilon"], fc_norm=arith["fc_norm"],
         num_prefix_tokens=encoder.num_prefix_tokens,

@@ -124,7 +124,8 @@ def headless_defaults(checkpoint: Checkpoint, family: str, classifier: str | Non
     output its library computes, `pooling="token"` for a pooler
     (`pre_logits`) or DINO's class token, timm's `num_classes=0` pooling
     (`classifier`: the class token after the final norm, or the map
-    head's vector) for a timm ViT, the checkpoint's `builder_defaults`
+    head's vector; a distilled DeiT's class and distillation tokens
+    averaged) for a timm ViT, the checkpoint's `builder_defaults`
     otherwise (a transformers class's `pooler_output`; CLIP's projection
     kept as the head without softmax, `image_embeds`); else the token
     sequence. Shared by `model_from_checkpoint` and the named Hub-family
@@ -143,9 +144,10 @@ def headless_defaults(checkpoint: Checkpoint, family: str, classifier: str | Non
         library = getattr(checkpoint, "library", None)
         if not kwargs["include_top"] and (info.representation_size or library == DINO):
             kwargs.setdefault("pooling", "token")
-        elif not kwargs["include_top"] and library == "timm" and family == "vit" \
-                and not info.distillation_token:
-            kwargs.setdefault("pooling", classifier or info.classifier)
+        elif not kwargs["include_top"] and library == "timm" and family == "vit":
+            # a distilled DeiT's is the mean of its class and distillation tokens
+            kwargs.setdefault("pooling", "distilled" if info.distillation_token
+                              else classifier or info.classifier)
         elif not kwargs["include_top"] and "pooling" in defaults:
             kwargs.setdefault("pooling", defaults["pooling"])
     return kwargs

@@ -129,6 +129,8 @@ def _architecture(config: dict) -> dict:
     patch = out["patch_size"]
     out["patch_size"] = (patch, patch) if isinstance(patch, int) else tuple(patch)
     out.update({key: config.get(key, default) for key, default in _OPTIONS.items()})
+    if out["classifier"] == "token_avg":  # the class token's encoder; the head differs
+        out["classifier"] = "token"
     out["layer_scale_init"] = out["layer_scale_init"] is not None
     if out["resnet_layers"] is not None:
         out["resnet_layers"] = tuple(out["resnet_layers"])
@@ -177,6 +179,13 @@ def _says_arithmetic(checkpoint: Checkpoint | None) -> bool:
         getattr(checkpoint, "library", None) == DINO
 
 
+def _checkpoint_classifier(checkpoint: Checkpoint | None) -> str | None:
+    """The classifier of `checkpoint`'s head, None without a checkpoint or
+    one that does not describe itself."""
+    info = checkpoint.info() if checkpoint is not None else None
+    return info.classifier if info is not None else None
+
+
 def _default_head(checkpoint: Checkpoint | None, classifier: str, pooling: str | None,
                   classes: int | None, features_only: bool) -> tuple[bool, str | None]:
     """`(include_top, pooling)` for `include_top=None`: no head when a
@@ -201,7 +210,8 @@ def hub_model_builder(variant: Variant) -> Callable[..., keras.Model]:
     `HUB_ARGS`; `include_top=None` (its default): the checkpoint's head
     when it has one, else the output its library computes without one
     (`headless_defaults`); a 1000-class head without weights."""
-    architecture = {k: v for k, v in variant.config.items() if k not in ARITHMETIC_DEFAULTS}
+    variant_architecture = {k: v for k, v in variant.config.items()
+                            if k not in ARITHMETIC_DEFAULTS}
     family_arithmetic = {k: v for k, v in variant.config.items() if k in ARITHMETIC_DEFAULTS}
 
     def build(include_top: bool | None = None, weights: str | os.PathLike | None = None,
@@ -214,12 +224,16 @@ def hub_model_builder(variant: Variant) -> Callable[..., keras.Model]:
               out_indices: int | Sequence[int] | None = None,
               feature_format: str | None = None, remat: bool = False,
               **kwargs: Any) -> keras.Model:
+        architecture = dict(variant_architecture)
         unknown = sorted(set(kwargs) - set(HUB_ARGS))
         if unknown:
             raise TypeError(
                 f"{variant.function}() got unexpected keyword arguments {unknown}; allowed "
                 f"besides the keras.applications ones: {list(HUB_ARGS)}.")
         checkpoint = hub_checkpoint(variant, weights, ema)
+        head = _checkpoint_classifier(checkpoint)
+        if head == "token_avg":  # Dinov2ForImageClassification's head
+            architecture["classifier"] = head
         if not _says_arithmetic(checkpoint):
             kwargs = {**family_arithmetic, **{k: v for k, v in kwargs.items() if v is not None}}
         if include_top is None:
@@ -303,6 +317,9 @@ DINOv2ViTL14Reg = _named("DINOv2-L/14-reg")
 DeiTTi16 = _named("DeiT-Ti/16")
 DeiTS16 = _named("DeiT-S/16")
 DeiTB16 = _named("DeiT-B/16")
+DeiTTi16Distilled = _named("DeiT-Ti/16-distilled")
+DeiTS16Distilled = _named("DeiT-S/16-distilled")
+DeiTB16Distilled = _named("DeiT-B/16-distilled")
 DeiT3S16 = _named("DeiT3-S/16")
 DeiT3B16 = _named("DeiT3-B/16")
 DeiT3L16 = _named("DeiT3-L/16")

@@ -44,7 +44,9 @@ from keras_vit.models.arguments import (
 from keras_vit.variants import VIT_VARIANTS, Variant, effective_patch_size, find_variant
 from keras_vit.weights.checkpoint import Checkpoint
 
-CLASSIFIERS = ("token", "gap", "map")
+CLASSIFIERS = ("token", "gap", "map", "token_avg")
+# the classifiers with a class token
+CLASS_TOKEN_CLASSIFIERS = ("token", "token_avg")
 
 
 def VisionTransformer(
@@ -100,9 +102,12 @@ def VisionTransformer(
         num_layers: number of transformer blocks.
         num_heads: attention heads per block.
         mlp_dim: MLP hidden width.
-        classifier: `"token"` (class token), `"gap"` (mean of all tokens)
-            or `"map"` (no class token; a multi-head attention-pooling head,
-            `keras_vit.layers.AttentionPooling`, as SigLIP's).
+        classifier: `"token"` (class token), `"gap"` (mean of all tokens),
+            `"map"` (no class token; a multi-head attention-pooling head,
+            `keras_vit.layers.AttentionPooling`, as SigLIP's) or
+            `"token_avg"` (the head reads the class token beside the mean of
+            the patch tokens: DINOv2's linear classifier, transformers'
+            `Dinov2ForImageClassification`).
         representation_size: width of the `pre_logits` Dense + tanh layer,
             None for none. With checkpoint weights, None means "as the
             checkpoint has it" when its head is kept.
@@ -132,7 +137,12 @@ def VisionTransformer(
             the final LayerNorm `(batch, tokens, hidden_size)`; `"token"`
             or `"gap"`, the official pooled vector (with `pre_logits` if the
             model has one); `"avg"` or `"max"`, the keras.applications
-            feature vector over the patch tokens, no `pre_logits`.
+            feature vector over the patch tokens, no `pre_logits`;
+            `"token_avg"`, the class token beside the patch tokens' mean
+            (`2 * hidden_size`); `"distilled"` (with a distillation
+            token), the mean of the class and distillation tokens (timm's
+            DeiT without head); `"map"`, a classifier="map" model's pooling
+            head.
         classes: number of classes; None keeps the checkpoint's head (1000
             without weights). Another number replaces the head by a
             zero-initialised one and drops `pre_logits`.
@@ -183,10 +193,12 @@ def VisionTransformer(
         num_register_tokens: learned register tokens after the class token
             (DINOv2-reg); `"gap"` then averages the patch tokens only.
         distillation_token: a distillation token after the class token
-            (DeiT distilled); its two-head classifier comes in a later
-            release, so it needs `include_top=False`, unless `weights` hold
-            a head on the class token alone (transformers'
-            `DeiTForImageClassification`), which is built.
+            (DeiT distilled). The head is DeiT's distilled classifier: a
+            head on the class token and one on the distillation token,
+            averaged (as DeiT at inference; built as one Dense named "head"
+            on the two tokens side by side, `(2 * hidden_size, classes)`),
+            unless `weights` hold a head on the class token alone
+            (transformers' `DeiTForImageClassification`).
         no_embed_class: position embeddings of the patch grid only, the
             prefix tokens get none (timm's `no_embed_class`).
         patch_bias: whether the patch projection has a bias (False: OpenAI
@@ -238,15 +250,7 @@ def vision_transformer_model(
     num_register_tokens = _checks.non_negative_int(num_register_tokens, "num_register_tokens")
     attention = check_attention(attention)
     classes = check_classes(classes)
-    # "map" pools through the attention-pooling head a classifier="map" model has
-    pooling = check_pooling(pooling, include_top,
-                            CLASSIFIERS if classifier == "map" else ("token", "gap"))
-    if pooling == "token" and classifier != "token":
-        raise ValueError(
-            "pooling='token' needs a class token, but this model has "
-            f"classifier={classifier!r}. Use pooling='gap'."
-        )
-
+    pooling = _check_model_pooling(pooling, include_top, classifier, distillation_token)
     config = dict(patch_size=patch, hidden_size=hidden_size, num_layers=num_layers,
                   num_heads=num_heads, mlp_dim=mlp_dim, resnet_layers=resnet_layers,
                   resnet_width=resnet_width)
@@ -255,7 +259,8 @@ def vision_transformer_model(
 
     def encode(x, grid_size, arith):
         return vit_encoder(
-            x, **config, grid_size=grid_size, use_class_token=classifier == "token",
+            x, **config, grid_size=grid_size,
+            use_class_token=classifier in CLASS_TOKEN_CLASSIFIERS,
             dropout_rate=dropout_rate, attention_dropout_rate=attention_dropout_rate,
             drop_path_rate=drop_path_rate, gelu=arith["gelu"],
             layer_norm_epsilon=arith["layer_norm_epsilon"],
@@ -268,7 +273,8 @@ def vision_transformer_model(
 
     encoder = Encoder(
         "vit", encode, effective_patch_size(config), classifier,
-        num_prefix_tokens=int(classifier == "token") + int(bool(distillation_token))
+        num_prefix_tokens=int(classifier in CLASS_TOKEN_CLASSIFIERS)
+        + int(bool(distillation_token))
         + num_register_tokens, norm_name="encoder_norm",
         extra_prefix_tokens=int(bool(distillation_token)) + num_register_tokens,
         distillation_token=bool(distillation_token),
@@ -291,6 +297,25 @@ def vision_transformer_model(
 
 
 
+def _check_model_pooling(pooling, include_top, classifier, distillation_token):
+    """`pooling` (`check_pooling`) for this model: "token" and "token_avg"
+    need a class token, "distilled" a distillation token, "map" a
+    classifier="map" model's attention-pooling head."""
+    pooling = check_pooling(pooling, include_top,
+                            ("token", "gap", "map", "token_avg", "distilled")
+                            if classifier == "map" else
+                            ("token", "gap", "token_avg", "distilled"))
+    if pooling in ("token", "token_avg") and classifier not in CLASS_TOKEN_CLASSIFIERS:
+        raise ValueError(
+            f"pooling={pooling!r} needs a class token, but this model has "
+            f"classifier={classifier!r}. Use pooling='gap'.")
+    if pooling == "distilled" and not distillation_token:
+        raise ValueError(
+            "pooling='distilled' averages the class and distillation tokens; this model "
+            "has no distillation token (distillation_token=False). Use pooling='token'.")
+    return pooling
+
+
 def _check_architecture(patch_size, hidden_size, num_layers, num_heads, mlp_dim, classifier,
                         representation_size, dropout_rate, attention_dropout_rate,
                         drop_path_rate, resnet_layers, resnet_width):
@@ -311,10 +336,10 @@ def _check_architecture(patch_size, hidden_size, num_layers, num_heads, mlp_dim,
         )
     if representation_size is not None:
         _checks.positive_int(representation_size, "representation_size")
-        if classifier == "map":
+        if classifier in ("map", "token_avg"):
             raise ValueError(
                 f"representation_size={representation_size!r} adds pre_logits after a "
-                "'token' or 'gap' pooling; classifier='map' has none. Pass None.")
+                f"'token' or 'gap' pooling; classifier={classifier!r} has none. Pass None.")
     for rate_name, rate in (("dropout_rate", dropout_rate),
                             ("attention_dropout_rate", attention_dropout_rate),
                             ("drop_path_rate", drop_path_rate)):

@@ -26,12 +26,12 @@ class CheckpointInfo:
     family: str                 # "vit" | "mixer"
     classes: int                # head width, or None without a head
     representation_size: int    # pre_logits width, or None
-    classifier: str             # "token" | "gap" | "map" (ViT)
+    classifier: str             # "token" | "gap" | "map" | "token_avg" (ViT)
     grid: tuple                 # (gh, gw) the checkpoint was trained at
     num_register_tokens: int = 0     # DINOv2's registers ("reg")
     distillation_token: bool = False  # DeiT's ("dist")
     no_embed_class: bool = False     # the position embedding covers the patches only
-    distilled_head: bool = False     # DeiT's second head ("head_dist"), never built yet
+    distilled_head: bool = False     # DeiT's second head ("head_dist")
 
 
 MAP_PROBE = "MAPHead_0/probe"
@@ -58,6 +58,11 @@ def describe(params):
     representation = int(pre.shape[-1]) if pre is not None else None
     if POSEMB_KEY in params:
         classifier = "map" if MAP_PROBE in params else "token" if "cls" in params else "gap"
+        width = params["embedding/kernel"].shape[-1] if "embedding/kernel" in params else None
+        if classifier == "token" and head is not None and pre is None \
+                and DIST_KEY not in params and width and head.shape[0] == 2 * width:
+            # a head on the class token beside the patch tokens' mean (DINOv2's)
+            classifier = "token_avg"
         reg = params.get(REG_KEY)
         registers = int(reg.shape[1]) if reg is not None and reg.ndim == 3 else 0
         dist = DIST_KEY in params
@@ -185,8 +190,8 @@ def describe_architecture(params):
     if "resnet_layers" in config:
         stages = config["resnet_layers"]
         shape.insert(0, f"ResNet stages {stages}" if stages else "ResNet stem")
-    if family == "vit" and info.classifier == "gap":
-        shape.append("classifier 'gap'")
+    if family == "vit" and info.classifier in ("gap", "token_avg"):
+        shape.append(f"classifier {info.classifier!r}")
     if variant is not None:
         name = variant.official_name.replace("_", "/")
         article = "an" if name.startswith("R") else "a"  # "an R50+ViT-B/16"

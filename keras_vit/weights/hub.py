@@ -96,7 +96,7 @@ class Format:
     # (state, source) -> state in the layout `keys` reads (DINOv2's registers)
     prepare: Callable | None = None
     # (state, config, source) -> what the source class computes beyond the
-    # architecture, as `HubCheckpoint` fields (builder_defaults, head_refusal, resize)
+    # architecture, as `HubCheckpoint` fields (builder_defaults, resize)
     source_class: Callable | None = None
 
 
@@ -162,8 +162,6 @@ class HubCheckpoint(Checkpoint):
             pooling of a model without a head (its `pooler_output`),
             `classifier_activation=None` for a projection (CLIP's
             `image_embeds`).
-        head_refusal: why the checkpoint's head is not built (a phrase),
-            raised when a model keeps it; None: it is built.
         resize, resize_how: the position-embedding resize
             (`posemb.POSEMB_RESIZES` key, and in words) where the model
             type's differs from its library's; None: the library's.
@@ -178,7 +176,6 @@ class HubCheckpoint(Checkpoint):
     unmapped: list | None = None
     heads: int | None = None    # the number of heads `params` is split into
     builder_defaults: dict = dataclasses.field(default_factory=dict)
-    head_refusal: str | None = None
     resize: str | None = None
     resize_how: str | None = None
 
@@ -226,11 +223,8 @@ class HubCheckpoint(Checkpoint):
         Raises:
             CheckpointMismatchError: missing, unexpected (including keys no
                 mapping rule knows) or mis-shaped keys, named as in the
-                checkpoint; a kept head keras_vit does not build
-                (`head_refusal`).
+                checkpoint.
         """
-        if self.head_refusal and "head/" not in dropped:
-            raise CheckpointMismatchError(f"{self.source}: {self.head_refusal}.")
         shape = model.input_shape
         if self.family == "vit" and isinstance(shape, tuple) and None in shape[1:3]:
             how = self.how

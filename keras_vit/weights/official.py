@@ -175,6 +175,37 @@ def _map_head(prefix, head):
     ]
 
 
+def _distilled_head(layer):
+    """DeiT's distilled classifier, `head` on the class token and
+    `head_dist` on the distillation token averaged, as the one Dense on the
+    two tokens side by side that keras_vit builds: kernel `[W; W_dist] / 2`,
+    bias `(b + b_dist) / 2`. Written back, each head gets its half of the
+    kernel and the mean bias: the same output, the two biases' difference
+    (which only timm's distillation training reads) is not kept, and a log
+    line says so when they differ."""
+    d = layer.kernel.shape[0] // 2
+
+    def bias(a):
+        if not np.array_equal(a[0], a[1]):
+            logger.info("DeiT's head/bias and head_dist/bias are kept as their mean, "
+                        "which gives its output (the two heads averaged) unchanged.")
+        return (a[0] + a[1]) * 0.5
+
+    return [
+        Param(("head/kernel", "head_dist/kernel"), layer.kernel,
+              lambda a: np.concatenate(a, axis=0) * 0.5, lambda v: [v[:d] * 2, v[d:] * 2]),
+        Param(("head/bias", "head_dist/bias"), layer.bias, bias, lambda v: [v, v]),
+    ]
+
+
+def _head_pooling(model):
+    """The mode of the model's head pooling layer ("pool"), or None."""
+    try:
+        return model.get_layer("pool").mode
+    except ValueError:
+        return None
+
+
 def _mixer_block(prefix, block):
     return [
         *_layer_norm(f"{prefix}/LayerNorm_0", block.norm1),
@@ -273,6 +304,8 @@ def official_params(model):
             params += _layer_norm("pre_head_layer_norm", layer)
         elif name == "fc_norm":  # timm's gap models: LayerNorm after pooling
             params += _layer_norm("fc_norm", layer)
+        elif name == "head" and _head_pooling(model) == "token_dist":
+            params += _distilled_head(layer)
         elif name in ("pre_logits", "head"):
             params += _dense(name, layer)
         elif layer.weights and not isinstance(layer, Patches):

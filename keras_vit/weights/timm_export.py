@@ -233,17 +233,19 @@ def model_fields(arch, arithmetic):
 
 
 def vit_architecture(arch, arithmetic):
-    """The registered timm name a ViT's config.json names: of the plain ViT
-    names of `ARCHITECTURES` whose code computes what `model_args` cannot
-    say (the LayerNorm epsilon, no distillation head, a patch bias exactly
-    when there is no pre-norm), the one that matches most of the model's
+    """The registered timm name a ViT's config.json names: of the ViT names
+    of `ARCHITECTURES` whose code computes what `model_args` cannot say
+    (the LayerNorm epsilon, the distilled DeiT's class exactly when there is
+    a distillation token, a patch bias exactly when there is no pre-norm),
+    the one that matches most of the model's
     other fields (`model_fields`; `model_args` then set them all), first
     among the `vit_base_` names, then by name.
 
     Raises:
         ValueError: a model no registered name computes (a distillation
-            token, an epsilon no name has, a patch bias with a pre-norm or
-            none without one).
+            token with registers or without a class-token position
+            embedding, an epsilon no name has, a patch bias with a pre-norm
+            or none without one).
 
     Example:
 
@@ -253,10 +255,7 @@ def vit_architecture(arch, arithmetic):
     """
     want = model_fields(arch, arithmetic)
     if want["distilled"]:
-        raise ValueError(
-            "it has a distillation token (distillation_token=True), which timm builds only "
-            "in its distilled DeiT (deit_*_distilled_*), whose classifier averages a second "
-            "head on that token (head_dist) that keras_vit does not build")
+        _check_distilled(want)
     if want["patch_bias"] == want["pre_norm"]:
         raise ValueError(
             f"its patch embedding {'has a' if want['patch_bias'] else 'has no'} bias "
@@ -264,7 +263,7 @@ def vit_architecture(arch, arithmetic):
             "VisionTransformer gives its patch embedding a bias exactly when it has no "
             "pre-norm (PatchEmbed(bias=not pre_norm))")
     names = [name for name, row in ARCHITECTURES.items()
-             if kind_of_name(name) == "vit" and not row["distilled"]
+             if kind_of_name(name) == "vit" and row["distilled"] == want["distilled"]
              and row["patch_bias"] != row["pre_norm"]]
     candidates = [name for name in names if ARCHITECTURES[name]["eps"] == want["eps"]]
     if not candidates:
@@ -281,6 +280,21 @@ def vit_architecture(arch, arithmetic):
 
     return min(candidates, key=lambda name: (
         mismatches(name), not name.startswith("vit_base_"), name))
+
+
+def _check_distilled(want):
+    """timm's distilled DeiT (`VisionTransformerDistilled`) gives both prefix
+    tokens a position embedding and has no registers."""
+    if want["reg_tokens"]:
+        raise ValueError(
+            f"it has a distillation token and {want['reg_tokens']} register "
+            f"token{'s' if want['reg_tokens'] != 1 else ''}, and "
+            "timm's distilled DeiT (VisionTransformerDistilled) has no registers")
+    if want["no_embed_class"]:
+        raise ValueError(
+            "it has a distillation token and no position embedding on its prefix tokens "
+            "(no_embed_class=True), and timm's distilled DeiT (VisionTransformerDistilled) "
+            "embeds the class and distillation tokens")
 
 
 def _first_conv(family, arch):

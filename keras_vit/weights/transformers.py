@@ -256,6 +256,11 @@ def architecture(state, config):
             f"num_channels={vision['num_channels']}; keras_vit loads RGB models.")
     classifier = "map" if "head.probe" in state else \
         "gap" if kind.startswith("siglip") else "token"
+    head = state.get("classifier.weight")
+    if classifier == "token" and head is not None and head.ndim == 2 \
+            and head.shape[1] == 2 * width:
+        # Dinov2ForImageClassification: the class token beside the patch tokens' mean
+        classifier = "token_avg"
     kwargs = dict(
         patch_size=tuple(int(s) for s in proj.shape[2:]), hidden_size=width,
         num_layers=len(layers), num_heads=int(heads) if heads else None,
@@ -335,7 +340,8 @@ def _check_tokens(vision, state, arch, check):
     posemb = state.get("embeddings.position_embeddings")
     if posemb is None or posemb.ndim != 3 or vision.get("image_size") is None:
         return
-    prefix = 0 if arch.get("no_embed_class") or arch["classifier"] != "token" else \
+    prefix = 0 if arch.get("no_embed_class") or arch["classifier"] == "gap" \
+        or arch["classifier"] == "map" else \
         1 + int(bool(arch.get("distillation_token")))
     rows = int(posemb.shape[1]) - prefix
     patch = tuple(arch["patch_size"])

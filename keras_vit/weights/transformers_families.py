@@ -49,15 +49,15 @@ What each source class gives (the loaded model's output):
 
 - `Dinov2Model`, `Dinov2WithRegistersModel`: `pooler_output`, the class
   token after the final LayerNorm (`pooling="token"`);
-  `Dinov2ForImageClassification` classifies the class token concatenated
-  with the mean of the patch tokens, which keras_vit does not build: it is
-  refused with `include_top=True`, and its backbone loads with
-  `include_top=False`.
+  `Dinov2ForImageClassification` (and `...WithRegisters...`): its logits,
+  the head on the class token concatenated with the mean of the patch
+  tokens (registers left out): `classifier="token_avg"`, which the head's
+  `(2D, classes)` kernel tells.
 - `DeiTModel`: its pooler (Dense + tanh on the class token, `pre_logits`);
   `DeiTForImageClassification`: the logits of its head on the class token;
-  `DeiTForImageClassificationWithTeacher` averages a head on the class
-  token and one on the distillation token, which keras_vit does not build
-  (the builder's sentence); with `include_top=False` its tokens load.
+  `DeiTForImageClassificationWithTeacher`: its logits, a head on the
+  class token and one on the distillation token averaged (keras_vit's
+  distilled classifier, `SequencePooling("token_dist")`).
 - `CLIPVisionModel`: `pooler_output`, the class token after
   `post_layernorm`; `CLIPVisionModelWithProjection` and a full `CLIPModel`:
   `image_embeds`, the pooler output through `visual_projection` (a Linear
@@ -443,9 +443,9 @@ def options(model_type, state, config):
 def source_class(model_type, state):
     """What `HubCheckpoint` keeps of the source class beyond the
     architecture: builder defaults (the headless output pooling,
-    `classifier_activation=None` for a projection), the refusal of a head
-    keras_vit does not build, and the position-embedding resize where the
-    model type's differs from the ViT's."""
+    `classifier_activation=None` for a projection) and the
+    position-embedding resize where the model type's differs from the
+    ViT's."""
     family = FAMILIES[model_type]
     heads = ("classifier.weight", "cls_classifier.weight", "visual_projection.weight")
     out = {"builder_defaults": {}}
@@ -454,13 +454,6 @@ def source_class(model_type, state):
         out["builder_defaults"]["pooling"] = pooler
     if "visual_projection.weight" in state:
         out["builder_defaults"]["classifier_activation"] = None
-    if model_type.startswith("dinov2") and "classifier.weight" in state:
-        name = "Dinov2WithRegisters" if model_type == "dinov2_with_registers" else "Dinov2"
-        out["head_refusal"] = (
-            f"{name}ForImageClassification classifies the class token concatenated with "
-            "the mean of the patch tokens, a head keras_vit does not build; load its "
-            f"backbone with include_top=False (then pooling='token' gives {name}Model's "
-            "pooler_output)")
     if model_type == "dinov2_with_registers":
         out["resize"] = "transformers-antialias"
         out["resize_how"] = ("bicubic with antialias, align_corners=False "
