@@ -180,7 +180,10 @@ def _explain_parser(add):
 def _train_parser(add):
     """The `keras-vit train` subcommand and its flags."""
     p = add("train", help="train or fine-tune with a recipe; ends with a JSON line")
-    p.add_argument("--model", default="ViTB16", help="named model or a .keras file")
+    p.add_argument("--model", default="ViTB16",
+                   help="named model, 'auto' (the model --weights describes: a timm or "
+                        "transformers folder, hf://ORG/NAME, an official .npz) or a .keras "
+                        "file")
     p.add_argument("--weights", help="registered name, augreg:<file>, path, "
                                      "hf://ORG/NAME, Hub folder, .safetensors or PyTorch "
                                      "file")

@@ -445,3 +445,31 @@ def test_train_fine_tunes_a_timm_dinov2_with_a_new_head_and_lora(tmp_path):
     # the adapters, merged (from the third step on: the head starts at zero)
     assert np.abs(values["encoderblock_0/qkv/kernel"]
                   - start["encoderblock_0/qkv/kernel"]).max() > 0
+
+
+def test_cli_train_auto_fine_tunes_a_timm_distilled_deit_with_a_new_head(tmp_path):
+    """`keras-vit train --model auto --weights FOLDER`: the model the timm
+    folder describes (a distilled DeiT, its two heads replaced by a new
+    3-class one on both tokens), fine-tuned one epoch with LoRA; the JSON
+    line says so and the saved model keeps the distilled head."""
+    pytest.importorskip("torch")
+    pytest.importorskip("transformers")
+    from conftest import run_cli
+    from data_helpers import make_folder
+    from test_family_checkpoints import timm_folder
+
+    _, folder = timm_folder(tmp_path, "deit_tiny_distilled_patch16_224", 32)
+    make_folder(tmp_path / "data", per_class=4, size=32)
+    code, text, err = run_cli(
+        "train", "--model", "auto", "--weights", folder, "--data", f"folder:{tmp_path / 'data'}",
+        "--image-size", "32", "--batch-size", "4", "--epochs", "1", "--lora", "2",
+        "--out", tmp_path / "run", "--json")
+    assert code == 0, err
+    results = json.loads(text.strip().splitlines()[-1])
+    assert results["status"] == "completed" and results["classes"] == 3
+    saved = keras.saving.load_model(results["model"])
+    assert saved.get_layer("pool").mode == "token_dist"
+    assert tuple(saved.get_layer("head").kernel.shape) == (2 * 32, 3)
+    code, _, err = run_cli("train", "--model", "auto", "--data", f"folder:{tmp_path / 'data'}",
+                           "--epochs", "1", "--out", tmp_path / "run2")
+    assert code != 0 and "--model auto" in err

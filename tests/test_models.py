@@ -330,7 +330,8 @@ def test_error_classes_wrong_type():
 
 def test_error_pooling_not_allowed():
     with pytest.raises(ValueError, match=re.escape(
-            "Unknown `pooling='min'`. Allowed: (None, 'token', 'gap', 'avg', 'max').")):
+            "Unknown `pooling='min'`. Allowed: (None, 'token', 'gap', 'token_avg', 'avg', "
+            "'max').")):
         tiny_vit(include_top=False, pooling="min")
     with pytest.raises(ValueError, match=re.escape(
             "Unknown `pooling='token'`. Allowed: (None, 'gap', 'avg', 'max').")):
@@ -338,7 +339,7 @@ def test_error_pooling_not_allowed():
     with pytest.raises(ValueError, match=re.escape(
             "`pooling='gap'` is only used with include_top=False; with the head the "
             "model pools as its classifier says. Allowed with include_top=False: "
-            "(None, 'token', 'gap', 'avg', 'max').")):
+            "(None, 'token', 'gap', 'token_avg', 'avg', 'max').")):
         tiny_vit(pooling="gap")
     with pytest.raises(ValueError, match=re.escape(
             "pooling='token' needs a class token, but this model has classifier='gap'. "

@@ -86,7 +86,8 @@ def test_avg_and_max_have_no_pre_logits_token_and_gap_keep_it(tmp_path):
 
 def test_pooling_errors_list_the_allowed_values():
     with pytest.raises(ValueError, match=re.escape(
-            "Unknown `pooling='min'`. Allowed: (None, 'token', 'gap', 'avg', 'max').")):
+            "Unknown `pooling='min'`. Allowed: (None, 'token', 'gap', 'token_avg', 'avg', "
+            "'max').")):
         keras_vit.VisionTransformer(**VIT, input_shape=(16, 16, 3), include_top=False,
                                     pooling="min")
     with pytest.raises(ValueError, match=re.escape(

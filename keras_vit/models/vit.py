@@ -301,19 +301,18 @@ def _check_model_pooling(pooling, include_top, classifier, distillation_token):
     """`pooling` (`check_pooling`) for this model: "token" and "token_avg"
     need a class token, "distilled" a distillation token, "map" a
     classifier="map" model's attention-pooling head."""
-    pooling = check_pooling(pooling, include_top,
-                            ("token", "gap", "map", "token_avg", "distilled")
-                            if classifier == "map" else
-                            ("token", "gap", "token_avg", "distilled"))
-    if pooling in ("token", "token_avg") and classifier not in CLASS_TOKEN_CLASSIFIERS:
+    class_token = classifier in CLASS_TOKEN_CLASSIFIERS
+    if not include_top and pooling in ("token", "token_avg") and not class_token:
         raise ValueError(
             f"pooling={pooling!r} needs a class token, but this model has "
             f"classifier={classifier!r}. Use pooling='gap'.")
-    if pooling == "distilled" and not distillation_token:
+    if not include_top and pooling == "distilled" and not distillation_token:
         raise ValueError(
             "pooling='distilled' averages the class and distillation tokens; this model "
             "has no distillation token (distillation_token=False). Use pooling='token'.")
-    return pooling
+    own = (("token", "gap", "token_avg") + (("distilled",) if distillation_token else ())
+           if class_token else ("gap", "map") if classifier == "map" else ("gap",))
+    return check_pooling(pooling, include_top, own)
 
 
 def _check_architecture(patch_size, hidden_size, num_layers, num_heads, mlp_dim, classifier,

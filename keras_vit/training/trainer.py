@@ -67,13 +67,20 @@ def _build_model(model, weights, classes, image_size, recipe, dropout_rate, drop
                 "after keras_vit.training.set_precision(%r) to train in that "
                 "precision.", sorted(used), wanted, wanted)
         return model
-    if model not in ALL_VARIANTS:
-        raise ValueError(f"Unknown model {model!r}; choose from {sorted(ALL_VARIANTS)}, a "
-                         ".keras file or a keras.Model.")
+    if model != "auto" and model not in ALL_VARIANTS:
+        raise ValueError(f"Unknown model {model!r}; choose from {sorted(ALL_VARIANTS)}, "
+                         "'auto', a .keras file or a keras.Model.")
+    if model == "auto" and weights is None:
+        raise ValueError("model='auto' (--model auto) builds the model a checkpoint "
+                         "describes; give the checkpoint as weights= (--weights).")
     kwargs = dict(model_kwargs or {})
     kwargs.setdefault("dropout_rate", recipe.dropout_rate if dropout_rate is None else dropout_rate)
     kwargs.setdefault("drop_path_rate",
                       recipe.drop_path_rate if drop_path_rate is None else drop_path_rate)
+    if model == "auto":  # the architecture, arithmetic and family of the checkpoint
+        return models.model_from_checkpoint(
+            weights, classes=classes, input_shape=(image_size, image_size, 3),
+            classifier_activation=None, **kwargs)
     if ALL_VARIANTS[model].family == "mixer":
         kwargs.pop("dropout_rate")
     return models.builder(model)(
@@ -132,8 +139,11 @@ def train(
     defaults: docs/training.md.
 
     Args:
-        model: a named model (`"ViTB16"`), a `.keras` path or a keras.Model
-            (build it inside `strategy.scope()` yourself then).
+        model: a named model (`"ViTB16"`), `"auto"` (the model the
+            `weights` checkpoint describes, `keras_vit.model_from_checkpoint`:
+            a timm or transformers folder, `hf://ORG/NAME`, an official
+            `.npz`, ...), a `.keras` path or a keras.Model (build it inside
+            `strategy.scope()` yourself then).
         data: a `keras_vit.data.make_dataset` source (`"tfds:cifar10"`,
             `"tfrecord:gs://..."`, `"folder:..."`).
         weights, dropout_rate, drop_path_rate, model_kwargs: the named
