@@ -133,6 +133,11 @@ CLASSES = [
      dict(pre_norm=True, patch_bias=False)),
     ("siglip_vision_model", "SiglipVisionModel", siglip_config, "siglip", 32,
      "pooler_output", {}, dict(classifier="map", gelu="tanh", layer_norm_epsilon=1e-6)),
+    # the head on the mean of all tokens after the final LayerNorm (no class token)
+    ("siglip_classifier", "SiglipForImageClassification",
+     lambda: transformers.SiglipConfig(
+         vision_config=siglip_config(vision_use_head=False).to_dict(), num_labels=5),
+     "siglip", 32, "logits", dict(classifier_activation=None), dict(head="gap")),
 ]
 
 

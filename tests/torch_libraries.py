@@ -70,7 +70,9 @@ def library_logits(library, folder, photos, timm=None):
     """`library`'s ("timm" or "transformers") own model of the Hub folder
     `folder` on `photos` (uint8-valued float32 NHWC), each normalised with
     the mean/std the folder's config states; `timm`: the module
-    (`import_timm()`) for timm folders."""
+    (`import_timm()`) for timm folders. transformers builds the class
+    config.json's `architectures` names, and must find every weight in the
+    folder (no missing, unexpected or mis-shaped key)."""
     import json
 
     import torch
@@ -82,7 +84,11 @@ def library_logits(library, folder, photos, timm=None):
     else:
         import transformers
 
-        model = transformers.ViTForImageClassification.from_pretrained(folder).eval()
+        # the class config.json names, every key of the folder read, none missing
+        model, info = getattr(transformers, config["architectures"][0]).from_pretrained(
+            folder, output_loading_info=True)
+        assert not any(info.values()), info
+        model = model.eval()
         processor = json.loads((folder / "preprocessor_config.json").read_text())
         mean, std = processor["image_mean"], processor["image_std"]
     x = torch.from_numpy(photos).permute(0, 3, 1, 2) / 255.0

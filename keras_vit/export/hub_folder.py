@@ -12,19 +12,27 @@ save_for_hf` and `save_pretrained` lay them out:
   `timm.create_model("local-dir:DIR", pretrained=True)` opens it. The
   architecture name is a registered one whose code computes the model's
   LayerNorm epsilon (`timm_export.vit_architecture`).
-- `transformers`: `config.json` is a `ViTConfig` (`hidden_act`,
-  `layer_norm_eps`, `id2label`), `preprocessor_config.json` the
-  `ViTImageProcessor`'s (size, mean/std);
-  `ViTForImageClassification.from_pretrained(DIR)` opens it.
+- `transformers`: the class that computes the model
+  (`transformers_export.transformers_class`): `ViTForImageClassification`,
+  `DeiTForImageClassificationWithTeacher` (a distillation token and DeiT's
+  distilled head) or `DeiTForImageClassification` (its head on the class
+  token), `Dinov2ForImageClassification` or
+  `Dinov2WithRegistersForImageClassification` (`classifier="token_avg"`
+  with LayerScale), `SiglipForImageClassification` (`classifier="gap"`),
+  see `keras_vit.weights.transformers_export`; `config.json` is
+  that class's (`hidden_act`, `layer_norm_eps`, `id2label`, ...),
+  `preprocessor_config.json` a `ViTImageProcessor`'s (size, mean/std);
+  `<class>.from_pretrained(DIR)` opens it.
 
 The arithmetic travels: the GELU form (`"gelu"` / `"gelu_tanh"` /
-`"quick_gelu"` in timm, `"gelu"` / `"gelu_pytorch_tanh"` in transformers),
-the LayerNorm epsilon, timm's `fc_norm`, the input normalisation and the
-class names. A model the library would compute differently is refused
-with the reason (a Mixer with the official tanh GELU for timm, whose
-Mixer takes its GELU from code; a distillation token, or a patch bias
-that does not go with the pre-norm as timm's does; a `gap` or `map` model,
-a hybrid, LayerScale, registers or QuickGELU for transformers; a
+`"quick_gelu"` in timm, `"gelu"` / `"gelu_pytorch_tanh"` / `"quick_gelu"`
+in transformers), the LayerNorm epsilon, timm's `fc_norm`, the input
+normalisation and the class names. A model the library would compute
+differently is refused with the reason (a Mixer with the official tanh
+GELU for timm, whose Mixer takes its GELU from code, a patch bias that
+does not go with the pre-norm as timm's does, or a distillation token
+with a head on the class token alone; a `map` head, a CLIP model, a
+hybrid, or LayerScale with a class-token head for transformers; a
 `pre_logits` layer for both, ...).
 
 Verified like every export (`_pipeline.export_verified`): written under a
@@ -69,6 +77,7 @@ from keras_vit.models.auto import model_from_checkpoint
 from keras_vit.weights import timm as timm_format
 from keras_vit.weights import timm_export
 from keras_vit.weights import transformers as transformers_format
+from keras_vit.weights import transformers_export
 from keras_vit.weights.architecture import architecture_from_checkpoint, describe
 from keras_vit.weights.hub import read_hub_checkpoint
 from keras_vit.weights.hub_layout import CONFIG, PREPROCESSOR, WEIGHTS
@@ -175,24 +184,24 @@ def hub_folder(model, library, size, class_names=None):
                 f"units) before its head, which {library}'s classifiers do not have; "
                 "fine-tune a model without one (representation_size=None)")
         classes = info.classes or 0  # a model without a head is refused below
-        if info.distillation_token and info.classes and not info.distilled_head:
-            raise ValueError(
-                "its head reads the class token alone (transformers' "
-                "DeiTForImageClassification), and "
-                + ("timm's distilled DeiT averages a head on each of the class and "
-                   "distillation tokens" if library == "timm" else
-                   "transformers' ViTForImageClassification has no distillation token"))
         if library == "timm":
+            if info.distillation_token and info.classes and not info.distilled_head:
+                raise ValueError(
+                    "its head reads the class token alone (transformers' "
+                    "DeiTForImageClassification), and timm's distilled DeiT averages a "
+                    "head on each of the class and distillation tokens")
             files = {CONFIG: timm_export.hub_config(
                 family, arch, arithmetic, size, classes, mean, std, class_names)}
             state = timm_export.from_official(params)
         else:
             if family != "vit":
                 raise ValueError("it is a Mixer, and transformers has no MLP-Mixer")
-            config, preprocessor = transformers_format.hub_configs(
-                arch, arithmetic, size, classes, mean, std, class_names)
+            name = transformers_export.transformers_class(
+                arch, arithmetic, size, distilled_head=info.distilled_head)
+            config, preprocessor = transformers_export.hub_configs(
+                name, arch, arithmetic, size, classes, mean, std, class_names)
             files = {CONFIG: config, PREPROCESSOR: preprocessor}
-            state = transformers_format.from_official(params)
+            state = transformers_export.from_official(params, name)
         if info.classes is None:
             raise ValueError(
                 "it has no classification head (include_top=False), and the folder is "
@@ -290,10 +299,11 @@ def to_hub_folder(model: keras.Model, path: str | os.PathLike, library: str = "t
             inside), taking RGB pixels in [0, 255].
         path: the folder to write.
         library: `"timm"` (ViT with `token`, `gap` or `map` pooling and
-            the options of DINOv2, DeiT-III, CLIP and SigLIP; Mixer with
-            exact GELU) or `"transformers"` (`ViTForImageClassification`:
-            ViT with `token` pooling, exact or tanh GELU, none of those
-            options).
+            the options of DINOv2, DeiT, DeiT-III, CLIP and SigLIP; Mixer
+            with exact GELU) or `"transformers"` (ViT with `token` pooling:
+            `ViTForImageClassification`; DeiT with a distillation token,
+            DINOv2 with `token_avg`, SigLIP's `gap`: their own classes;
+            no CLIP and no `map` head).
         outputs, validation_data, validation_split, num_validation, check,
             verbose, seed, data_dir, holdout, skip_corrupt: as in
             `to_onnx`.

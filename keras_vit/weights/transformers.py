@@ -19,6 +19,9 @@
 The in-memory names of transformers 5 (`layers.i.attention.q_proj`,
 `o_proj`, `mlp.fc1`, ...) are read too.
 
+The way back (official arrays -> a transformers folder) is
+`transformers_export`'s.
+
 transformers' arithmetic, which the loaded model reproduces: GELU as
 `hidden_act` says ("gelu": exact erf); LayerNorm epsilon `layer_norm_eps`
 (1e-12 in Google's checkpoints); position embeddings resized as
@@ -38,7 +41,6 @@ from keras_vit.errors import (
 from keras_vit.weights import config_values as cv
 from keras_vit.weights import transformers_families as families
 from keras_vit.weights.npz import POSEMB_KEY
-from keras_vit.weights.timm_export import torch_array
 
 FORMAT = "transformers"
 
@@ -465,107 +467,3 @@ def state_source_name(key, state):
     name = families.styled(name, families.model_type_of_keys(prepared))
     prefix = families.prefix_of(state)
     return name if name.startswith(_TOP_LEVEL) else prefix + name
-
-# --- back out: official arrays -> a transformers state dict and configs ----
-
-
-def from_official(params):
-    """`{transformers key: float32 array}` of a ViT classifier's official
-    arrays, as `ViTForImageClassification.save_pretrained` names them (the
-    encoder under `vit.`, the head `classifier`): the inverse of
-    `to_official`.
-
-    Raises:
-        ValueError: an official key `ViTForImageClassification` has no
-            place for (a hybrid's or Mixer's, `pre_logits`, `fc_norm`).
-
-    Example:
-
-    >>> import numpy as np
-    >>> sorted(from_official({"cls": np.zeros((1, 1, 8), "float32")}))
-    ['vit.embeddings.cls_token']
-    """
-    state = {}
-    for key, value in params.items():
-        name = source_name(key, "vit.")
-        if name == key or name.startswith("vit.pooler."):
-            raise ValueError(
-                f"transformers' ViTForImageClassification has no counterpart of {key!r}.")
-        state[name] = torch_array(key, value)
-    return dict(sorted(state.items()))
-
-
-def hub_configs(arch, arithmetic, image_size, classes, mean, std, class_names=None):
-    """`(config.json, preprocessor_config.json)` that
-    `ViTForImageClassification.from_pretrained(DIR)` and
-    `ViTImageProcessor.from_pretrained(DIR)` read: the shape, GELU form
-    (`"gelu"`: erf, `"gelu_pytorch_tanh"`: tanh), LayerNorm epsilon and
-    `id2label`; the processor resizes to the model's size (bilinear, as
-    keras_vit's eval pipeline) and normalises with its mean/std.
-
-    Raises:
-        ValueError: a model transformers' ViT does not compute the same way
-            (the message says what differs).
-    """
-    if "resnet_layers" in arch:
-        raise ValueError("it is a hybrid, and transformers' ViT has no ResNet stem")
-    if arch["classifier"] != "token":
-        raise ValueError(
-            f"it pools with classifier={arch['classifier']!r}, and transformers' "
-            "ViTForImageClassification classifies the class token")
-    _refuse_family_options(arch, arithmetic)
-    height, width = (int(s) for s in image_size)
-    patch = [int(p) for p in arch["patch_size"]]
-    names = [str(n) for n in class_names] if class_names else [
-        f"LABEL_{i}" for i in range(int(classes))]
-    config = dict(
-        architectures=["ViTForImageClassification"], model_type="vit",
-        hidden_size=arch["hidden_size"], num_hidden_layers=arch["num_layers"],
-        num_attention_heads=arch["num_heads"], intermediate_size=arch["mlp_dim"],
-        hidden_act="gelu" if arithmetic["gelu"] == "erf" else "gelu_pytorch_tanh",
-        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0, initializer_range=0.02,
-        layer_norm_eps=float(arithmetic["layer_norm_epsilon"]),
-        image_size=height if height == width else [height, width],
-        patch_size=patch[0] if patch[0] == patch[1] else patch, num_channels=3,
-        qkv_bias=True, encoder_stride=patch[0],
-        id2label={str(i): n for i, n in enumerate(names)},
-        label2id={n: i for i, n in enumerate(names)})
-    preprocessor = dict(
-        image_processor_type="ViTImageProcessor", do_resize=True,
-        size={"height": height, "width": width}, resample=2, do_rescale=True,
-        rescale_factor=1 / 255, do_normalize=True, image_mean=[float(m) for m in mean],
-        image_std=[float(s) for s in std])
-    return config, preprocessor
-
-
-def _refuse_family_options(arch, arithmetic):
-    """The options of the later families (#48) that transformers' ViT does
-    not have, each refused in its own sentence."""
-    if arithmetic["gelu"] == "quick":
-        raise ValueError(
-            "it computes QuickGELU (gelu='quick'), and keras_vit writes transformers' ViT "
-            "with the exact or tanh GELU only (hidden_act 'gelu' or 'gelu_pytorch_tanh')")
-    if "layer_scale_init" in arch:
-        raise ValueError(
-            "it scales each block's residual branches (LayerScale, layer_scale_init), "
-            "and transformers' ViT has no LayerScale")
-    if arch.get("num_register_tokens"):
-        raise ValueError(
-            f"it has {arch['num_register_tokens']} register tokens (num_register_tokens), "
-            "and transformers' ViT has no registers")
-    if arch.get("distillation_token"):
-        raise ValueError(
-            "it has a distillation token (distillation_token=True), and transformers' "
-            "ViTForImageClassification has none")
-    if arch.get("no_embed_class"):
-        raise ValueError(
-            "its class token has no position embedding (no_embed_class=True), and "
-            "transformers' ViT adds one to the class token")
-    if arch.get("pre_norm"):
-        raise ValueError(
-            "it normalises its embeddings before the blocks (pre_norm=True), and "
-            "transformers' ViT has no such LayerNorm")
-    if arch.get("patch_bias") is False:
-        raise ValueError(
-            "its patch embedding has no bias (patch_bias=False), and transformers' ViT's "
-            "patch embedding has one")

@@ -64,7 +64,9 @@ What each source class gives (the loaded model's output):
   without bias, loaded as the head with a zero bias and
   `classifier_activation=None`, so the output is exactly `image_embeds`).
 - `SiglipVisionModel`, a full `SiglipModel`: `pooler_output`, the
-  attention-pooling head's output (`classifier="map"`).
+  attention-pooling head's output (`classifier="map"`);
+  `SiglipForImageClassification`: its logits, the head on the mean of
+  all tokens after the final LayerNorm (`classifier="gap"`).
 
 The token sequence (`pooling=None`) is `last_hidden_state` for each, except
 CLIP's, whose `last_hidden_state` is taken before `post_layernorm`.
@@ -115,7 +117,8 @@ FAMILIES = {
     "clip": Family(("CLIPModel",), "quick_gelu", 1e-5, OPENAI_CLIP_MEAN, OPENAI_CLIP_STD,
                    "token"),
     "siglip_vision_model": Family(("SiglipVisionModel",), "gelu_pytorch_tanh", 1e-6),
-    "siglip": Family(("SiglipModel",), "gelu_pytorch_tanh", 1e-6),
+    "siglip": Family(("SiglipModel", "SiglipForImageClassification"), "gelu_pytorch_tanh",
+                     1e-6),
 }
 # A full (text + vision) checkpoint's config keeps the vision tower's values here.
 VISION_CONFIG = {"clip": "vision_config", "siglip": "vision_config"}
