@@ -323,11 +323,11 @@ def evaluate_in_tensorflow(model_path, data):
     """`keras-vit evaluate` on TensorFlow (in this process when it runs
     TensorFlow, else in a fresh one); its JSON."""
     if keras.backend.backend() == "tensorflow":
-        code, stdout, stderr = run_cli("evaluate", model_path, "--data", data)
+        code, stdout, stderr = run_cli("evaluate", model_path, "--data", data, "--json")
     else:
         result = subprocess.run(
             [sys.executable, "-m", "keras_vit.cli", "evaluate", str(model_path), "--data",
-             data], env=dict(jax_env(1), KERAS_BACKEND="tensorflow"), capture_output=True,
+             data, "--json"], env=dict(jax_env(1), KERAS_BACKEND="tensorflow"), capture_output=True,
             text=True, timeout=400)
         code, stdout, stderr = result.returncode, result.stdout, result.stderr
     assert code == 0, stderr[-3000:]
