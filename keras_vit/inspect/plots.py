@@ -111,8 +111,8 @@ def _class_index(class_name, names, model, flag):
     shown = ", ".join(names[:30]) + (f", ... ({len(names):,} in all)" if len(names) > 30
                                      else "")
     named = f"{flag} {class_name!r}" if flag else f"class_name={class_name!r}"
-    raise ValueError(f"Unknown {named}{did_you_mean(class_name, names, cutoff=0.6)}; the classes of "
-                     f"{model.name!r}: {shown}.")
+    close = did_you_mean(class_name, names, cutoff=0.6)
+    raise ValueError(f"Unknown {named}{close}; the classes of {model.name!r}: {shown}.")
 
 
 def _class_names(model, count):
@@ -191,8 +191,12 @@ def explain(model, images, out, names=None, n_filters=28, class_name=None, predi
         "pictures")
     if predictions is None:
         predictions = classify(model, images, class_name)
+    if class_name is not None and not (predictions and predictions[0]["explained"]):
+        raise ValueError("explain: give class_name, or predictions of classify(model, "
+                         "images, class_name), not predictions without an explained class.")
     attentions = analysis.attention_weights(model, images)  # once, for both pictures
     if class_name is None:
+        predictions = predictions and [{**p, "explained": None} for p in predictions]
         maps = analysis.upsample_maps(
             analysis.rollout(attentions, parts.prefix, parts.grid,
                              class_token=parts.class_token), parts.image_size)

@@ -85,8 +85,8 @@ def classification_report(confusion, class_names, top_k=None, cross_entropy=None
     `balanced_accuracy` (the mean recall of the classes with images),
     `cross_entropy` (when given), `per_class` (per class: `name`, `images`
     (its support), `correct`, `predicted`, `precision`, `recall` (its
-    accuracy), `f1`; a ratio of nothing, e.g. the precision of a class
-    never predicted, is None), `confusion_matrix` (`labels`, `counts`) and
+    accuracy), `f1` (`2 TP / (2 TP + FP + FN)`); a ratio of nothing, e.g.
+    the precision of a class never predicted, is None), `confusion_matrix` (`labels`, `counts`) and
     `most_confused` (`true`, `predicted`, `images`; at most 5 pairs).
     """
     confusion = np.asarray(confusion, "int64")
@@ -100,8 +100,7 @@ def classification_report(confusion, class_names, top_k=None, cross_entropy=None
     classes = []
     for i, name in enumerate(names):
         precision, recall = _ratio(correct[i], predicted[i]), _ratio(correct[i], support[i])
-        f1 = (None if precision is None or recall is None else
-              2 * precision * recall / (precision + recall) if precision + recall else 0.0)
+        f1 = _ratio(2 * correct[i], support[i] + predicted[i])  # 2TP / (2TP + FP + FN)
         classes.append({"name": name, "images": int(support[i]), "correct": int(correct[i]),
                         "predicted": int(predicted[i]), "precision": precision,
                         "recall": recall, "f1": f1})
