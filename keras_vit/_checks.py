@@ -12,6 +12,7 @@ and what is allowed ("`epochs` must be a positive integer, got 0.").
 (16, 16)
 """
 
+import difflib
 import math
 import numbers
 import os
@@ -220,3 +221,26 @@ def label_line_problem(name):
         if kind == "Cs":
             return "an undecodable byte (the name is not UTF-8)"
     return None
+
+
+def did_you_mean(value, choices, cutoff=0.75):
+    """`" (did you mean 'ViTTi16'?)"`: the `choices` closest to `value`
+    (difflib, case ignored; the one that differs only in case, else at
+    most 3 at a similarity of `cutoff` or more), or `""` when none is
+    close. The one wording of a mistyped name (a model, a class).
+
+    >>> did_you_mean("ViTTI16", ["ViTTi16", "ViTS16", "ViTB16"])
+    " (did you mean 'ViTTi16'?)"
+    >>> did_you_mean("zebra", ["cat", "dog"])
+    ''
+    """
+    choices = [str(c) for c in choices]
+    folded = {}
+    for choice in choices:
+        folded.setdefault(choice.casefold(), choice)
+    key = str(value).casefold()
+    close = [key] if key in folded else difflib.get_close_matches(key, list(folded), n=3,
+                                                                 cutoff=cutoff)
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(repr(folded[c]) for c in close)}?)"

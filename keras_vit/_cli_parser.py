@@ -60,6 +60,23 @@ POSITIVE_FLOAT = _checked(_checks.positive_float, float)
 FRACTION = _checked(_checks.fraction, float)
 
 
+class _Renamed(argparse.Action):
+    """A flag's old spelling, kept only to say its new name in one line
+    (one meaning per flag: `--ema DECAY` is train's weight average)."""
+
+    def __init__(self, option_strings, dest, message, **kwargs):
+        super().__init__(option_strings, argparse.SUPPRESS, nargs=0, help=argparse.SUPPRESS)
+        self.message = message
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        parser.error(self.message)
+
+
+# predict's and explain's `--ema` (once the spelling of --weights-ema).
+EMA_RENAMED = ("--ema is train's weight average (keras-vit train --ema DECAY); a PyTorch "
+               "training checkpoint's EMA weights are --weights-ema")
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse with the command's one-line errors (no usage block)."""
 
@@ -86,7 +103,8 @@ def build_parser(commands):
         return p
 
     for add_command in (_models_parser, _download_parser, _predict_parser, _explain_parser,
-                        _train_parser, _evaluate_parser, _export_parser, _quickstart_parser):
+                        _train_parser, _evaluate_parser, _plot_parser, _export_parser,
+                        _quickstart_parser):
         add_command(add)
     return parser
 
@@ -133,9 +151,10 @@ def _predict_parser(add):
                    help="registered name, augreg:<file>, URL, path to an official .npz, "
                         "hf://ORG/NAME (timm / transformers), a Hub folder, .safetensors "
                         "or PyTorch file (.pth, .bin, ...)")
-    p.add_argument("--weights-ema", "--ema", dest="ema", action="store_true",
+    p.add_argument("--weights-ema", dest="ema", action="store_true",
                    help="with a PyTorch training checkpoint as --weights, its EMA weights "
                         "(state_dict_ema / model_ema)")
+    p.add_argument("--ema", action=_Renamed, message=EMA_RENAMED)
     p.add_argument("--top", type=POSITIVE_INT, default=5, help="classes per image (default 5)")
     p.add_argument("--image-size", type=POSITIVE_INT, default=None,
                    help="input resolution (default: the checkpoint's; for a .keras "
@@ -156,8 +175,9 @@ def _predict_parser(add):
 
 def _explain_parser(add):
     """The `keras-vit explain` subcommand and its flags."""
-    p = add("explain", help="attention rollout, attention distance, position "
-                            "embeddings and filters as PNG pictures")
+    p = add("explain", help="attention rollout (titled with the predicted class), a "
+                            "class's relevance, attention distance, position embeddings "
+                            "and filters as PNG pictures")
     p.add_argument("images", nargs="+", metavar="IMAGE",
                    help="image files, or directories (their image files, recursively): "
                         "the pictures of each are named after it")
@@ -167,14 +187,21 @@ def _explain_parser(add):
     p.add_argument("--weights", help="registered name, augreg:<file>, URL, .npz path, "
                                      "hf://ORG/NAME, Hub folder, .safetensors or PyTorch "
                                      "file")
-    p.add_argument("--weights-ema", "--ema", dest="ema", action="store_true",
+    p.add_argument("--weights-ema", dest="ema", action="store_true",
                    help="with a PyTorch training checkpoint as --weights, its EMA weights "
                         "(state_dict_ema / model_ema)")
+    p.add_argument("--ema", action=_Renamed, message=EMA_RENAMED)
     p.add_argument("--image-size", type=POSITIVE_INT, default=None,
                    help="input resolution in pixels (default: the checkpoint's; must "
                         "match the input size of a .keras model that has a fixed one)")
+    p.add_argument("--class", dest="class_name", metavar="NAME",
+                   help="draw this class's relevance (gradient-weighted attention rollout) "
+                        "on each rollout picture instead of the attention rollout, which is "
+                        "the same for every class (default: the rollout, titled with the "
+                        "predicted class)")
     p.add_argument("--out", required=True, type=PATH, help="folder for the PNG files")
-    p.add_argument("--json", action="store_true", help="one JSON line listing the files")
+    p.add_argument("--json", action="store_true",
+                   help="one JSON line: the files and each image's predicted class")
 
 
 def _train_parser(add):
@@ -292,11 +319,15 @@ def _compute_flags(p):
 
 def _evaluate_parser(add):
     """The `keras-vit evaluate` subcommand and its flags."""
-    p = add("evaluate", help="accuracy of a saved model; one JSON line",
-            description="Accuracy and cross-entropy of a saved model on a split of a data "
-                        "source, as one JSON line. Its cross_entropy has no label "
-                        "smoothing, unlike train's val_loss (the training loss, with the "
-                        "recipe's label smoothing): the two differ.")
+    p = add("evaluate", help="top-1/top-5 accuracy, per-class results and the confusion "
+                             "matrix of a saved model",
+            description="The classification report of a saved model on a split of a data "
+                        "source: top-1 and (more than 5 classes) top-5 accuracy, each "
+                        "class's precision, recall (its accuracy) and F1 with its image "
+                        "counts, the classes mixed up most and the confusion matrix (rows: "
+                        "true class), as a table, or one JSON line with --json. Its "
+                        "cross_entropy has no label smoothing, unlike train's val_loss (the "
+                        "training loss, with the recipe's label smoothing): the two differ.")
     p.add_argument("model_path", metavar="MODEL.keras",
                    help="the .keras model to evaluate (e.g. a run's model.keras)")
     p.add_argument("--data", required=True,
@@ -313,8 +344,27 @@ def _evaluate_parser(add):
     p.add_argument("--batch-size", type=POSITIVE_INT, default=64,
                    help="images per batch (default 64)")
     p.add_argument("--data-dir", help="TFDS data directory")
+    p.add_argument("--plot", type=PATH, metavar="DIR",
+                   help="write DIR/confusion_matrix.png (scikit-learn and matplotlib: pip "
+                        "install \"keras-vision-transformer[plots]\")")
+    p.add_argument("--json", action="store_true", help="one JSON line instead of the table")
+
+
+def _plot_parser(add):
+    """The `keras-vit plot` subcommand and its flags."""
+    p = add("plot", help="draw a run's training curves (curves.png) from its log.csv",
+            description="Draws RUN_DIR/curves.png from the run folder's log.csv: the loss "
+                        "and the accuracy per epoch, training and validation, the best "
+                        "epoch (highest val_accuracy, as best.keras) marked. train draws it "
+                        "at the end of every run; this draws it again for a run still going "
+                        "or resumed. Imports no TensorFlow; needs matplotlib (pip install "
+                        "\"keras-vision-transformer[plots]\").")
+    p.add_argument("run_dir", metavar="RUN_DIR", type=PATH,
+                   help="the run folder (train's --out)")
+    p.add_argument("--out", type=PATH, metavar="FILE",
+                   help="where to write the PNG (default RUN_DIR/curves.png)")
     p.add_argument("--json", action="store_true",
-                   help="one JSON line (the output is always JSON)")
+                   help="one JSON line: the file written, the epochs, the best epoch")
 
 
 def _export_parser(add):

@@ -7,9 +7,12 @@
                      [--weights NAME_OR_PATH] [--top 5] [--image-size S] [--labels FILE]
                      [--outputs auto|logits|probabilities]
                      [--skip-corrupt] [--batch-size 32] [--json]
-    keras-vit explain IMAGE... --model auto --weights CKPT.npz --out DIR [--json]
+    keras-vit explain IMAGE... --model auto --weights CKPT.npz --out DIR [--class NAME]
+                     [--json]
     keras-vit train --model ViTB16 --weights imagenet21k --data tfds:cifar10 ... [--json]
-    keras-vit evaluate MODEL.keras --data SOURCE [--split S] [--skip-corrupt] [--json]
+    keras-vit evaluate MODEL.keras --data SOURCE [--split S] [--skip-corrupt] [--plot DIR]
+                      [--json]
+    keras-vit plot RUN_DIR [--out FILE] [--json]
     keras-vit export MODEL.keras --format saved_model|tflite|onnx|openvino|timm|transformers
                      [--quantize none|float16|dynamic|int8] [--opset N] [--calibration SOURCE]
                      [--validation SOURCE] [--skip-corrupt] [--no-check] --out PATH [--json]
@@ -36,10 +39,15 @@ from keras_vit._image_files import image_paths_and_left_out
 from keras_vit._saving import check_keras_path as _check_model_file
 from keras_vit._saving import load_keras_model
 from keras_vit.errors import TrainingDivergedError
-from keras_vit.model_arguments import check_model_arguments
-from keras_vit.training import quickstart
+from keras_vit.model_arguments import check_model_arguments, check_model_name
+from keras_vit.training import curves, quickstart
 from keras_vit.training.precision import compute_policy, warn_if_emulated
-from keras_vit.variants import ALL_VARIANTS, OFFICIAL, effective_patch_size
+from keras_vit.variants import (
+    ALL_VARIANTS,
+    OFFICIAL,
+    effective_patch_size,
+    unknown_model_message,
+)
 from keras_vit.weights import registry
 from keras_vit.weights.cache import provenance
 
@@ -175,9 +183,7 @@ def _named_variant(model):
     for variant in ALL_VARIANTS.values():
         if model == variant.official_name:
             return variant
-    raise ValueError(
-        f"Unknown --model {model!r}; named models: {', '.join(ALL_VARIANTS)}."
-    )
+    raise ValueError(unknown_model_message(model, "--model"))
 
 
 def _download_target(name, model):
@@ -281,6 +287,7 @@ def _model_from_args(args):
 
 def cmd_predict(args, out):
     _checks.positive_int(args.top, "--top")  # (argparse checked it; a Namespace of a caller)
+    check_model_name(args.model, flags=True)  # a mistyped name: before any work
     paths, left_out = image_paths_and_left_out(args.images)
     _check_model_args(args)
     for sentence in left_out:  # image types keras_vit does not read: counted, never silent
@@ -314,6 +321,7 @@ def cmd_predict(args, out):
 
 
 def cmd_explain(args, out):
+    check_model_name(args.model, flags=True)  # a mistyped name: before any work
     paths, left_out = image_paths_and_left_out(args.images)
     _check_model_args(args)
     for sentence in left_out:  # image types keras_vit does not read: counted, never silent
@@ -324,16 +332,26 @@ def cmd_explain(args, out):
     images, _, _ = read_images(paths, flags=True)
     model = _model_from_args(args)
     from keras_vit.inspect.analysis import input_size, stored_image_size  # heavy (see the top)
-    from keras_vit.inspect.plots import explain  # heavy (see the top)
+    from keras_vit.inspect.plots import classify, explain  # heavy (see the top)
 
     input_size(model, args.image_size, "--image-size")
     size = stored_image_size(model)  # a model taking any size: its stored grid
     names = [pathlib.Path(p).stem for p in paths]
-    written = explain(model, resize_images(images, size), args.out, names=names)
+    resized = resize_images(images, size)
+    predictions = classify(model, resized, args.class_name, "--class")
+    written = explain(model, resized, args.out, names=names, class_name=args.class_name,
+                      predictions=predictions)
+    rows = None if predictions is None else [
+        {"image": path, **row} for path, row in zip(paths, predictions, strict=True)]
     if args.json:
-        print(_console.json_dumps({"out": args.out, "image_size": list(size), "pictures": written}),
-              file=out)
+        print(_console.json_dumps({"out": args.out, "image_size": list(size), "pictures": written,
+                                   "predictions": rows}), file=out)
         return 0
+    for row in rows or ():
+        top, explained = row["predicted"], row["explained"]
+        print(f"{row['image']}: predicted {top['class']} ({top['probability']:.1%})"
+              + (f"; relevance drawn for {explained['class']} ({explained['probability']:.1%})"
+                 if explained else ""), file=out)
     for kind, paths in written.items():
         for path in paths:
             print(f"{kind:<31} {path}", file=out)
@@ -362,6 +380,12 @@ def cmd_train(args, out):
                          "EMA weights are --weights-ema.")
     if args.model.endswith((".keras", ".npz")) or os.path.splitext(args.model)[1]:
         _check_model_file(args.model, "--model")
+    elif args.model == "auto" and args.weights is None:
+        raise ValueError("--model auto builds the model a checkpoint describes; give the "
+                         "checkpoint as --weights.")
+    elif args.model != "auto" and args.model not in ALL_VARIANTS:  # before the data is listed
+        raise ValueError(unknown_model_message(args.model, "--model",
+                                               ", 'auto' or a .keras file"))
     _keras()
     from keras_vit.training import train  # heavy (see the top)
 
@@ -412,8 +436,29 @@ def cmd_evaluate(args, out):
         extra["skip_corrupt"] = True
     results = evaluate(args.model_path, args.data, split=args.split,
                        image_size=args.image_size, batch_size=args.batch_size,
-                       data_dir=args.data_dir, **extra)
-    print(_console.json_dumps(results), file=out)
+                       data_dir=args.data_dir, plot=args.plot, **extra)
+    if args.json:
+        print(_console.json_dumps(results), file=out)
+        return 0
+    from keras_vit.training.report import format_report  # heavy (see the top)
+
+    print(format_report(results, f"{results['model']} on {results['data']}, split "
+                                 f"{results['split']!r}:"), file=out)
+    if results["plot"]:
+        print(f"\nconfusion matrix picture: {results['plot']}", file=out)
+    return 0
+
+
+def cmd_plot(args, out):
+    drawn = curves.plot_run(args.run_dir, args.out)
+    if args.json:
+        print(_console.json_dumps(drawn), file=out)
+        return 0
+    best = ("" if drawn["best_epoch"] is None else
+            f"; best epoch {drawn['best_epoch']}, val_accuracy "
+            f"{drawn['best_val_accuracy']:.4f}")
+    print(f"{drawn['curves']} ({_console.plural(drawn['epochs'], 'epoch')} of "
+          f"{drawn['log']}{best})", file=out)
     return 0
 
 
@@ -518,7 +563,7 @@ def build_parser():
     return _cli_parser.build_parser({
         "models": cmd_models, "download": cmd_download, "predict": cmd_predict,
         "explain": cmd_explain, "train": cmd_train, "evaluate": cmd_evaluate,
-        "export": cmd_export, "quickstart": cmd_quickstart})
+        "plot": cmd_plot, "export": cmd_export, "quickstart": cmd_quickstart})
 
 
 def main(argv=None, out=None):

@@ -8,7 +8,7 @@ TensorFlow loads; `keras_vit.prediction.build_model` checks them too).
 import os
 
 from keras_vit._saving import check_keras_path
-from keras_vit.variants import ALL_VARIANTS
+from keras_vit.variants import ALL_VARIANTS, unknown_model_message
 from keras_vit.weights.sniff import ARCHITECTURE_SUFFIXES
 
 
@@ -30,6 +30,22 @@ class _Names:
     def auto_from(self, weights):
         return (f"--model auto --weights {weights}" if self.flags
                 else f"model='auto', weights={weights!r}")
+
+
+def check_model_name(model, flags=False):
+    """ValueError (with the closest names) when `model` is neither a named
+    model, "auto", nor anything that looks like a file or folder: a
+    mistyped name is told before any work.
+
+    >>> check_model_name("ViTTI16", flags=True)
+    Traceback (most recent call last):
+    ValueError: Unknown --model 'ViTTI16' (did you mean 'ViTTi16'?); named models: ...
+    """
+    if (model == "auto" or model in ALL_VARIANTS or os.path.splitext(model)[1]
+            or os.sep in model or os.path.isdir(model)):
+        return
+    raise ValueError(unknown_model_message(model, _Names(flags).model,
+                                           ", 'auto' or a .keras file"))
 
 
 def check_model_arguments(model, weights=None, ema=False, images=(), flags=False):
@@ -59,8 +75,7 @@ def check_model_arguments(model, weights=None, ema=False, images=(), flags=False
     if model != "auto" and model not in ALL_VARIANTS:
         if os.path.splitext(model)[1] or os.sep in model:
             check_keras_path(model, n.model)
-        raise ValueError(f"Unknown {n.model} {model!r}; choose from {sorted(ALL_VARIANTS)}, "
-                         "'auto' or a .keras file.")
+        check_model_name(model, flags)
     given_model = [p for p in images or () if str(p).endswith(".keras")]
     if weights is None and given_model:  # `predict model.keras image.png`
         raise ValueError(f"{given_model[0]!r} is a Keras model file, not an image: give it "

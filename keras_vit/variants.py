@@ -26,6 +26,7 @@ Pure data: the bottom floor of the package (imports nothing of it, no Keras).
 
 import dataclasses
 
+from keras_vit._checks import did_you_mean
 
 OFFICIAL = "official"
 
@@ -269,3 +270,16 @@ def effective_patch_size(config):
     # Root: stride 4; stage 1: stride 1; each further stage: stride 2.
     stride = 4 * 2 ** max(len(layers) - 1, 0)
     return (patch[0] * stride, patch[1] * stride)
+
+
+def unknown_model_message(name, what="model", also=""):
+    """The one sentence of a model name that is not a named model:
+    `"Unknown --model 'ViTTI16' (did you mean 'ViTTi16'?); named models:
+    ..."`. `what`: how the name was given (`"--model"`, `"model"`);
+    `also`: what else is allowed (`", 'auto' or a .keras file"`).
+
+    >>> unknown_model_message("ViTTI16", "--model")[:52]
+    "Unknown --model 'ViTTI16' (did you mean 'ViTTi16'?);"
+    """
+    return (f"Unknown {what} {name!r}{did_you_mean(name, ALL_VARIANTS)}; named models: "
+            f"{', '.join(ALL_VARIANTS)}{also}.")

@@ -108,7 +108,7 @@ def test_predict_in_a_fresh_process_gives_probabilities_and_folder_names(flat_ru
 
 def test_evaluate_reports_the_holdout_split(flat_run):
     code, out, err = run_cli(*["evaluate", flat_run["results"]["model"], "--data",
-                              f"folder:{flat_run['data']}"])
+                              f"folder:{flat_run['data']}", "--json"])
     assert code == 0, err
     evaluated = last_json(out)
     assert evaluated["split"] == "validation" and evaluated["images"] == 6

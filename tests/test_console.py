@@ -25,7 +25,8 @@ from conftest import process_env, run_cli_process, tiny_vit
 from data_helpers import write_digit_images
 from keras_vit import _checks, _console, labels
 
-COMMANDS = ["models", "download", "predict", "explain", "train", "evaluate", "export", "quickstart"]
+COMMANDS = ["models", "download", "predict", "explain", "train", "evaluate", "plot", "export",
+            "quickstart"]
 CLASS_NAMES = ["zero", "one", "two", "three", "four"]
 # The command must quiet TensorFlow itself: the children run without this.
 UNQUIET = {"TF_CPP_MIN_LOG_LEVEL": None}

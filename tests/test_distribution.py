@@ -304,6 +304,10 @@ def test_cli_train_on_jax_over_4_devices_reports_its_distribution(tmp_path):
     scores = evaluate_in_tensorflow(line["model"], f"folder:{tmp_path / 'digits'}")
     assert scores["images"] == 30
     assert abs(scores["accuracy"] - line["val_accuracy"]) < 1e-6
+    # the end-of-run report, predicted over the padded batches: the 30 images, as evaluate
+    report = line["evaluation"]
+    assert report["images"] == 30 and abs(report["accuracy"] - line["val_accuracy"]) < 1e-6
+    assert report["confusion_matrix"] == scores["confusion_matrix"]
 
 
 def small_digits(root):
@@ -323,11 +327,11 @@ def evaluate_in_tensorflow(model_path, data):
     """`keras-vit evaluate` on TensorFlow (in this process when it runs
     TensorFlow, else in a fresh one); its JSON."""
     if keras.backend.backend() == "tensorflow":
-        code, stdout, stderr = run_cli("evaluate", model_path, "--data", data)
+        code, stdout, stderr = run_cli("evaluate", model_path, "--data", data, "--json")
     else:
         result = subprocess.run(
             [sys.executable, "-m", "keras_vit.cli", "evaluate", str(model_path), "--data",
-             data], env=dict(jax_env(1), KERAS_BACKEND="tensorflow"), capture_output=True,
+             data, "--json"], env=dict(jax_env(1), KERAS_BACKEND="tensorflow"), capture_output=True,
             text=True, timeout=400)
         code, stdout, stderr = result.returncode, result.stdout, result.stderr
     assert code == 0, stderr[-3000:]
@@ -360,6 +364,7 @@ def test_cli_train_in_two_processes_writes_one_run(tmp_path):
                                         "processes": 2, "mesh": {"batch": 1, "model": 4}}
         assert line["data"]["validation"]["images"] == 30
         assert line["epochs_run_now"] == 2 and line["best"]["epoch"] in (1, 2)
+        assert line["evaluation"] is None  # each process sees part of the batches
     assert lines[0]["model"] == str(out / "model.keras")
     assert lines[1]["model"] == str(out / "workers" / "1" / "model.keras")
     assert lines[0]["val_accuracy"] == lines[1]["val_accuracy"]

@@ -435,7 +435,8 @@ def test_train_fine_tunes_a_timm_dinov2_with_a_new_head_and_lora(tmp_path):
     results = train(model, f"folder:{tmp_path / 'data'}", out=tmp_path / "run", epochs=1,
                     batch_size=2, lora_rank=2, verbose=0)
     assert results["status"] == "completed" and results["classes"] == 3
-    assert results["lora"] == {"rank": 2, "targets": "default"}
+    assert results["lora"] == {"rank": 2, "targets": ["qkv", "attention_output"],
+                               "default_targets": True, "layers": 4}
     saved = keras.saving.load_model(results["model"])  # merged, safe mode on
     values = {v.path: keras.ops.convert_to_numpy(v) for v in saved.weights}
     for path in ("encoderblock_1/ls1/gamma", "encoderblock_0/ls2/gamma",

@@ -27,7 +27,7 @@ FLOORS = [
     ("base", ["keras_vit", "keras_vit.variants", "keras_vit.errors", "keras_vit._checks",
               "keras_vit._compat", "keras_vit._framework_text", "keras_vit._lazy",
               "keras_vit._console",
-              "keras_vit._image_files", "keras_vit._atomic"]),
+              "keras_vit._image_files", "keras_vit._atomic", "keras_vit._plots"]),
     ("layers", ["keras_vit.layers"]),
     ("weights", ["keras_vit.weights"]),
     ("models", ["keras_vit.models", "keras_vit.preprocessing", "keras_vit.labels"]),

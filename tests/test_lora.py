@@ -215,7 +215,9 @@ def test_cli_fine_tuning_runs_save_models_a_fresh_process_loads(tmp_path, few_di
     adapters = 2 * (32 + 96 + 32 + 64 + 64 + 32)
     assert results["trainable_parameters"] == adapters + 16 * 10 + 10
     assert results["parameters"] == results["summary"]["parameters"] > adapters
-    assert results["lora"] == {"rank": 2, "targets": ["qkv", "mlp"]}
+    assert results["lora"] == {"rank": 2, "targets": ["qkv", "mlp"], "default_targets": False,
+                               "layers": 6}
+    assert results["remat"] is False and results["summary"]["remat"] is False
     assert json.loads((tmp_path / "lora" / "run.json").read_text())["config"][
         "lora_rank"] == 2
     tools = _cli_train(start, few_digits_folder, tmp_path / "tools", "--layer-decay", "0.7",

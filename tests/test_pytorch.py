@@ -329,8 +329,8 @@ def test_ema_through_the_builders_model_from_checkpoint_and_the_cli(tmp_path):
     Image.fromarray(PHOTOS[0].astype("uint8")).save(image)
     torch.save({"state_dict": {k: v * 0 for k, v in state.items()}, "state_dict_ema": state},
                path)
-    result = run_cli("predict", str(image), "--weights", str(folder), "--ema", "--top", "1",
-                     "--json")
+    result = run_cli("predict", str(image), "--weights", str(folder), "--weights-ema", "--top",
+                     "1", "--json")
     assert result.code == 0, result.err
     plain = run_cli("predict", str(image), "--weights", str(folder), "--top", "1", "--json")
     assert plain.code == 0 and plain.out != result.out  # the zeroed weights predict otherwise

@@ -272,7 +272,7 @@ def test_cli_train_and_evaluate_end_with_json(digits_folder, tmp_path):
     assert 0.0 <= results["val_accuracy"] <= 1.0
     for key in ("model", "best_model", "log"):
         assert os.path.exists(results[key]), key
-    evaluated = cli("evaluate", results["model"], "--data", f"folder:{digits_folder}")
+    evaluated = cli("evaluate", results["model"], "--data", f"folder:{digits_folder}", "--json")
     assert abs(evaluated["accuracy"] - results["val_accuracy"]) < 1e-6
 
 
@@ -379,7 +379,8 @@ def test_killed_training_resumes_from_the_backup(digits_folder, tmp_path, run):
     assert best["value"] == pytest.approx(max(values), abs=1e-6)
     assert best["epoch"] == epochs[values.index(max(values))]
     # (in this process: a JAX run's best.keras scores the same on TensorFlow)
-    evaluated = cli("evaluate", str(out / "best.keras"), "--data", f"folder:{digits_folder}")
+    evaluated = cli("evaluate", str(out / "best.keras"), "--data", f"folder:{digits_folder}",
+                    "--json")
     assert evaluated["accuracy"] == pytest.approx(best["value"], abs=1e-6)
 
 

@@ -1,5 +1,6 @@
-"""Inspect a ViT: attention rollout, mean attention distance, position-
-embedding similarity, patch-embedding filters, intermediate features.
+"""Inspect a ViT: attention rollout, a class's relevance (gradient-weighted
+rollout), mean attention distance, position-embedding similarity,
+patch-embedding filters, intermediate features.
 
 >>> import numpy as np, keras_vit
 >>> from keras_vit import inspect
@@ -19,6 +20,7 @@ from keras_vit.inspect.analysis import (
     attention_weights,
     embedding_filters,
     find_vit,
+    gradient_rollout,
     intermediate_features,
     mean_distance,
     patch_centres,
@@ -27,9 +29,11 @@ from keras_vit.inspect.analysis import (
     rollout,
     upsample_maps,
 )
+from keras_vit.inspect.relevance import class_relevance
 
 __all__ = [
-    "attention_distance", "attention_rollout", "attention_weights", "embedding_filters",
-    "find_vit", "intermediate_features", "mean_distance", "patch_centres",
+    "attention_distance", "attention_rollout", "attention_weights", "class_relevance",
+    "embedding_filters", "find_vit", "gradient_rollout", "intermediate_features",
+    "mean_distance", "patch_centres",
     "position_embedding_similarity", "principal_filters", "rollout", "upsample_maps",
 ]

@@ -200,6 +200,14 @@ def rollout(attentions, num_prefix_tokens, grid, token=None, class_token=None):
         a = attention.astype("float64").mean(axis=1) + np.eye(tokens)
         a /= a.sum(axis=-1, keepdims=True)
         result = a @ result
+    return _patch_map(result, num_prefix_tokens, grid, token, class_token)
+
+
+def _patch_map(result, num_prefix_tokens, grid, token=None, class_token=None):
+    """`(N, grid_h, grid_w)`: the row of `token` (None: the class token's,
+    else the patch rows' mean; see `rollout`) of the rolled-out `(N,
+    tokens, tokens)` matrices, at the patch columns."""
+    tokens = result.shape[-1]
     if class_token is None:
         class_token = num_prefix_tokens > 0
     if token is None:
@@ -209,6 +217,35 @@ def rollout(attentions, num_prefix_tokens, grid, token=None, class_token=None):
             raise ValueError(f"token={token} is outside the {tokens} tokens.")
         rows = result[:, token]
     return rows[:, num_prefix_tokens:].reshape(-1, *grid).astype("float32")
+
+
+def gradient_rollout(attentions, gradients, num_prefix_tokens, grid, class_token=None):
+    """The class-specific relevance of Chefer, Gur and Wolf (ICCV 2021,
+    "Generic Attention-model Explainability for Interpreting Bi-Modal and
+    Encoder-Decoder Transformers", Eq. 5-6; their ViT rule) from each
+    block's attention probabilities and the gradient of one class's output
+    with respect to them: per block `A_bar = mean over heads of max(grad *
+    A, 0)`, then `R = I` and `R = R + A_bar @ R` block by block, first
+    block first. The map is the class token's row (no class token: the
+    patch rows' mean, as `rollout`), at the patch columns. Returns `(N,
+    grid_h, grid_w)`; `keras_vit.inspect.class_relevance` computes it for
+    a model.
+
+    One image, one head, a class token and 2 patches, where only the
+    class token's attention to the second patch raised the class:
+
+    >>> a = np.array([[[[0, 0.5, 0.5], [0, 1, 0], [0, 0, 1]]]], "float32")
+    >>> g = np.array([[[[0, -1, 2], [0, 0, 0], [0, 0, 0]]]], "float32")
+    >>> gradient_rollout([a], [g], 1, (1, 2))
+    array([[[0., 1.]]], dtype=float32)
+    """
+    tokens = attentions[0].shape[-1]
+    result = np.broadcast_to(np.eye(tokens, dtype="float64"),
+                             (attentions[0].shape[0], tokens, tokens))
+    for attention, gradient in zip(attentions, gradients, strict=True):
+        weighted = np.maximum(gradient.astype("float64") * attention, 0).mean(axis=1)
+        result = result + weighted @ result
+    return _patch_map(result, num_prefix_tokens, grid, class_token=class_token)
 
 
 def attention_rollout(model, images, token=None, upsample=True):

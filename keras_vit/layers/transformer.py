@@ -1,5 +1,7 @@
 """TransformerBlock: the pre-LN encoder block of the ViT paper (Eq. 2-3)."""
 
+import contextlib
+
 import keras
 from keras import ops
 
@@ -191,6 +193,11 @@ class TransformerBlock(keras.layers.Layer):
         if self.layer_scale_init is not None:
             self.ls1 = LayerScale(self.layer_scale_init, dtype=policy, name="ls1")
             self.ls2 = LayerScale(self.layer_scale_init, dtype=policy, name="ls2")
+        # `attention_probe`: None, or (only inside `probing_attention`) a
+        # callable `probe(weights, training)` in place of the attention
+        # dropout: it sees the softmax weights and returns those the values
+        # are weighted with. Not in the config.
+        self._attention_probe = None
         # Created in build(), when the width is known.
         self.qkv = None
         self.attention_output = None
@@ -239,7 +246,7 @@ class TransformerBlock(keras.layers.Layer):
     def _uses_dot_product(self, training, return_attention_scores):
         """Whether this call computes attention with
         `ops.dot_product_attention` (see `attention`)."""
-        return (not return_attention_scores
+        return (not return_attention_scores and self._attention_probe is None
                 and not (training and self.attention_dropout_rate > 0)
                 and uses_dot_product_attention(self.attention, bool(training)))
 
@@ -253,7 +260,8 @@ class TransformerBlock(keras.layers.Layer):
             out, weights = dot_product_attention(qkv, tokens, self.num_heads), None
         else:
             out, weights = softmax_attention(
-                qkv, tokens, self.num_heads, self.attention_dropout, training)
+                qkv, tokens, self.num_heads, self._attention_probe or self.attention_dropout,
+                training)
         out = dense(self.attention_output, out)
         return ops.reshape(out, (-1, tokens, self.hidden_size)), weights
 
@@ -285,6 +293,30 @@ class TransformerBlock(keras.layers.Layer):
         if return_attention_scores:
             return x, ops.cast(weights, "float32")
         return x
+
+    @contextlib.contextmanager
+    def probing_attention(self, probe):
+        """Within the block, `probe(weights, training)` stands in for the
+        attention dropout (the explicit softmax path then always runs): it
+        receives the attention probabilities `(batch, heads, tokens,
+        tokens)` in float32 and returns the weights the values are
+        averaged with. What `keras_vit.inspect.class_relevance` reads the
+        probabilities and their gradient through; outside it the block is
+        as before.
+
+        >>> block = TransformerBlock(num_heads=2, mlp_dim=32)
+        >>> x = keras.ops.ones((1, 5, 16))
+        >>> seen = []
+        >>> with block.probing_attention(lambda w, training=None: seen.append(w) or w):
+        ...     y = block(x)
+        >>> tuple(seen[0].shape)
+        (1, 2, 5, 5)
+        """
+        self._attention_probe = probe
+        try:
+            yield
+        finally:
+            self._attention_probe = None
 
     @property
     def dense_layers(self):

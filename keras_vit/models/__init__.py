@@ -8,7 +8,7 @@ SigLIP) in `models/families.py` (`Variant.module`).
 """
 
 from keras_vit._lazy import attach
-from keras_vit.variants import ALL_VARIANTS
+from keras_vit.variants import ALL_VARIANTS, unknown_model_message
 
 _EXPORTS = {
     "architecture_from_checkpoint": "keras_vit.weights.architecture",  # NumPy only
@@ -31,5 +31,5 @@ def builder(name):
     'ViTB16'
     """
     if name not in ALL_VARIANTS:
-        raise ValueError(f"Unknown model {name!r}; named models: {', '.join(ALL_VARIANTS)}.")
+        raise ValueError(unknown_model_message(name))
     return __getattr__(name)

@@ -17,6 +17,7 @@ from keras_vit.training.sam import check_backend as check_sam_backend
 from keras_vit.training.strategy import (
     describe_strategy,
     get_strategy,
+    is_multi_worker,
     prepare_model,
     uses_only_cpus,
     worker_task,
@@ -59,6 +60,19 @@ def replicas(distribution):
 def task(strategy):
     """`(is_chief, task id)` of this process: the chief writes the run's files."""
     return worker_task(strategy) if strategy is not None else _process_task()
+
+
+def one_process(strategy):
+    """Whether the run is one process: no multi-worker strategy, no
+    multi-process JAX job (what the end-of-run report needs: it predicts
+    the validation batches in this process alone)."""
+    if strategy is not None:
+        return not is_multi_worker(strategy)
+    if keras.backend.backend() != "jax":
+        return True
+    import jax  # the JAX backend only
+
+    return jax.process_count() == 1
 
 
 def compile_options(distribution, jit_compile):

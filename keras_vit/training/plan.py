@@ -19,6 +19,7 @@ import keras
 from keras_vit import _checks
 from keras_vit._console import plural
 from keras_vit.layers import lora
+from keras_vit.layers.blocks import encoder_blocks
 from keras_vit.training.recipes import Recipe
 
 
@@ -202,6 +203,19 @@ def _split_row(info):
             "description": getattr(info, "description", info.source)}
 
 
+def _lora_row(plan, net):
+    """The summary's `lora`: the rank, the target names (the default ones
+    spelled out) and how many Dense layers have adapters; None without LoRA."""
+    if not plan.lora_rank:
+        return None
+    targets = plan.lora_targets or tuple(dict.fromkeys(
+        name for block in encoder_blocks(net)
+        for name in lora.DEFAULT_TARGETS.get(type(block), ())))
+    return {"rank": plan.lora_rank, "targets": list(targets),
+            "default_targets": plan.lora_targets is None,
+            "layers": len(lora.lora_layers(net))}
+
+
 def summary(plan, net, datasets, engine_rows, folder, memory, step):
     """What `train` prints before the first step (`format_summary`) and
     returns as `results["summary"]`. `engine_rows`: the strategy and
@@ -211,8 +225,8 @@ def summary(plan, net, datasets, engine_rows, folder, memory, step):
     return {
         "model": plan.model if isinstance(plan.model, str) else net.name,
         **lora.parameter_counts(net),
-        "lora": ({"rank": plan.lora_rank, "targets": list(plan.lora_targets or ())
-                  or "default"} if plan.lora_rank else None),
+        "lora": _lora_row(plan, net),
+        "remat": any(getattr(block, "remat", False) for block in encoder_blocks(net)),
         "layer_decay": plan.layer_decay, "ema": plan.ema,
         "weights": (str(plan.weights) if plan.weights is not None else
                     "random initialisation" if plan.named else "those of the model given"),
@@ -250,6 +264,12 @@ def format_summary(summary):
         ("model", f"{d['model']} ({d['parameters']:,} parameters"
                   + (f", {trainable:,} trainable" if trainable != d["parameters"] else "")
                   + ")"),
+        *([("LoRA", f"rank {d['lora']['rank']} on {', '.join(d['lora']['targets'])}"
+                    + (" (the default targets)" if d["lora"].get("default_targets") else "")
+                    + f": {plural(d['lora']['layers'], 'Dense layer')} with adapters")]
+          if d.get("lora") else []),
+        *([("remat", "on: each block's activations recomputed in the backward pass")]
+          if d.get("remat") else []),
         ("weights", d["weights"]),
         ("image size", f"{d['image_size']} px"),
         ("classes", f"{d['classes']}" + (f": {', '.join(d['class_names'][:10])}"
@@ -293,10 +313,13 @@ def format_summary(summary):
     return "\n".join(f"  {k.ljust(width)}  {v}" for k, v in rows)
 
 
-def results(plan, summary, datasets, folder, *, metrics, history, best, outputs):
+def results(plan, summary, datasets, folder, *, metrics, history, best, outputs,
+            evaluation=None, pictures=None):
     """The results dict of a completed run (`train`'s return value):
     `metrics` is `(val_loss, val_accuracy)`, `best` the BestModelCheckpoint,
-    `outputs` what model.keras outputs."""
+    `outputs` what model.keras outputs, `evaluation` its classification
+    report on the validation split (`keras_vit.training.report`),
+    `pictures` the PNG files drawn (`{"curves": path, ...}`)."""
     info, val_info, out = datasets.info, datasets.val_info, plan.out
     val_loss, val_accuracy = metrics
     distribution_row = summary["distribution"]
@@ -312,13 +335,14 @@ def results(plan, summary, datasets, folder, *, metrics, history, best, outputs)
         "model": os.path.join(out, "model.keras"), "outputs": outputs,
         "best_model": best.path, "best": best.best,
         "log": os.path.join(out, "log.csv"), "labels": os.path.join(out, "labels.txt"),
+        "pictures": pictures or {}, "evaluation": evaluation,
         "recipe": plan.recipe.name, "sam_rho": plan.sam_rho,
         "precision": plan.precision, "replicas": distribution_row["devices"],
         "distribution": distribution_row,
         "classes": info.num_classes, "class_names": list(info.class_names),
         "parameters": summary["parameters"],
         "trainable_parameters": summary["trainable_parameters"],
-        "lora": summary["lora"], "layer_decay": plan.layer_decay,
+        "lora": summary["lora"], "remat": summary["remat"], "layer_decay": plan.layer_decay,
         "ema": ({"decay": plan.ema, "weights_saved": "ema"} if plan.ema is not None
                 else None),
         "data": {k: {f: v[f] for f in ("split", "images", "classes")}

@@ -18,7 +18,7 @@ from keras_vit._saving import keras_input_shape
 from keras_vit.labels import class_names
 from keras_vit.training import memory as memory_lib
 from keras_vit.training.run_folder import RUN_FILES
-from keras_vit.variants import ALL_VARIANTS
+from keras_vit.variants import ALL_VARIANTS, unknown_model_message
 from keras_vit.weights import registry
 
 logger = logging.getLogger("keras_vit")
@@ -73,6 +73,23 @@ def check_arguments(out, seed, label_smoothing, dropout_rate, drop_path_rate, sk
         if not ((value is None and optional) or (isinstance(value, str) and value.strip())):
             raise TypeError(f"`{name}` must be a split name (a non-empty string"
                             f"{', or None' if optional else ''}), got {value!r}.")
+
+
+def check_model_name(model, weights=None):
+    """A `model` given as a name is a named model or `"auto"` with
+    `weights` (a ValueError with the closest names otherwise), checked
+    before any work: a keras.Model and a `.keras` path pass (read later)."""
+    if isinstance(model, keras.Model) or (isinstance(model, (str, os.PathLike))
+                                          and str(model).endswith(".keras")):
+        return
+    if model == "auto":
+        if weights is None:
+            raise ValueError("model='auto' (--model auto) builds the model a checkpoint "
+                             "describes; give the checkpoint as weights= (--weights).")
+        return
+    if not isinstance(model, str) or model not in ALL_VARIANTS:
+        raise ValueError(unknown_model_message(
+            model, "model (--model)", ", 'auto', a .keras file or a keras.Model"))
 
 
 def check_model_kwargs(model, model_kwargs, **builder_options):

@@ -4,7 +4,8 @@ A run folder (`--out`) holds one run: `run.json` (the run record: every
 argument that changes the result, the data's class names and image
 counts, when the run started, its status), `backup/` (what a killed run
 resumes from), `best.keras`, `best.keras.json`, `log.csv`, `labels.txt`,
-`tensorboard/` and `model.keras`. `open_run_folder` decides what a new
+`tensorboard/`, `model.keras` and the pictures drawn at its end
+(`curves.png`, `confusion_matrix.png`). `open_run_folder` decides what a new
 `train` call may do with a folder:
 
 - empty, or without any of those files: a new run;
@@ -52,7 +53,7 @@ logger = logging.getLogger("keras_vit")
 RECORD = "run.json"
 LOCK = ".run.lock"
 RUN_FILES = ("backup", "best.keras", "best.keras.json", "log.csv", "labels.txt",
-             "tensorboard", "model.keras", RECORD)
+             "tensorboard", "model.keras", "curves.png", "confusion_matrix.png", RECORD)
 
 
 def _normalized(value):

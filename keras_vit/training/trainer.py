@@ -1,7 +1,9 @@
 """`train`: one call from a model name, a data source and a recipe to a
 trained, saved model; what `keras-vit train` runs. The run is planned
 (`plan`), checked (`preflight`), run by the backend's engine (`engine`)
-and evaluated by `keras_vit.training.evaluate` (`evaluation`)."""
+and evaluated by `keras_vit.training.evaluate` (`evaluation`): the end of
+a run reports on the validation split and draws `curves.png` and
+`confusion_matrix.png` in the run folder."""
 
 import dataclasses
 import errno
@@ -23,7 +25,7 @@ from keras_vit.errors import TrainingDivergedError
 from keras_vit.export.model import output_kind
 from keras_vit.layers import lora
 from keras_vit.training import distribution as distribution_lib
-from keras_vit.training import engine, preflight
+from keras_vit.training import engine, evaluation, preflight
 from keras_vit.training import plan as plan_lib
 from keras_vit.training.callbacks import (
     BestModelCheckpoint,
@@ -37,6 +39,7 @@ from keras_vit.training.layer_decay import layer_decay_scales
 from keras_vit.training.plan import TrainPlan, format_summary
 from keras_vit.training.precision import warn_if_emulated
 from keras_vit.training.recipes import Recipe, get_recipe, make_optimizer
+from keras_vit.training.report import format_report
 from keras_vit.training.run_folder import open_run_folder
 from keras_vit.training.sam import SAMModel
 from keras_vit.variants import ALL_VARIANTS
@@ -67,12 +70,7 @@ def _build_model(model, weights, classes, image_size, recipe, dropout_rate, drop
                 "after keras_vit.training.set_precision(%r) to train in that "
                 "precision.", sorted(used), wanted, wanted)
         return model
-    if model != "auto" and model not in ALL_VARIANTS:
-        raise ValueError(f"Unknown model {model!r}; choose from {sorted(ALL_VARIANTS)}, "
-                         "'auto', a .keras file or a keras.Model.")
-    if model == "auto" and weights is None:
-        raise ValueError("model='auto' (--model auto) builds the model a checkpoint "
-                         "describes; give the checkpoint as weights= (--weights).")
+    preflight.check_model_name(model, weights)
     kwargs = dict(model_kwargs or {})
     kwargs.setdefault("dropout_rate", recipe.dropout_rate if dropout_rate is None else dropout_rate)
     kwargs.setdefault("drop_path_rate",
@@ -207,6 +205,7 @@ def train(
     ```
     """
     start = time.perf_counter()
+    preflight.check_model_name(model, weights)
     preflight.check_numbers(image_size=image_size, batch_size=batch_size, steps=steps,
                             epochs=epochs, steps_per_epoch=steps_per_epoch,
                             gradient_accumulation_steps=gradient_accumulation_steps,
@@ -366,7 +365,8 @@ def _fit_and_save(plan, datasets, folder):
     if nan_guard.stopped_at is not None:
         folder.finish("diverged", diverged_at=list(nan_guard.stopped_at))
         _raise_diverged(nan_guard.stopped_at, final, best, history=history, start=plan.start,
-                        epochs=plan.epochs, steps_per_epoch=plan.steps_per_epoch, out=out)
+                        epochs=plan.epochs, steps_per_epoch=plan.steps_per_epoch, out=out,
+                        pictures=evaluation.run_pictures(out, None))
     if history.epoch and moved.changed is False:
         raise ValueError(unmoved_message(optimizer, plan.updates, trainable))
     labels_path = os.path.join(out, "labels.txt")
@@ -380,9 +380,15 @@ def _fit_and_save(plan, datasets, folder):
         logger.warning("%s's last layer is not a keras_vit ClassifierHead, so the class "
                        "names are not inside %s; they are in %s.", net.name, final,
                        labels_path)
-    results = plan_lib.results(plan, summary, datasets, folder, metrics=metrics,
-                               history=history, best=best, outputs=_outputs(net))
     val_info = datasets.val_info
+    report = evaluation.run_report(net, datasets.validation, list(info.class_names),
+                                   val_info.split, engine.one_process(plan.strategy))
+    if report is not None and plan.verbose:
+        logger.info("model.keras on the %s split:\n%s", val_info.split,
+                    format_report(report))
+    results = plan_lib.results(plan, summary, datasets, folder, metrics=metrics,
+                               history=history, best=best, outputs=_outputs(net),
+                               evaluation=report, pictures=evaluation.run_pictures(out, report))
     if plan.skip_corrupt and (info.skipped_corrupt or val_info.skipped_corrupt):
         logger.warning("Skipped corrupt, unreadable or too large image files: %d in "
                        "training, %d in validation (distinct files).",
@@ -391,7 +397,8 @@ def _fit_and_save(plan, datasets, folder):
     return results
 
 
-def _raise_diverged(stopped_at, final, best, *, history, start, epochs, steps_per_epoch, out):
+def _raise_diverged(stopped_at, final, best, *, history, start, epochs, steps_per_epoch, out,
+                    pictures):
     """Raises TrainingDivergedError for a run the NaN guard stopped."""
     epoch, batch, loss = stopped_at
     kept = (f"{best.path} holds epoch {best.best['epoch']} ({best.monitor} "
@@ -408,7 +415,7 @@ def _raise_diverged(stopped_at, final, best, *, history, start, epochs, steps_pe
         "epochs_run_now": len(history.epoch),
         "diverged_at": {"epoch": epoch + 1, "batch": batch, "loss": loss},
         "model": None, "best_model": best.path if best.best else None, "best": best.best,
-        "log": os.path.join(out, "log.csv"),
+        "log": os.path.join(out, "log.csv"), "pictures": pictures,
     }
     raise TrainingDivergedError(message, results)
 
