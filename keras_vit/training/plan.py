@@ -309,7 +309,9 @@ def results(plan, summary, datasets, folder, *, metrics, history, best, outputs)
         "epochs_run_now": len(history.epoch), "first_epoch_run_now":  # counted from 1
             history.epoch[0] + 1 if history.epoch else None,
         "resumed": bool(folder.resumed_epoch), "run_record": os.path.join(out, "run.json"),
-        "model": os.path.join(out, "model.keras"), "outputs": outputs,
+        "model": os.path.join(out, "model.keras"),
+        "model_size_mb": round(os.path.getsize(os.path.join(out, "model.keras")) / 1e6, 3),
+        "outputs": outputs,
         "best_model": best.path, "best": best.best,
         "log": os.path.join(out, "log.csv"), "labels": os.path.join(out, "labels.txt"),
         "recipe": plan.recipe.name, "sam_rho": plan.sam_rho,
