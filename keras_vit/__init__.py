@@ -33,6 +33,7 @@ import logging as _logging
 import os as _os
 import sys as _sys
 
+from keras_vit import _console
 from keras_vit._lazy import attach as _attach
 from keras_vit.variants import ALL_VARIANTS as _VARIANTS
 
@@ -90,8 +91,6 @@ def _load_quietly():
     if _os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() == "0":
         _load_all()
         return
-    from keras_vit import _console
-
     with _console.filtered_stderr():
         _load_all()
         tf = _sys.modules.get("tensorflow")  # the TensorFlow backend (not JAX's, torch's)
@@ -170,8 +169,5 @@ elif _run_module() == "keras_vit.export":
     # `python -m keras_vit.export FILE.tflite` is a command too: quiet as
     # `keras-vit`, before keras_vit.export (runpy imports it next) imports
     # TensorFlow, whose start-up lines are filtered out here.
-    from keras_vit import _console
-
     _console.quiet()
     _console.load_tensorflow()
-    del _console
