@@ -20,8 +20,9 @@ with the official checkpoints.
 #
 # So every public name is resolved on first use (PEP 562 `__getattr__`, made
 # by `_lazy.attach` as for `keras_vit.models`, `.weights` and `.training`),
-# and this module then calls `_load_all()` eagerly, which imports and registers
-# everything: user code sees the package exactly as before. The single
+# and this module then calls `_load_all()` eagerly (`_load_quietly`: the
+# native log lines filtered out), which imports and registers everything:
+# user code sees the package exactly as before. The single
 # exception is the `keras-vit` command: its console script is the top-level
 # module `keras_vit_cli`, which runs before this file and sets `LAZY = True`
 # (`python -m keras_vit.cli` and `python -m keras_vit` are recognised too).
