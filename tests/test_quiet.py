@@ -30,9 +30,11 @@ from keras_vit.training import trainer
 IMAGES = np.random.default_rng(0).uniform(0, 255, (2, 32, 32, 3)).astype("float32")
 
 
+@pytest.mark.backends
 def test_import_keras_vit_writes_nothing():
     """TensorFlow's and jaxlib's native start-up lines (absl's banner,
-    oneDNN, the CUDA stubs, the CPU feature guard) included."""
+    oneDNN, the CUDA stubs, the CPU feature guard, cuInit) included; on
+    each backend (the child inherits KERAS_BACKEND)."""
     env = process_env({"TF_CPP_MIN_LOG_LEVEL": None, "ABSL_MIN_LOG_LEVEL": None})
     result = subprocess.run([sys.executable, "-c", "import keras_vit"], capture_output=True,
                             text=True, env=env, timeout=300)
