@@ -20,8 +20,9 @@ with the official checkpoints.
 #
 # So every public name is resolved on first use (PEP 562 `__getattr__`, made
 # by `_lazy.attach` as for `keras_vit.models`, `.weights` and `.training`),
-# and this module then calls `_load_all()` eagerly, which imports and registers
-# everything: user code sees the package exactly as before. The single
+# and this module then calls `_load_all()` eagerly (`_load_quietly`: the
+# native log lines filtered out), which imports and registers everything:
+# user code sees the package exactly as before. The single
 # exception is the `keras-vit` command: its console script is the top-level
 # module `keras_vit_cli`, which runs before this file and sets `LAZY = True`
 # (`python -m keras_vit.cli` and `python -m keras_vit` are recognised too).
@@ -30,8 +31,10 @@ with the official checkpoints.
 
 import importlib as _importlib
 import logging as _logging
+import os as _os
 import sys as _sys
 
+from keras_vit import _console
 from keras_vit._lazy import attach as _attach
 from keras_vit.variants import ALL_VARIANTS as _VARIANTS
 
@@ -70,6 +73,30 @@ def _load_all():
         globals()[name] = _importlib.import_module(f"{__name__}.{name}")
     for name in _EXPORTS:
         __getattr__(name)
+
+
+def _load_quietly():
+    """`_load_all()` with the lines TensorFlow's and jaxlib's native runtimes
+    write to file descriptor 2 while they load (absl's "All log messages
+    before absl::InitializeLog()" banner, the `I0000`/`E0000` lines of
+    oneDNN, the CUDA stubs, the CPU feature guard) dropped, as the
+    `keras-vit` command drops them (`_console.filtered_stderr`): so
+    `import keras_vit` prints nothing. TensorFlow's devices are listed in
+    the same block (`tf.config.list_physical_devices`, which starts no
+    runtime: a strategy or a logical-device split can still come after), so
+    a machine without a GPU says its `cuInit` error there rather than at
+    the first operation. Only this block is filtered, and no logging level
+    or environment variable is set: the user's own TensorFlow logging
+    settings rule everything after it, and with `TF_CPP_MIN_LOG_LEVEL=0` set
+    explicitly nothing is filtered at all."""
+    if _os.environ.get("TF_CPP_MIN_LOG_LEVEL", "").strip() == "0":
+        _load_all()
+        return
+    with _console.filtered_stderr():
+        _load_all()
+        tf = _sys.modules.get("tensorflow")  # the TensorFlow backend (not JAX's, torch's)
+        if tf is not None:
+            tf.config.list_physical_devices()
 
 
 def _imported_by_the_command():
@@ -138,13 +165,10 @@ if not _logging.getLogger().handlers and not _logger.handlers:
     _logger.setLevel(_logging.INFO)
 
 if not _imported_by_the_command():
-    _load_all()
+    _load_quietly()
 elif _run_module() == "keras_vit.export":
     # `python -m keras_vit.export FILE.tflite` is a command too: quiet as
     # `keras-vit`, before keras_vit.export (runpy imports it next) imports
     # TensorFlow, whose start-up lines are filtered out here.
-    from keras_vit import _console
-
     _console.quiet()
     _console.load_tensorflow()
-    del _console

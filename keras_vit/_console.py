@@ -141,6 +141,28 @@ def _missing_backend(error):
         ) from None
 
 
+def progress_verbosity(verbose, stream=None):
+    """Keras' `verbose` for `fit` by the `keras-vit` command's rule: the live
+    progress bar (1) stays on a terminal and in a notebook (IPython's
+    kernel draws it); written to a file or a pipe it becomes one line per
+    epoch (2), since Keras' bar there is a heap of carriage returns and
+    ANSI escapes. `stream`: where the progress goes (default: `sys.stdout`
+    of the moment). 0 and 2 are kept.
+
+    >>> import io
+    >>> progress_verbosity(1, io.StringIO()), progress_verbosity(0, io.StringIO())
+    (2, 0)
+    """
+    if verbose != 1 or "ipykernel" in sys.modules:
+        return verbose
+    stream = sys.stdout if stream is None else stream
+    try:
+        terminal = stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or closed
+        terminal = False
+    return 1 if terminal else 2
+
+
 def plural(count, noun, nouns=None):
     """`"1 epoch"`, `"2 epochs"`, `"1,437 images"`: a count and its noun,
     pluralised (`nouns`: the plural where it is not noun + "s")."""

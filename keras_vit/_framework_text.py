@@ -249,6 +249,27 @@ def keras_config_refused(text):
     return layer, cause
 
 
+# --- Keras: model.quantize ------------------------------------------------------
+
+# The leaf layers of keras_vit models that Keras' `model.quantize(mode)`
+# leaves in float (it quantizes the blocks' Dense layers): keras_vit's own,
+# without weights or with weights Keras does not quantize (the patch and
+# position embeddings, LayerScale, the head, a ResNet stem's convolutions),
+# and Keras' own (the input, dropout, the norms, pooling, reshapes).
+QUANTIZE_LEAVES_FLOAT = (
+    "ClassifierHead", "DropPath", "FeatureMap", "ImageNormalization", "LayerScale",
+    "PatchEncoder", "Patches", "SequencePooling", "StdConv2D",
+    "InputLayer", "Dropout", "LayerNormalization", "GroupNormalization", "MaxPooling2D",
+    "Reshape")
+# Keras 3.13-3.15 warns for each class of them ("Layer Patches does not have
+# a `quantize` method implemented."), a UserWarning a user can do nothing
+# about; `keras_vit.layers` hides exactly these (a `warnings.filterwarnings`
+# message pattern). Checked on Keras 3.15.1 (tests/test_quiet.py; a later
+# Keras gives one summary warning instead, which that test then shows).
+QUANTIZE_SKIPPED = (rf"Layer ({'|'.join(QUANTIZE_LEAVES_FLOAT)}) does not have a `quantize` "
+                    r"method implemented\.\Z")
+
+
 # --- converters: TFLite, OpenVINO -------------------------------------------------
 
 

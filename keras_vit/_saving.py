@@ -360,6 +360,37 @@ def _function_references(path, wanted):
     return found
 
 
+def without_optimizer(model):
+    """`model` for saving without its training state: a compiled Functional
+    or Sequential model becomes a Functional model of the same layers, the
+    same config and the same weights (nothing copied), not compiled. Its
+    `.keras` file then holds the architecture and the weights, but not the
+    optimizer's variables (Adam's two slots per weight: two thirds of the
+    file) nor a compile config, so loading it builds no optimizer, and a
+    copy quantized (`model.quantize`) reloads without Keras' "Skipping
+    variable loading for optimizer". An uncompiled model, and a subclassed
+    one (no symbolic inputs), are returned as they are.
+
+    Example:
+
+    >>> import keras, keras_vit
+    >>> model = keras_vit.VisionTransformer(
+    ...     patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+    ...     input_shape=(32, 32, 3), classes=3)
+    >>> model.compile(optimizer="adam", loss="categorical_crossentropy")
+    >>> plain = without_optimizer(model)
+    >>> plain.compiled, plain.get_config() == model.get_config()
+    (False, True)
+    >>> plain.weights[0] is model.weights[0]
+    True
+    """
+    import keras  # Keras (TensorFlow): `keras-vit --help` imports this module
+
+    if getattr(model, "optimizer", None) is None or not getattr(model, "inputs", None):
+        return model
+    return keras.Model(model.input, model.output, name=model.name)
+
+
 def save_atomically(model, path):
     """`model.save(path)` through a temporary `.keras` file in the same
     folder, renamed into place: a kill never leaves a partial file at

@@ -3,7 +3,8 @@ so that the script a GPU session runs cannot rot (its numbers are measured
 on a device, never asserted here); so do the CPU benchmarks whose reports
 docs/performance/ quotes (`first_step.py`, `gelu_train.py`,
 `pipeline_start.py`, `bounds.py`), with what each report must say that is
-not a time."""
+not a time; `quantize_export.py`'s table (its conversions take minutes: the
+rows from given cells)."""
 
 import argparse
 import json
@@ -20,6 +21,7 @@ import gelu_train  # noqa: E402
 import jax_profile  # noqa: E402
 import machine  # noqa: E402
 import pipeline_start  # noqa: E402
+import quantize_export  # noqa: E402
 
 
 def test_accelerator_benchmark_runs_on_tiny_shapes(tmp_path, capsys):
@@ -180,3 +182,21 @@ def test_profile_summary_joins_kernels_with_their_instructions():
     host_only = jax_profile.summarize(_TRACE[3:4] + _TRACE[-1:], "", steps=1)
     assert host_only["device_ms_per_step"] == 0 and host_only["threads"] == {
         "/host:CPU / 9": 9.0}
+
+
+def test_quantize_export_rows_are_ratios_to_float32_in_the_same_format():
+    refusal = ("'m' is quantized by model.quantize('int8') and the tflite export runs only "
+               "model.quantize('int4') models as Keras does: the TFLite converter has no "
+               "built-in kernel for Keras' int8 and float8 matmuls; export the float model.")
+    cells = {("float32", "tflite"): {"size_bytes": 20_000_000, "latency_ms": [5.0, 4.0, 6.0]},
+             ("int4", "tflite"): {"size_bytes": 30_000_000, "latency_ms": [20.0, 21.0, 19.0]},
+             ("int8", "tflite"): {"error": refusal}}
+    rows = quantize_export.rows(cells, ["float32", "int8", "int4"], ["tflite"])
+    assert rows == [
+        {"mode": "float32", "format": "tflite", "size_mb": 20.0, "latency_ms": 5.0,
+         "size_vs_float32": 1.0, "latency_vs_float32": 1.0},
+        {"mode": "int8", "format": "tflite", "error": refusal},
+        {"mode": "int4", "format": "tflite", "size_mb": 30.0, "latency_ms": 20.0,
+         "size_vs_float32": 1.5, "latency_vs_float32": 4.0}]
+    assert quantize_export.why(refusal) == ("the TFLite converter has no built-in kernel "
+                                            "for Keras' int8 and float8 matmuls")

@@ -262,3 +262,28 @@ def test_openvino_unconverted_ops_reads_the_frontends_error():
         ov.convert_model(_no_builtin_kernels)
     assert text.openvino_unconverted_ops(str(info.value)) == "AsString, StringToNumber, Svd"
     assert text.openvino_unconverted_ops("Model wasn't fully converted.") is None
+
+
+def test_quantize_skipped_is_the_warning_keras_gives_for_a_layer_it_leaves_in_float():
+    """Keras' own layers of the pattern, in a plain Keras model (the
+    keras_vit models' warnings: tests/test_quiet.py)."""
+    import re
+    import warnings
+
+    inputs = keras.Input((4, 4, 2))
+    x = keras.layers.MaxPooling2D()(inputs)
+    x = keras.layers.GroupNormalization(groups=1)(x)
+    x = keras.layers.Reshape((4, 2))(x)
+    x = keras.layers.LayerNormalization()(x)
+    x = keras.layers.Dropout(0.1)(x)
+    model = keras.Model(inputs, keras.layers.Dense(3)(x))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", UserWarning)
+        model.quantize("int8")
+    said = {str(w.message) for w in caught if issubclass(w.category, UserWarning)}
+    assert said == {f"Layer {name} does not have a `quantize` method implemented."
+                    for name in ("InputLayer", "MaxPooling2D", "GroupNormalization",
+                                 "Reshape", "LayerNormalization", "Dropout")}
+    assert all(re.match(text.QUANTIZE_SKIPPED, message) for message in said)
+    assert not re.match(text.QUANTIZE_SKIPPED, "Layer Conv2D does not have a `quantize` "
+                                                "method implemented.")

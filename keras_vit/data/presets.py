@@ -50,6 +50,8 @@ class Preset:
     source: str = ""
 
     def replace(self, **changes):
+        """A copy of the preset with `changes` (its fields), e.g.
+        `PRESETS["finetune"].replace(flip=False)`."""
         return dataclasses.replace(self, **changes)
 
 

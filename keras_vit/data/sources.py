@@ -68,6 +68,7 @@ class Source:
 
     @property
     def num_classes(self):
+        """The number of classes (of `class_names`)."""
         return len(self.class_names)
 
     @property

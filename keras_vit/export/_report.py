@@ -91,6 +91,7 @@ class ExportReport:
 
     @property
     def size_mb(self) -> float:
+        """The file's size in megabytes (10^6 bytes)."""
         return self.size_bytes / 1e6
 
     @property
@@ -99,11 +100,13 @@ class ExportReport:
         return self.validation["images"]
 
     def to_dict(self) -> dict:
+        """The report's fields as a dict (JSON types), with `size_mb`."""
         data = dataclasses.asdict(self)
         data["size_mb"] = round(self.size_mb, 3)
         return data
 
     def to_json(self) -> str:
+        """`to_dict()` as strict JSON (NaN and infinities as null)."""
         return json_dumps(self.to_dict())
 
     def __str__(self):

@@ -36,6 +36,9 @@ class DropPath(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
+        """`inputs` with each sample's branch zeroed with probability `rate`
+        (the kept ones scaled by `1 / (1 - rate)`) when `training`; else
+        `inputs`."""
         if not training or self.rate == 0.0:
             return inputs
         keep = 1.0 - self.rate
@@ -47,6 +50,7 @@ class DropPath(keras.layers.Layer):
         return inputs * ops.cast(mask / keep, inputs.dtype)
 
     def compute_output_shape(self, input_shape):
+        """The input shape: the layer keeps it."""
         return input_shape
 
     def get_config(self):

@@ -45,6 +45,9 @@ class ClassifierHead(keras.layers.Dense):
 
     @property
     def class_names(self):
+        """The class names in label order (a copy), or None when unknown;
+        setting them checks them (a TypeError or ValueError naming the
+        problem)."""
         return None if self._class_names is None else list(self._class_names)
 
     @class_names.setter

@@ -83,6 +83,9 @@ class MixerBlock(keras.layers.Layer):
         self.channel_mixing2 = None
 
     def build(self, input_shape):
+        """Creates the norms and the token- and channel-mixing MLPs for
+        `(batch, tokens, channels)` inputs with static sizes; a ValueError
+        otherwise."""
         if len(input_shape) != 3 or None in tuple(input_shape[1:]):
             raise ValueError(
                 "MixerBlock expects (batch, tokens, channels) with a static "
@@ -106,6 +109,8 @@ class MixerBlock(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs, training=None):
+        """Token mixing, then channel mixing, each a residual MLP after a
+        LayerNorm; the output has the input's shape."""
         if self.remat and training:
             return rematerialized_call(
                 lambda x: self._forward(x, training), inputs, [self.drop_path])
@@ -127,6 +132,7 @@ class MixerBlock(keras.layers.Layer):
         return x + self.drop_path(y, training=training)
 
     def compute_output_shape(self, input_shape):
+        """The input shape: the block keeps it."""
         return input_shape
 
     @property

@@ -160,6 +160,8 @@ class PatchEncoder(keras.layers.Layer):
 
     @property
     def num_prefix_tokens(self):
+        """The tokens before the patches: class + distillation + register
+        tokens."""
         return (int(self.use_class_token) + int(self.distillation_token)
                 + self.num_register_tokens)
 
@@ -170,6 +172,10 @@ class PatchEncoder(keras.layers.Layer):
         return 0 if self.no_embed_class else self.num_prefix_tokens
 
     def build(self, input_shape):
+        """Creates the projection, the prefix tokens and the position embedding
+        for a `(batch, grid_h, grid_w, patch_dim)` patch grid (its grid fixes
+        `grid_size` when not given); a ValueError for another rank or an
+        unknown `patch_dim`."""
         if len(input_shape) != 4 or input_shape[-1] is None:
             raise ValueError(
                 "PatchEncoder expects a patch grid of shape (batch, grid_h, "
@@ -225,6 +231,10 @@ class PatchEncoder(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
+        """The token sequence `(batch, num_prefix_tokens + grid_h * grid_w,
+        hidden_size)`: the projected patches plus the position embedding
+        (interpolated to another grid than `grid_size`), after the prefix
+        tokens."""
         gh, gw = inputs.shape[1], inputs.shape[2]
         patch_dim = inputs.shape[-1]
         if (gh, gw) == self.grid_size:
@@ -267,6 +277,8 @@ class PatchEncoder(keras.layers.Layer):
         return ops.concatenate([*tokens, x], axis=1)
 
     def compute_output_shape(self, input_shape):
+        """`(batch, num_prefix_tokens + grid_h * grid_w, hidden_size)`
+        (None tokens for an unknown grid)."""
         _, gh, gw, _ = input_shape
         tokens = None if gh is None or gw is None else self.num_prefix_tokens + gh * gw
         return (input_shape[0], tokens, self.hidden_size)

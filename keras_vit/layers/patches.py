@@ -61,10 +61,15 @@ class Patches(keras.layers.Layer):
         return (None if h is None else h // ph), (None if w is None else w // pw), c
 
     def build(self, input_shape):
+        """Records the channel count images must have (the input's last axis)."""
         self._channels = self._grid(input_shape)[2]
         self.built = True
 
     def call(self, inputs):
+        """The patch grid `(batch, grid_h, grid_w, ph * pw * channels)` of
+        images `(batch, height, width, channels)`; a ValueError for a
+        channel count other than the built one or a static side that is
+        not a multiple of the patch size."""
         # Static sides (eager, JAX, a fixed-size model) are checked here; a
         # side only known when the graph runs (a TensorFlow graph of a
         # dynamic-size model) is not: an image whose side is not a multiple
@@ -88,6 +93,7 @@ class Patches(keras.layers.Layer):
         return ops.reshape(x, (batch, gh, gw, ph * pw * c))
 
     def compute_output_shape(self, input_shape):
+        """`(batch, height // ph, width // pw, ph * pw * channels)`."""
         gh, gw, c = self._grid(input_shape)
         ph, pw = self.patch_size
         return (input_shape[0], gh, gw, ph * pw * c)

@@ -66,6 +66,7 @@ class SequencePooling(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
+        """`(batch, hidden)` pooled from `(batch, tokens, hidden)` by `mode`."""
         if self.mode == "token":
             return inputs[:, 0]
         if self.mode == "distilled":
@@ -84,6 +85,7 @@ class SequencePooling(keras.layers.Layer):
         return ops.max(patches, axis=1)
 
     def compute_output_shape(self, input_shape):
+        """`(batch, hidden)`; `(batch, 2 * hidden)` for the two-token modes."""
         width = input_shape[-1]
         if self.mode in CONCAT_MODES and width is not None:
             width *= 2
@@ -145,6 +147,9 @@ class AttentionPooling(keras.layers.Layer):
         self.probe = self.query = self.key_value = self.out = self.mlp_dense2 = None
 
     def build(self, input_shape):
+        """Creates the probe and the attention and MLP layers for
+        `(batch, tokens, hidden)` inputs; a ValueError for another rank, an
+        unknown hidden size or one not divisible by `num_heads`."""
         if len(input_shape) != 3 or input_shape[-1] is None:
             raise ValueError(
                 "AttentionPooling expects (batch, tokens, hidden) with a known "
@@ -170,6 +175,9 @@ class AttentionPooling(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
+        """`(batch, hidden)`: the learned probe's multi-head attention over the
+        tokens (the first `num_prefix_tokens` left out), plus an MLP on
+        its LayerNorm (a residual)."""
         hidden, heads = self.hidden_size, self.num_heads
         head_dim = hidden // heads
         if self.num_prefix_tokens:
@@ -191,6 +199,7 @@ class AttentionPooling(keras.layers.Layer):
         return y + dense(self.mlp_dense2, mlp)
 
     def compute_output_shape(self, input_shape):
+        """`(batch, hidden)`."""
         return (input_shape[0], input_shape[-1])
 
     @property

@@ -21,8 +21,12 @@ class ImageNormalization(keras.layers.Normalization):
     """
 
     def build(self, input_shape):
+        """`Normalization.build`, and records the channel count images must
+        have."""
         super().build(input_shape)
         self._channels = input_shape[-1]
 
     def call(self, inputs):
+        """`(inputs - mean) / sqrt(variance)` per channel, after the
+        channel-count check (a ValueError naming both counts)."""
         return super().call(checked_channels(inputs, getattr(self, "_channels", None)))

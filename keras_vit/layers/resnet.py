@@ -70,6 +70,9 @@ class StdConv2D(keras.layers.Conv2D):
         self.standardization = standardization
 
     def standardized_kernel(self, kernel):
+        """`kernel` standardised over `(height, width, in_channels)` (computed
+        in float32, returned in the kernel's dtype): what every convolution
+        uses."""
         w = ops.cast(kernel, "float32")
         mean = ops.mean(w, axis=(0, 1, 2), keepdims=True)
         w = w - mean
@@ -79,6 +82,7 @@ class StdConv2D(keras.layers.Conv2D):
         return ops.cast(w / (ops.sqrt(variance) + self.epsilon), kernel.dtype)
 
     def convolution_op(self, inputs, kernel):
+        """`Conv2D`'s convolution with the standardised kernel."""
         return super().convolution_op(inputs, self.standardized_kernel(kernel))
 
     def get_config(self):
@@ -152,6 +156,8 @@ class ResNetRoot(keras.layers.Layer):
         )
 
     def build(self, input_shape):
+        """Builds the stem's convolution and GroupNorm for `input_shape` and
+        records the channel count images must have."""
         self._channels = input_shape[-1]
         self.conv_root.build(input_shape)
         shape = self.conv_root.compute_output_shape(input_shape)
@@ -159,11 +165,15 @@ class ResNetRoot(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
+        """The stem: standardised 7x7/2 convolution, GroupNorm, ReLU, 3x3/2 max
+        pooling."""
         inputs = checked_channels(inputs, getattr(self, "_channels", None))
         x = ops.relu(self.gn_root(self.conv_root(inputs)))
         return self.pool(x)
 
     def compute_output_shape(self, input_shape):
+        """The input shape after the stride-2 convolution and pooling, with
+        `width` channels."""
         shape = self.conv_root.compute_output_shape(input_shape)
         return self.pool.compute_output_shape(shape)
 
@@ -221,9 +231,13 @@ class BottleneckUnit(keras.layers.Layer):
 
     @property
     def has_projection(self):
+        """Whether the residual goes through a 1x1 projection (built when the
+        input's channels are not `4 * features` or `strides` is not 1)."""
         return self.conv_proj is not None
 
     def build(self, input_shape):
+        """Builds the three convolutions and GroupNorms, and the projection of
+        the residual when the input's channels or the strides need it."""
         f = self.features
         policy = self.dtype_policy
         if input_shape[-1] != 4 * f or self.strides != (1, 1):
@@ -244,6 +258,8 @@ class BottleneckUnit(keras.layers.Layer):
         self.built = True
 
     def call(self, inputs):
+        """`relu(residual + gn3(conv3(relu(gn2(conv2(relu(gn1(conv1(x)))))))))`,
+        the residual projected when `has_projection`."""
         residual = inputs
         if self.conv_proj is not None:
             residual = self.gn_proj(self.conv_proj(inputs))
@@ -253,6 +269,7 @@ class BottleneckUnit(keras.layers.Layer):
         return ops.relu(residual + y)
 
     def compute_output_shape(self, input_shape):
+        """The input shape after `strides`, with `4 * features` channels."""
         shape = self.conv2.compute_output_shape(
             tuple(input_shape[:-1]) + (self.features,)
         )

@@ -47,15 +47,18 @@ class LayerScale(keras.layers.Layer):
         self.gamma = None
 
     def build(self, input_shape):
+        """Creates `gamma`, one scale per channel (the last axis), at `init_value`."""
         self.gamma = self.add_weight(
             name="gamma", shape=(int(input_shape[-1]),),
             initializer=keras.initializers.Constant(self.init_value))
         self.built = True
 
     def call(self, inputs):
+        """`inputs * gamma` (per channel)."""
         return inputs * ops.cast(self.gamma, inputs.dtype)
 
     def compute_output_shape(self, input_shape):
+        """The input shape: the layer keeps it."""
         return input_shape
 
     def get_config(self):
@@ -204,6 +207,9 @@ class TransformerBlock(keras.layers.Layer):
         self.mlp_dense2 = None
 
     def build(self, input_shape):
+        """Creates the norms, the attention and MLP Dense layers for
+        `(batch, tokens, hidden)` inputs; a ValueError for another rank or
+        an unknown hidden size."""
         if len(input_shape) != 3 or input_shape[-1] is None:
             raise ValueError(
                 "TransformerBlock expects (batch, tokens, hidden) with a known "
@@ -285,6 +291,11 @@ class TransformerBlock(keras.layers.Layer):
         return x + self.drop_path(y, training=training), weights
 
     def call(self, inputs, training=None, return_attention_scores=False):
+        """The block's output for `(batch, tokens, hidden)` `inputs`, the same
+        shape; with `return_attention_scores`, `(output, attention)`, the
+        attention probabilities `(batch, heads, tokens, tokens)` in float32.
+        With `remat` and `training`, the activations are recomputed in the
+        backward pass instead of kept."""
         if self.remat and training and not return_attention_scores:
             return rematerialized_call(
                 lambda x: self._forward(x, training)[0], inputs,

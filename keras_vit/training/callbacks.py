@@ -13,7 +13,7 @@ import numpy as np
 
 from keras_vit import _atomic, _compat
 from keras_vit._console import plural
-from keras_vit._saving import host_values, save_atomically
+from keras_vit._saving import host_values, save_atomically, without_optimizer
 from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
 from keras_vit.layers import lora
 from keras_vit.layers.blocks import walk_layers
@@ -125,9 +125,10 @@ class BestModelCheckpoint(keras.callbacks.Callback):
         if not (_finite(value) and _finite(logs.get("loss", 0.0))) or not self._better(value):
             return
         os.makedirs(os.path.dirname(self.path) or ".", exist_ok=True)
-        # A model with LoRA adapters is saved merged, without optimizer state
-        # (it holds slots of the adapters, which the merged model has not).
-        save_atomically(lora.merge_lora(self._to_save or self.model), self.path)
+        # The model alone, without the optimizer's state (the backup keeps it);
+        # a model with LoRA adapters merged.
+        save_atomically(without_optimizer(lora.merge_lora(self._to_save or self.model)),
+                        self.path)
         self.best = {"monitor": self.monitor, "value": float(value), "epoch": epoch + 1}
         _atomic.write_text(self.state_path, json.dumps(self.best))
 

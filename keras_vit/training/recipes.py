@@ -101,6 +101,12 @@ RECIPES = {
 
 
 def get_recipe(name):
+    """The `Recipe` named `name` (`"finetune"`, `"augreg"`,
+    `"scratch"`: `RECIPES`); a `Recipe` is returned as it is. A
+    ValueError names the recipes for another name.
+
+    >>> get_recipe("scratch").optimizer
+    'adamw'"""
     if isinstance(name, Recipe):
         return name
     if name not in RECIPES:

@@ -71,6 +71,8 @@ class SAMModel(keras.Model):
             self.built = True  # its weights are the inner model's, all created
 
     def call(self, inputs, training=None):
+        """The inner model's output: SAM changes the training step, not the
+        forward pass."""
         return self.model(inputs, training=training)
 
     def _loss(self, x, y, sample_weight, values=None):
@@ -84,6 +86,9 @@ class SAMModel(keras.Model):
         return loss, y_pred
 
     def train_step(self, *args):
+        """One SAM step: the gradient at the weights perturbed by
+        `rho * g / |g|`, applied to the unperturbed weights (through
+        `keras.StatelessScope`; TensorFlow and JAX)."""
         if keras.backend.backend() == "jax":
             return self._jax_train_step(*args)
         return self._tf_train_step(*args)

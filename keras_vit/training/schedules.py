@@ -72,6 +72,8 @@ class WarmupDecay(keras.optimizers.schedules.LearningRateSchedule):
         return lr
 
     def get_config(self):
+        """The schedule's arguments (what `from_config` and `.keras` files
+        read)."""
         return {
             "base_lr": self.base_lr, "total_steps": self.total_steps,
             "warmup_steps": self.warmup_steps, "decay": self.decay,

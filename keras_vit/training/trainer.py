@@ -15,10 +15,10 @@ from collections.abc import Sequence
 import keras
 import tensorflow as tf
 
-from keras_vit import models
+from keras_vit import _console, models
 from keras_vit import labels as labels_lib
 from keras_vit._framework_text import says_disk_full
-from keras_vit._saving import load_keras_model, save_atomically
+from keras_vit._saving import load_keras_model, save_atomically, without_optimizer
 from keras_vit.data.presets import Preset, auto_preset
 from keras_vit.data.sources import check_holdout
 from keras_vit.errors import TrainingDivergedError
@@ -167,7 +167,9 @@ def train(
             (`get_distribution`), and a multi-process job.
         jit_compile: `"auto"` (TensorFlow: XLA on GPU/TPU, off on CPU; JAX:
             on; torch: eager), True or False.
-        seed, verbose: the random seed (None: unseeded) and Keras' verbosity.
+        seed, verbose: the random seed (None: unseeded) and Keras' verbosity
+            (1, the live progress bar, becomes one line per epoch, 2, when
+            stdout is a file or a pipe outside a notebook, as on the CLI).
         train_split, val_split, holdout: split names (`val_split=None`:
             `validation`, else `test`); a folder without split folders
             holds out `holdout` of each class.
@@ -185,7 +187,9 @@ def train(
         dict with `status` (`"completed"`), `outputs` (`"logits"` for a
         named model), `val_accuracy`, `val_loss` (the training loss, with
         label smoothing: `val_loss_is`), `seconds`, `steps`, `epochs`,
-        `data`, `summary`, `skipped_corrupt`, the artifact paths, `best`,
+        `data`, `summary`, `skipped_corrupt`, the artifact paths (`model`:
+        model.keras, the model without the optimizer's state, of
+        `model_size_mb`), `best`,
         `parameters`, `trainable_parameters`, `lora`, `layer_decay`, `ema`.
 
     Raises:
@@ -253,7 +257,8 @@ def train(
         distribution=distribution, jit_compile=engine.jit_compile_for(jit_compile, strategy),
         preset_reason=preset_reason,
         check_memory=preflight.check_flag(check_memory, "check_memory"),
-        skip_corrupt=skip_corrupt, verbose=verbose, overwrite=overwrite, start=start,
+        skip_corrupt=skip_corrupt, verbose=_console.progress_verbosity(verbose),
+        overwrite=overwrite, start=start,
         batch_reason=batch_reason)
     if plan.named and weights is None and recipe.name == "finetune":
         logger.warning(
@@ -371,7 +376,8 @@ def _fit_and_save(plan, datasets, folder):
         raise ValueError(unmoved_message(optimizer, plan.updates, trainable))
     labels_path = os.path.join(out, "labels.txt")
     try:
-        save_atomically(lora.merge_lora(net), final)  # LoRA: plain kernels, no optimizer state
+        # the model alone: the optimizer's state is the backup's (LoRA: plain kernels)
+        save_atomically(without_optimizer(lora.merge_lora(net)), final)
         labels_lib.write_labels(info.class_names, labels_path)
     except OSError as error:
         _raise_disk_full(error, out)
@@ -389,6 +395,9 @@ def _fit_and_save(plan, datasets, folder):
     results = plan_lib.results(plan, summary, datasets, folder, metrics=metrics,
                                history=history, best=best, outputs=_outputs(net),
                                evaluation=report, pictures=evaluation.run_pictures(out, report))
+    if plan.verbose:
+        logger.info("saved %s (%.1f MB: the model and its class names, without the "
+                    "optimizer's state)", final, results["model_size_mb"])
     if plan.skip_corrupt and (info.skipped_corrupt or val_info.skipped_corrupt):
         logger.warning("Skipped corrupt, unreadable or too large image files: %d in "
                        "training, %d in validation (distinct files).",

@@ -186,6 +186,8 @@ class HubCheckpoint(Checkpoint):
 
     @property
     def module(self):
+        """The module that maps this checkpoint's keys (timm's or
+        transformers' format: `keras_vit.weights.timm` or `.transformers`)."""
         return FORMATS[self.format].keys
 
     def convert(self, num_heads):
@@ -213,6 +215,8 @@ class HubCheckpoint(Checkpoint):
         return self.family, dict(self.architecture)
 
     def source_name(self, key):
+        """The checkpoint's own key that the official key `key` comes from
+        (for messages)."""
         return FORMATS[self.format].source_name(key, self.state)
 
     def load(self, model, dropped=()):
