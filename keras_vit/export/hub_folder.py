@@ -22,10 +22,12 @@ The arithmetic travels: the GELU form (`"gelu"` / `"gelu_tanh"` /
 the LayerNorm epsilon, timm's `fc_norm`, the input normalisation and the
 class names. A model the library would compute differently is refused
 with the reason (a Mixer with the official tanh GELU for timm, whose
-Mixer takes its GELU from code; a distillation token, or a patch bias
-that does not go with the pre-norm as timm's does; a `gap` or `map` model,
-a hybrid, LayerScale, registers or QuickGELU for transformers; a
-`pre_logits` layer for both, ...).
+Mixer takes its GELU from code; a distillation token, a patch bias that
+does not go with the pre-norm as timm's does, or a SwiGLU MLP beside a
+`map` head; a `gap` or `map` model, a hybrid, LayerScale, registers,
+QuickGELU or a SwiGLU MLP for transformers; a `pre_logits` layer for
+both, ...). A SwiGLU model (DINOv2-g) is written under
+`vit_giant_patch14_dinov2`, whose code builds timm's `SwiGLUPacked`.
 
 Verified like every export (`_pipeline.export_verified`): written under a
 temporary name, read back by keras_vit's own reader
