@@ -35,12 +35,14 @@ ROOT = pathlib.Path(__file__).resolve().parent.parent
 DEFAULT_CONFIGS = ["ViTTi16@384", "ViTTi16@384+remat", "ViTS16@224", "MixerS16@224",
                    "R26ViTS32@224"]
 # `keras_vit.VisionTransformer` options of models that have no named builder:
-# ViT-S at patch 14 without and with DINOv2's LayerScale, and SigLIP's
+# ViT-S at patch 14 without and with DINOv2's LayerScale, with DINOv2-g's
+# SwiGLU MLP (its width after the gating ViT-S's), and SigLIP's
 # attention-pooling head on ViT-S/16.
 _S = dict(hidden_size=384, num_layers=12, num_heads=6, mlp_dim=1536)
 FAMILY_MODELS = {
     "ViTS14": dict(_S, patch_size=14),
     "DINOv2S14": dict(_S, patch_size=14, layer_scale_init=1e-5),
+    "SwiGLUS14": dict(_S, patch_size=14, mlp="swiglu"),
     "SigLIPS16": dict(_S, patch_size=16, classifier="map"),
 }
 

@@ -21,7 +21,7 @@ Pure data: the bottom floor of the package (imports nothing of it, no Keras).
 >>> HUB_VARIANTS["DINOv2-S/14"].function, HUB_VARIANTS["DINOv2-S/14"].image_size
 ('DINOv2ViTS14', 518)
 >>> len(ALL_VARIANTS), len(HUB_VARIANTS)
-(41, 21)
+(43, 23)
 """
 
 import dataclasses
@@ -59,6 +59,8 @@ def _vit(size, patch, **extra):
         "B": dict(hidden_size=768, num_layers=12, num_heads=12, mlp_dim=3072),
         "L": dict(hidden_size=1024, num_layers=24, num_heads=16, mlp_dim=4096),
         "H": dict(hidden_size=1280, num_layers=32, num_heads=16, mlp_dim=5120),
+        # DINOv2's ViT-g (its SwiGLU MLP's hidden width: (int(4 x 1536 x 2/3) + 7) // 8 x 8)
+        "g": dict(hidden_size=1536, num_layers=40, num_heads=24, mlp_dim=4096),
         # SigLIP's shape-optimised ViT (Alabdulmohsin et al., 2023; big_vision's "So400m")
         "So400m": dict(hidden_size=1152, num_layers=27, num_heads=16, mlp_dim=4304),
     }[size]
@@ -130,8 +132,11 @@ _IMAGENET = dict(layer_norm_epsilon=1e-6, image_mean=IMAGENET_MEAN, image_std=IM
 def _dinov2(size, registers=False):
     # timm's vit_*_patch14_dinov2 (init_values=1e-5, erf GELU, eps 1e-6);
     # with registers its vit_*_patch14_reg4_dinov2: 4 registers, and position
-    # embeddings of the patch grid only
+    # embeddings of the patch grid only; ViT-g's MLP is a SwiGLU (timm's
+    # SwiGLUPacked; SiLU, its "gelu" unused)
     extra = dict(num_register_tokens=4, no_embed_class=True) if registers else {}
+    if size == "g":
+        extra["mlp"] = "swiglu"
     return _vit(size, 14, layer_scale_init=1e-5, gelu="erf", **_IMAGENET, **extra)
 
 
@@ -160,13 +165,15 @@ def _siglip(size, patch):
 
 _HUB_TABLE = [
     # key, function, name, release, config, native size, Hub repositories
-    # DINOv2 (ViT-g/14 uses a SwiGLU MLP, which keras_vit does not build: no row)
+    # DINOv2 (ViT-g/14: a SwiGLU MLP)
     ("DINOv2-S/14", "DINOv2ViTS14", "DINOv2-ViT-S_14", "dinov2", _dinov2("S"), 518,
      ("timm/vit_small_patch14_dinov2.lvd142m", "facebook/dinov2-small")),
     ("DINOv2-B/14", "DINOv2ViTB14", "DINOv2-ViT-B_14", "dinov2", _dinov2("B"), 518,
      ("timm/vit_base_patch14_dinov2.lvd142m", "facebook/dinov2-base")),
     ("DINOv2-L/14", "DINOv2ViTL14", "DINOv2-ViT-L_14", "dinov2", _dinov2("L"), 518,
      ("timm/vit_large_patch14_dinov2.lvd142m", "facebook/dinov2-large")),
+    ("DINOv2-g/14", "DINOv2ViTG14", "DINOv2-ViT-g_14", "dinov2", _dinov2("g"), 518,
+     ("timm/vit_giant_patch14_dinov2.lvd142m", "facebook/dinov2-giant")),
     ("DINOv2-S/14-reg", "DINOv2ViTS14Reg", "DINOv2-ViT-S_14-reg", "dinov2",
      _dinov2("S", True), 518,
      ("timm/vit_small_patch14_reg4_dinov2.lvd142m", "facebook/dinov2-with-registers-small")),
@@ -176,6 +183,16 @@ _HUB_TABLE = [
     ("DINOv2-L/14-reg", "DINOv2ViTL14Reg", "DINOv2-ViT-L_14-reg", "dinov2",
      _dinov2("L", True), 518,
      ("timm/vit_large_patch14_reg4_dinov2.lvd142m", "facebook/dinov2-with-registers-large")),
+    ("DINOv2-g/14-reg", "DINOv2ViTG14Reg", "DINOv2-ViT-g_14-reg", "dinov2",
+     _dinov2("g", True), 518,
+     ("timm/vit_giant_patch14_reg4_dinov2.lvd142m", "facebook/dinov2-with-registers-giant")),
+    # DeiT
+    ("DeiT-Ti/16", "DeiTTi16", "DeiT-Ti_16", "deit", _deit("Ti"), 224,
+     ("timm/deit_tiny_patch16_224.fb_in1k", "facebook/deit-tiny-patch16-224")),
+    ("DeiT-S/16", "DeiTS16", "DeiT-S_16", "deit", _deit("S"), 224,
+     ("timm/deit_small_patch16_224.fb_in1k", "facebook/deit-small-patch16-224")),
+    ("DeiT-B/16", "DeiTB16", "DeiT-B_16", "deit", _deit("B"), 224,
+     ("timm/deit_base_patch16_224.fb_in1k", "facebook/deit-base-patch16-224")),
     # DeiT distilled (the class token's head and the distillation token's, averaged)
     ("DeiT-Ti/16-distilled", "DeiTTi16Distilled", "DeiT-Ti_16-distilled", "deit",
      _deit("Ti", distilled=True), 224,
@@ -189,12 +206,6 @@ _HUB_TABLE = [
      _deit("B", distilled=True), 224,
      ("timm/deit_base_distilled_patch16_224.fb_in1k",
       "facebook/deit-base-distilled-patch16-224")),
-    ("DeiT-Ti/16", "DeiTTi16", "DeiT-Ti_16", "deit", _deit("Ti"), 224,
-     ("timm/deit_tiny_patch16_224.fb_in1k", "facebook/deit-tiny-patch16-224")),
-    ("DeiT-S/16", "DeiTS16", "DeiT-S_16", "deit", _deit("S"), 224,
-     ("timm/deit_small_patch16_224.fb_in1k", "facebook/deit-small-patch16-224")),
-    ("DeiT-B/16", "DeiTB16", "DeiT-B_16", "deit", _deit("B"), 224,
-     ("timm/deit_base_patch16_224.fb_in1k", "facebook/deit-base-patch16-224")),
     ("DeiT3-S/16", "DeiT3S16", "DeiT3-S_16", "deit3", _deit("S", deit3=True), 224,
      ("timm/deit3_small_patch16_224.fb_in1k", "timm/deit3_small_patch16_224.fb_in22k_ft_in1k")),
     ("DeiT3-B/16", "DeiT3B16", "DeiT3-B_16", "deit3", _deit("B", deit3=True), 224,

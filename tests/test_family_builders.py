@@ -37,8 +37,9 @@ BY_FUNCTION = {v.function: v for v in HUB_VARIANTS.values()}
 # to timm's sum(p.numel()) (test_counts_are_timms).
 PARAMS = {
     "DINOv2ViTS14": 22_441_192, "DINOv2ViTB14": 87_348_712, "DINOv2ViTL14": 305_392_616,
+    "DINOv2ViTG14": 1_138_016_232,
     "DINOv2ViTS14Reg": 22_442_344, "DINOv2ViTB14Reg": 87_351_016,
-    "DINOv2ViTL14Reg": 305_395_688,
+    "DINOv2ViTL14Reg": 305_395_688, "DINOv2ViTG14Reg": 1_138_020_840,
     "DeiTTi16": 5_717_416, "DeiTS16": 22_050_664, "DeiTB16": 86_567_656,
     "DeiTTi16Distilled": 5_910_800, "DeiTS16Distilled": 22_436_432,
     "DeiTB16Distilled": 87_338_192,
@@ -51,7 +52,9 @@ PARAMS = {
 # them on timm's model.
 GFLOPS = {
     "DINOv2ViTS14": 93.4, "DINOv2ViTB14": 303.1, "DINOv2ViTL14": 1013.6,
+    "DINOv2ViTG14": 3566.7,
     "DINOv2ViTS14Reg": 93.8, "DINOv2ViTB14Reg": 304.2, "DINOv2ViTL14Reg": 1017.1,
+    "DINOv2ViTG14Reg": 3578.4,
     "DeiTTi16": 2.5, "DeiTS16": 9.2, "DeiTB16": 35.1,
     "DeiTTi16Distilled": 2.5, "DeiTS16Distilled": 9.2, "DeiTB16Distilled": 35.3,
     "DeiT3S16": 9.2, "DeiT3B16": 35.1, "DeiT3L16": 123.1,
@@ -90,7 +93,7 @@ def timm_files(timm):
 # --- the table ---------------------------------------------------------------------------
 
 def test_the_table_and_its_derived_lists():
-    assert len(HUB_VARIANTS) == 21 and len(ALL_VARIANTS) == 41
+    assert len(HUB_VARIANTS) == 23 and len(ALL_VARIANTS) == 43
     assert set(FUNCTIONS) == set(PARAMS) <= set(keras_vit.__all__)
     for function in FUNCTIONS:
         variant = BY_FUNCTION[function]
@@ -132,6 +135,7 @@ def test_each_builder_builds_its_row(function):
     assert encoder["grid_size"] == (size // config["patch_size"],) * 2
     block = model.get_layer(f"encoderblock_{config['num_layers'] - 1}").get_config()
     assert block["layer_scale_init"] == config.get("layer_scale_init")
+    assert block["mlp"] == config.get("mlp", "gelu")
     assert (block["gelu"], block["layer_norm_epsilon"]) == (
         config["gelu"], config["layer_norm_epsilon"])
     names = {layer.name for layer in model.layers}
@@ -148,8 +152,9 @@ def test_each_builder_builds_its_row(function):
 def test_counts_are_timms(timm, function):
     """timm's model of the same architecture, 1000-class head, native size:
     its parameter count is keras_vit's, its FLOPs those of the docs; the
-    architecture options of timm's name are the row's, and its GELU too
-    but where timm differs from the original model (`TIMM_GELU`)."""
+    architecture options of timm's name are the row's (its MLP and heads
+    too), and its GELU too but where timm differs from the original model
+    (`TIMM_GELU`; none with DINOv2-g's SwiGLU MLP)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -165,7 +170,10 @@ def test_counts_are_timms(timm, function):
     assert sum(p.numel() for p in model.parameters()) == PARAMS[function]
     assert round(counter.get_total_flops() / 1e9, 1) == GFLOPS[function]
     timm_row, config = ARCHITECTURES[timm_name(variant)], variant.config
-    assert timm_row["gelu"] == TIMM_GELU.get(variant.release, config["gelu"])
+    assert (timm_row["mlp"], timm_row["num_heads"]) == (config.get("mlp", "gelu"),
+                                                       config["num_heads"])
+    if timm_row["mlp"] == "gelu":
+        assert timm_row["gelu"] == TIMM_GELU.get(variant.release, config["gelu"])
     assert timm_row["eps"] == config["layer_norm_epsilon"]
     assert (timm_row["layer_scale"], timm_row["reg_tokens"], timm_row["no_embed_class"],
             timm_row["pre_norm"], timm_row["patch_bias"], timm_row["pool"]) == (
@@ -207,6 +215,8 @@ def _options(config):
         out.append("no patch bias")
     if config.get("classifier") == "map":
         out.append("map head, no class token")
+    if config.get("mlp") == "swiglu":
+        out.append("SwiGLU MLP")
     return ", ".join(out) or "–"
 
 
@@ -225,7 +235,8 @@ def family_table():
         lines.append(
             f"| `{variant.function}` | {variant.key} | {c['patch_size']} | {c['hidden_size']} "
             f"| {c['num_layers']} | {c['num_heads']} | {c['mlp_dim']} | {_options(c)} | "
-            f"{c['gelu']}, {_number(c['layer_norm_epsilon'])}, {_MEANS[c['image_mean']]} | "
+            f"{'SiLU' if c.get('mlp') == 'swiglu' else c['gelu']}, "
+            f"{_number(c['layer_norm_epsilon'])}, {_MEANS[c['image_mean']]} | "
             f"{variant.image_size} | {PARAMS[variant.function]:,} | "
             f"{GFLOPS[variant.function]:.1f} | "
             + ", ".join(f"`{repo}`" for repo in variant.hub) + " |")

@@ -284,12 +284,15 @@ def test_families_keras_vit_does_not_build_are_refused_naming_what_is_missing(
         keras_vit.model_from_checkpoint(folder)
 
 
-def test_a_swiglu_dinov2_is_refused(tmp_path):
+def test_use_swiglu_ffn_beside_a_gelu_mlp_is_corrupt(tmp_path):
+    """config.json says DINOv2-g's SwiGLU MLP (tests/test_family_swiglu.py
+    loads one); the weights hold the GELU MLP."""
     folder = _dinov2_folder(tmp_path)
     _edit_config(folder, use_swiglu_ffn=True)
-    with pytest.raises(CheckpointMismatchError, match=re.escape(
-            "A transformers 'dinov2' checkpoint with a SwiGLU MLP (use_swiglu_ffn=true, "
-            "DINOv2-g), which keras_vit does not build.")):
+    with pytest.raises(CorruptCheckpointError, match=re.escape(
+            "config.json' says use_swiglu_ffn true, but the weights hold a GELU MLP "
+            "(encoder.layer.0.mlp.fc1.weight has the 64 rows mlp.fc2.weight takes); the file "
+            "and the weights must describe the same model.")):
         keras_vit.model_from_checkpoint(folder)
 
 

@@ -1,7 +1,8 @@
 """Writes `keras_vit/weights/timm_architectures.py`: for every ViT and DeiT
 architecture timm registers, what its weights do not show and keras_vit
-must compute the same way (the activation, the LayerNorm epsilon, the
-pooling), or why keras_vit does not build it.
+must compute the same way (the MLP and its activation, the LayerNorm
+epsilon, the pooling, the attention heads), or why keras_vit does not build
+it.
 
 timm's Hub repositories and `save_for_hf` folders record the architecture
 name, not these arguments (they live in each name's entry point, e.g.
@@ -23,6 +24,42 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, "..", "keras_vit", "weights", "timm_architectures.py")
 
 
+def _is_packed_swiglu(mlp):
+    """timm's `SwiGLUPacked`: a `GluMlp` of Linear layers with SiLU on the
+    first half (`gate_last=False`) and no norm inside, which
+    `TransformerBlock(mlp="swiglu")` computes."""
+    import torch
+
+    return (type(mlp).__name__ == "GluMlp" and isinstance(mlp.fc1, torch.nn.Linear)
+            and not mlp.gate_last and isinstance(mlp.norm, torch.nn.Identity)
+            and type(mlp.act).__name__ == "SiLU")
+
+
+def _mlp(mlp, why):
+    """`(kind, gelu)`: "gelu" and its form, or "swiglu" and None; a reason
+    appended to `why` for an MLP keras_vit does not build."""
+    import torch
+
+    if _is_packed_swiglu(mlp):
+        kind, gelu = "swiglu", None
+    else:
+        kind = "gelu"
+        if mlp is None or type(mlp).__name__ != "Mlp":
+            why.append(f"a {type(mlp).__name__} MLP")
+        act = type(getattr(mlp, "act", None)).__name__
+        gelu = {"GELU": "erf", "GELUTanh": "tanh", "QuickGELU": "quick"}.get(act)
+        if act == "GELU" and getattr(mlp.act, "approximate", "none") == "tanh":
+            gelu = "tanh"
+        if gelu is None:
+            why.append(f"{act} activation")
+    if not isinstance(getattr(mlp, "norm", None) or torch.nn.Identity(), torch.nn.Identity):
+        why.append("a normalisation inside the MLP")
+    if hasattr(mlp, "fc1") and any(getattr(getattr(mlp, fc, None), "bias", None) is None
+                                   for fc in ("fc1", "fc2")):
+        why.append("an MLP without biases")
+    return kind, gelu
+
+
 def describe(model):
     """`(row, None)` or `(None, why keras_vit does not build it)`."""
     import torch
@@ -36,15 +73,7 @@ def describe(model):
     norm = getattr(block, "norm1", None)
     if not isinstance(norm, (torch.nn.LayerNorm, TimmLayerNorm)):
         why.append(f"{type(norm).__name__} normalisation")
-    mlp = getattr(block, "mlp", None)
-    if mlp is None or type(mlp).__name__ != "Mlp":
-        why.append(f"a {type(mlp).__name__} MLP")
-    act = type(getattr(mlp, "act", None)).__name__
-    gelu = {"GELU": "erf", "GELUTanh": "tanh", "QuickGELU": "quick"}.get(act)
-    if act == "GELU" and getattr(mlp.act, "approximate", "none") == "tanh":
-        gelu = "tanh"
-    if gelu is None:
-        why.append(f"{act} activation")
+    mlp, gelu = _mlp(getattr(block, "mlp", None), why)
     attn = getattr(block, "attn", None)
     if getattr(attn, "qkv", None) is None or getattr(attn.qkv, "bias", None) is None:
         why.append("attention without a query-key-value bias")
@@ -65,7 +94,7 @@ def describe(model):
     ls = getattr(block, "ls1", None)
     init = float(ls.gamma.detach()[0]) if hasattr(ls, "gamma") else None
     return dict(
-        gelu=gelu, eps=float(norm.eps), pool=pool,
+        mlp=mlp, gelu=gelu, num_heads=int(attn.num_heads), eps=float(norm.eps), pool=pool,
         class_token=getattr(model, "cls_token", None) is not None,
         reg_tokens=int(getattr(model, "num_reg_tokens", 0) or 0),
         no_embed_class=bool(getattr(model, "no_embed_class", False)),
@@ -118,7 +147,8 @@ def main():
     text = ("# ruff: noqa: E501  (one architecture a line)\n"
             f'"""What timm {timm.__version__}\'s ViT and DeiT architectures compute that '
             "their weights do not show,\nby name (written by tools/timm_architectures.py; "
-            "do not edit).\n\n`ARCHITECTURES`: name -> gelu ('erf', 'tanh', 'quick'), "
+            "do not edit).\n\n`ARCHITECTURES`: name -> mlp ('gelu', 'swiglu'), gelu ('erf', "
+            "'tanh', 'quick';\nNone with 'swiglu', whose activation is SiLU), num_heads, "
             "LayerNorm eps, pool\n('token', 'avg', 'map', ''), class_token, reg_tokens, "
             "no_embed_class, pre_norm,\nlayer_scale (the initial gamma, None: none), "
             "fc_norm, patch_bias, distilled.\n`REFUSED`: name -> what keras_vit does not "

@@ -30,10 +30,12 @@ in transformers), the LayerNorm epsilon, timm's `fc_norm`, the input
 normalisation and the class names. A model the library would compute
 differently is refused with the reason (a Mixer with the official tanh
 GELU for timm, whose Mixer takes its GELU from code, a patch bias that
-does not go with the pre-norm as timm's does, or a distillation token
-with a head on the class token alone; a `map` head, a CLIP model, a
-hybrid, or LayerScale with a class-token head for transformers; a
-`pre_logits` layer for both, ...).
+does not go with the pre-norm as timm's does, a distillation token
+with a head on the class token alone, or a SwiGLU MLP beside a `map`
+head; a `map` head, a CLIP model, a hybrid, LayerScale with a
+class-token head, or a SwiGLU MLP for transformers; a `pre_logits`
+layer for both, ...). A SwiGLU model (DINOv2-g) is written to timm
+under `vit_giant_patch14_dinov2`, whose code builds timm's `SwiGLUPacked`.
 
 Verified like every export (`_pipeline.export_verified`): written under a
 temporary name, read back by keras_vit's own reader

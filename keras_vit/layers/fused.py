@@ -124,6 +124,22 @@ def quick_gelu(x):
     return x * ops.sigmoid(ops.cast(QUICK_GELU_SCALE, x.dtype) * x)
 
 
+def swiglu(x):
+    """The gating of a packed SwiGLU MLP: `x` `(rows, 2 * hidden)` is the
+    one Dense's output; its first half through SiLU (`a * sigmoid(a)`)
+    times its second half, `(rows, hidden)`. timm's `SwiGLUPacked`
+    (`GluMlp(act_layer=SiLU, gate_last=False)`), DINOv2's `SwiGLUFFN(Fused)`
+    (`w12`) and transformers' `Dinov2SwiGLUFFN` (`weights_in`: `gate_proj`
+    then `up_proj`) compute the same. Written with `sigmoid`, plain ops
+    every exporter converts.
+
+    >>> keras.ops.convert_to_numpy(swiglu(keras.ops.convert_to_tensor([[0.0, 2.0, 5.0, 3.0]])))
+    array([[0.       , 5.2847824]], dtype=float32)
+    """
+    gate, up = ops.split(x, 2, axis=-1)
+    return gate * ops.sigmoid(gate) * up
+
+
 def check_gelu(gelu):
     """Validates a GELU form name: "tanh" (official), "erf" (exact, as
     PyTorch's `nn.GELU()` in timm and transformers) or "quick"

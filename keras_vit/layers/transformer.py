@@ -13,6 +13,7 @@ from keras_vit.layers.fused import (
     dot_product_attention,
     layer_norm,
     softmax_attention,
+    swiglu,
     uses_dot_product_attention,
 )
 from keras_vit.layers._remat import rematerialized_call
@@ -25,6 +26,21 @@ def check_layer_scale_init(value, name="layer_scale_init"):
     if value is None:
         return None
     return _checks.positive_float(value, name, "DINOv2: 1e-5, DeiT-III: 1e-6")
+
+
+# The MLPs a block computes: "gelu", Dense -> GELU -> Dense (the ViT's);
+# "swiglu", one Dense to twice the width -> SiLU(first half) x second half
+# -> Dense (DINOv2's ViT-g/14, timm's SwiGLUPacked).
+MLP_KINDS = ("gelu", "swiglu")
+
+
+def check_mlp(mlp):
+    """`mlp`: one of `MLP_KINDS`."""
+    if mlp not in MLP_KINDS:
+        raise ValueError(
+            f"Unknown mlp={mlp!r}; allowed: {MLP_KINDS} ('gelu': Dense, GELU, Dense; "
+            "'swiglu': the gated MLP of DINOv2's ViT-g/14).")
+    return mlp
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -77,6 +93,10 @@ class TransformerBlock(keras.layers.Layer):
                                                 #      Dense, Dropout
     ```
 
+    With `mlp="swiglu"` the MLP is gated: `Dense(2 * mlp_dim)`, then
+    `SiLU(first half) * second half`, Dropout, `Dense`, Dropout (DINOv2's
+    ViT-g/14; `keras_vit.layers.fused.swiglu`).
+
     `ls1`, `ls2`: `LayerScale` (per-channel `gamma`), only with
     `layer_scale_init` (DINOv2, DeiT-III, timm's `init_values`).
 
@@ -92,7 +112,8 @@ class TransformerBlock(keras.layers.Layer):
 
     Args:
         num_heads: number of attention heads; must divide the width.
-        mlp_dim: width of the MLP hidden layer.
+        mlp_dim: width of the MLP hidden layer (with `mlp="swiglu"`, the
+            width after the gating: `mlp_dense1` has `2 * mlp_dim` units).
         dropout_rate: dropout after attention and in the MLP.
         attention_dropout_rate: dropout on the attention weights.
         drop_path_rate: stochastic depth rate of both residual branches.
@@ -101,7 +122,8 @@ class TransformerBlock(keras.layers.Layer):
         gelu: `"tanh"` (the tanh approximation, official), `"erf"`
             (exact GELU, PyTorch's `nn.GELU()` as timm and transformers
             use it) or `"quick"` (`x * sigmoid(1.702 x)`, OpenAI CLIP's
-            QuickGELU). Weights loaded from those libraries set it.
+            QuickGELU). Weights loaded from those libraries set it. Not
+            used by `mlp="swiglu"`, whose activation is SiLU.
         layer_scale_init: None (the default: no LayerScale, the official
             block) or a float: each residual branch is multiplied by a
             learned per-channel scale (sublayers `ls1`, `ls2`, weight
@@ -122,6 +144,13 @@ class TransformerBlock(keras.layers.Layer):
             Calls with `return_attention_scores=True`, and training calls
             with attention dropout, always use `"fused"`. Saved in the
             config.
+        mlp: `"gelu"` (the default: Dense, GELU, Dense) or `"swiglu"`:
+            the packed SwiGLU MLP of DINOv2's ViT-g/14 (timm's
+            `SwiGLUPacked`): `mlp_dense1` projects to `2 * mlp_dim`, its
+            first half through SiLU times its second half feeds
+            `mlp_dense2`. The sublayers keep their names, so LoRA's `"mlp"`
+            target, quantization and the official keys (`MlpBlock_3/
+            Dense_0`, `Dense_1`) cover both.
 
     Call arguments:
         inputs: `(batch, tokens, hidden)`.
@@ -151,10 +180,12 @@ class TransformerBlock(keras.layers.Layer):
         remat=False,
         attention="auto",
         layer_scale_init=None,
+        mlp="gelu",
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.attention = check_attention(attention)
+        self.mlp = check_mlp(mlp)
         self.layer_scale_init = check_layer_scale_init(layer_scale_init)
         self.gelu = check_gelu(gelu)
         self.remat = _checks.boolean(remat, "remat")
@@ -175,7 +206,7 @@ class TransformerBlock(keras.layers.Layer):
             epsilon=self.layer_norm_epsilon, dtype=policy, name="norm2"
         )
         self.mlp_dense1 = keras.layers.Dense(
-            self.mlp_dim,
+            self.mlp_dim * (2 if self.mlp == "swiglu" else 1),
             kernel_initializer="glorot_uniform",
             bias_initializer=keras.initializers.RandomNormal(stddev=1e-6),
             dtype=sublayer_policy(self, "mlp_dense1"),
@@ -273,8 +304,11 @@ class TransformerBlock(keras.layers.Layer):
 
     def _mlp(self, x, training):
         rows = ops.reshape(x, (-1, self.hidden_size))
-        y = self.dropout(dense(self.mlp_dense1, rows, gelu=self.gelu, training=training),
-                         training=training)
+        if self.mlp == "swiglu":
+            y = swiglu(dense(self.mlp_dense1, rows))
+        else:
+            y = dense(self.mlp_dense1, rows, gelu=self.gelu, training=training)
+        y = self.dropout(y, training=training)
         y = dense(self.mlp_dense2, y)
         return ops.reshape(y, ops.shape(x))
 
@@ -351,6 +385,7 @@ class TransformerBlock(keras.layers.Layer):
                 "remat": self.remat,
                 "attention": self.attention,
                 "layer_scale_init": self.layer_scale_init,
+                "mlp": self.mlp,
                 "dtype": dtype_config(self),
             }
         )

@@ -117,7 +117,7 @@ def hub_checkpoint(variant: Variant, weights: Any, ema: bool) -> Checkpoint | No
 # The architecture options and their defaults (VisionTransformer's).
 _OPTIONS = {"classifier": "token", "layer_scale_init": None, "num_register_tokens": 0,
             "distillation_token": False, "no_embed_class": False, "patch_bias": True,
-            "pre_norm": False, "resnet_layers": None}
+            "pre_norm": False, "resnet_layers": None, "mlp": "gelu"}
 _SHAPE = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
 
 
@@ -149,7 +149,7 @@ def check_architecture(variant: Variant, checkpoint: Checkpoint) -> None:
     """A `CheckpointMismatchError` in one sentence when `checkpoint` holds a
     ViT of another architecture than `variant`'s (width, depth, heads, MLP,
     patch, classifier, LayerScale, registers, distillation token, position
-    embeddings, patch bias, pre-norm). A Mixer is left to the builder's
+    embeddings, patch bias, pre-norm, MLP kind). A Mixer is left to the builder's
     check, a Keras weights file (which does not describe itself) to its
     loading; a checkpoint that does not say its heads is read with the
     variant's."""
@@ -298,7 +298,8 @@ def _docstring(variant: Variant) -> str:
         summary=SUMMARIES[variant.release], shape=", ".join([shape, *options]),
         registers=REGISTERS if config.get("num_register_tokens") else "",
         repos=", ".join(f"`hf://{repo}`" for repo in variant.hub), size=variant.image_size,
-        arithmetic=(f"gelu={config['gelu']!r}, layer_norm_epsilon="
+        arithmetic=("SiLU (its SwiGLU MLP's), " if config.get("mlp") == "swiglu" else
+                    f"gelu={config['gelu']!r}, ") + (f"layer_norm_epsilon="
                     f"{config['layer_norm_epsilon']}, image_mean={config['image_mean']}, "
                     f"image_std={config['image_std']}"),
         kwargs=", ".join(HUB_ARGS), example=variant.hub[0])
@@ -311,9 +312,11 @@ def _named(key: str) -> Callable[..., keras.Model]:
 DINOv2ViTS14 = _named("DINOv2-S/14")
 DINOv2ViTB14 = _named("DINOv2-B/14")
 DINOv2ViTL14 = _named("DINOv2-L/14")
+DINOv2ViTG14 = _named("DINOv2-g/14")
 DINOv2ViTS14Reg = _named("DINOv2-S/14-reg")
 DINOv2ViTB14Reg = _named("DINOv2-B/14-reg")
 DINOv2ViTL14Reg = _named("DINOv2-L/14-reg")
+DINOv2ViTG14Reg = _named("DINOv2-g/14-reg")
 DeiTTi16 = _named("DeiT-Ti/16")
 DeiTS16 = _named("DeiT-S/16")
 DeiTB16 = _named("DeiT-B/16")

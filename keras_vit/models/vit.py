@@ -27,7 +27,7 @@ from keras_vit.layers import (
 )
 from keras_vit.layers.fused import check_attention
 from keras_vit.layers.resnet import resnet_arithmetic as resnet_arithmetic_args
-from keras_vit.layers.transformer import check_layer_scale_init
+from keras_vit.layers.transformer import check_layer_scale_init, check_mlp
 from keras_vit.models.application import (
     ARITHMETIC_DEFAULTS,
     Encoder,
@@ -89,6 +89,7 @@ def VisionTransformer(
     no_embed_class: bool = False,
     patch_bias: bool = True,
     pre_norm: bool = False,
+    mlp: str = "gelu",
 ) -> keras.Model:
     """Builds a Vision Transformer or an R+ViT hybrid.
 
@@ -101,7 +102,7 @@ def VisionTransformer(
         hidden_size: token width D.
         num_layers: number of transformer blocks.
         num_heads: attention heads per block.
-        mlp_dim: MLP hidden width.
+        mlp_dim: MLP hidden width (with `mlp="swiglu"`, after the gating).
         classifier: `"token"` (class token), `"gap"` (mean of all tokens),
             `"map"` (no class token; a multi-head attention-pooling head,
             `keras_vit.layers.AttentionPooling`, as SigLIP's) or
@@ -206,6 +207,11 @@ def VisionTransformer(
         pre_norm: a LayerNorm after the embeddings, before the blocks
             (OpenAI CLIP's `ln_pre`), named `"pre_norm"`.
             See docs/models.md#tokens-and-embeddings-of-later-families.
+        mlp: the blocks' MLP, `"gelu"` (the default: Dense, GELU, Dense) or
+            `"swiglu"`: one Dense to `2 * mlp_dim`, SiLU of its first half
+            times its second half, Dense (DINOv2's ViT-g/14, timm's
+            `SwiGLUPacked`); `gelu` then only sets a `"map"` head's.
+            See docs/models.md#blocks-and-heads-of-later-families.
 
     Returns:
         A functional `keras.Model`.
@@ -228,7 +234,7 @@ def vision_transformer_model(
     classes, classifier_activation, include_preprocessing, name, gelu, layer_norm_epsilon,
     fc_norm, resnet_arithmetic, image_mean, image_std, ema, features_only, out_indices,
     feature_format, remat, attention, layer_scale_init, num_register_tokens,
-    distillation_token, no_embed_class, patch_bias, pre_norm,
+    distillation_token, no_embed_class, patch_bias, pre_norm, mlp,
 ) -> keras.Model:
     """`VisionTransformer` with every argument given, built as the named
     `variant`: a row of `keras_vit.variants.HUB_VARIANTS` (its name in
@@ -242,6 +248,7 @@ def vision_transformer_model(
         representation_size, dropout_rate, attention_dropout_rate, drop_path_rate,
         resnet_layers, resnet_width)
     layer_scale_init = check_layer_scale_init(layer_scale_init)
+    mlp = check_mlp(mlp)
     out_indices, feature_format = check_feature_args(
         features_only, out_indices, feature_format, num_layers, pooling=pooling,
         classes=classes, representation_size=representation_size)
@@ -255,7 +262,8 @@ def vision_transformer_model(
                   num_heads=num_heads, mlp_dim=mlp_dim, resnet_layers=resnet_layers,
                   resnet_width=resnet_width)
     if variant is None:
-        variant = find_variant("vit", config)
+        # an official variant has the GELU MLP: a SwiGLU model is none of them
+        variant = find_variant("vit", config) if mlp == "gelu" else None
 
     def encode(x, grid_size, arith):
         return vit_encoder(
@@ -269,7 +277,7 @@ def vision_transformer_model(
             attention=attention, num_register_tokens=num_register_tokens,
             distillation_token=bool(distillation_token),
             no_embed_class=bool(no_embed_class), patch_bias=bool(patch_bias),
-            pre_norm=bool(pre_norm))
+            pre_norm=bool(pre_norm), mlp=mlp)
 
     encoder = Encoder(
         "vit", encode, effective_patch_size(config), classifier,
@@ -379,6 +387,7 @@ def vit_encoder(
     no_embed_class: bool = False,
     patch_bias: bool = True,
     pre_norm: bool = False,
+    mlp: str = "gelu",
 ) -> keras.KerasTensor:
     """The ViT encoder as the official `Encoder` (plus the hybrid's ResNet):
     preprocessed images `(batch, H, W, 3)` -> the token sequence `(batch,
@@ -393,7 +402,7 @@ def vit_encoder(
     `num_register_tokens`, `distillation_token`, `no_embed_class`,
     `patch_bias` (`use_bias`): the `PatchEncoder` options; `pre_norm`: a
     LayerNorm named "pre_norm" after the embeddings (float32 under a mixed
-    policy).
+    policy); `mlp`: the blocks' MLP (`TransformerBlock(mlp=...)`).
 
     Example:
 
@@ -428,7 +437,7 @@ def vit_encoder(
             attention_dropout_rate=attention_dropout_rate,
             drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
             layer_norm_epsilon=layer_norm_epsilon, gelu=gelu, remat=remat,
-            attention=attention, layer_scale_init=layer_scale_init,
+            attention=attention, layer_scale_init=layer_scale_init, mlp=mlp,
             name=f"encoderblock_{i}",
         )(x)
     return x

@@ -23,7 +23,12 @@ image, from the model's own layers, plus the gradients and optimizer slots:
   autograd saves `2 T D` more per block on torch; the peak measured:
   ViT-S/14 at 224 px, 257 tokens, 12 blocks, +1.8 MB an image on
   TensorFlow, +1.7 on JAX, +36 on torch). Register and distillation
-  tokens are among the `T` tokens;
+  tokens are among the `T` tokens. With the SwiGLU MLP (`mlp="swiglu"`,
+  DINOv2's ViT-g/14) `6 T M` instead of `3 T M`: the packed projection's
+  `2 T M`, its two halves, the sigmoid, the gated products and the
+  dropout's; ViT-S/14 at 224 px kept 51.6 MB an image more with it than
+  with the GELU MLP on TensorFlow, 2.7 `T M` a block (measured on
+  TensorFlow only; the backends' factors apply);
 - the attention-pooling head (`classifier="map"`, SigLIP) over `T` tokens:
   its keys and values, `2 T D` values of the compute dtype, and `1.5 H T`
   float32 attention values (the factors of the blocks on JAX and torch);
@@ -57,6 +62,7 @@ from keras_vit.layers.transformer import TransformerBlock
 # Values kept per image for the backward pass (see the module docstring).
 TOKEN_WIDTH = 8           # x T D, per TransformerBlock (S C per MixerBlock)
 MLP_WIDTH = 3             # x T M (C Dt + S Dc)
+MLP_WIDTH_SWIGLU = 6      # x T M, per TransformerBlock(mlp="swiglu")
 ATTENTION = 1.5           # x H T^2, float32
 LAYER_SCALE = 0.5         # x T D, per TransformerBlock with LayerScale
 LAYER_SCALE_TORCH = 7.0   # (torch: ViT-S/14 at 224 px, 168 MB an image measured, 132 without)
@@ -127,8 +133,9 @@ def _block_values(layer, itemsize):
     if isinstance(layer, TransformerBlock):
         tokens, width = shape[-2], shape[-1]
         token_width = TOKEN_WIDTH + (layer_scale_values() if layer.ls1 is not None else 0)
+        mlp_width = MLP_WIDTH_SWIGLU if layer.mlp == "swiglu" else MLP_WIDTH
         kept = (activations * itemsize * (token_width * tokens * width
-                                          + MLP_WIDTH * tokens * layer.mlp_dim)
+                                          + mlp_width * tokens * layer.mlp_dim)
                 + 4 * attention * layer.num_heads * tokens * tokens)
         return kept, itemsize * tokens * width
     if isinstance(layer, AttentionPooling):

@@ -36,6 +36,8 @@ class CheckpointInfo:
 
 MAP_PROBE = "MAPHead_0/probe"
 LAYER_SCALE = "Transformer/encoderblock_0/LayerScale_0/scale"
+MLP_IN = "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"
+MLP_OUT = "Transformer/encoderblock_0/MlpBlock_3/Dense_1/kernel"
 
 
 def _is_square(n):
@@ -48,6 +50,20 @@ def posemb_without_prefix(rows, prefix):
     the checkpoint has `prefix` prefix tokens: `rows` is a square and
     `rows - prefix` is not."""
     return prefix > 0 and not _is_square(rows - prefix) and _is_square(rows)
+
+
+def mlp_of(rows_in, rows_out):
+    """`(mlp, mlp_dim)` of a block whose first MLP Dense has `rows_in`
+    outputs and whose second takes `rows_out` inputs (None: unknown): the
+    GELU MLP takes what the first gives; the packed SwiGLU gives twice what
+    the second takes (`TransformerBlock(mlp="swiglu")`).
+
+    >>> mlp_of(3072, 3072), mlp_of(8192, 4096), mlp_of(3072, None)
+    (('gelu', 3072), ('swiglu', 4096), ('gelu', 3072))
+    """
+    if rows_out is not None and rows_in == 2 * rows_out:
+        return "swiglu", int(rows_out)
+    return "gelu", int(rows_in)
 
 
 def describe(params):
@@ -122,14 +138,18 @@ def _architecture(params):
     blocks = {int(m.group(1)) for k in params
               if (m := re.match(r"Transformer/encoderblock_(\d+)/", k))}
     query = params["Transformer/encoderblock_0/MultiHeadDotProductAttention_1/query/kernel"]
+    out = params.get(MLP_OUT)
+    mlp, mlp_dim = mlp_of(int(params[MLP_IN].shape[-1]),
+                          int(out.shape[0]) if out is not None and out.ndim == 2 else None)
     config = dict(
         patch_size=tuple(embedding.shape[:2]), hidden_size=int(embedding.shape[-1]),
-        num_layers=len(blocks), num_heads=int(query.shape[1]),
-        mlp_dim=int(params["Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"].shape[-1]),
+        num_layers=len(blocks), num_heads=int(query.shape[1]), mlp_dim=mlp_dim,
         classifier=info.classifier,
     )
     # the options of the later families (#48), given only where they differ
     # from the official ViT, so that its builder arguments stay what they were
+    if mlp != "gelu":
+        config["mlp"] = mlp
     if LAYER_SCALE in params:
         config["layer_scale_init"] = 1e-5  # an initial value; the checkpoint's scales load
     if info.num_register_tokens:
@@ -182,7 +202,8 @@ def describe_architecture(params):
              f"width {config['hidden_size']}"]
     if variant is None:
         if family == "vit":
-            shape += [f"{config['num_heads']} heads", f"MLP {config['mlp_dim']}"]
+            kind = "SwiGLU MLP" if config.get("mlp") == "swiglu" else "MLP"
+            shape += [f"{config['num_heads']} heads", f"{kind} {config['mlp_dim']}"]
         else:
             shape += [f"token MLP {config['tokens_mlp_dim']}",
                       f"channel MLP {config['channels_mlp_dim']}"]

@@ -40,8 +40,13 @@ Those are read as timm reads them (`timm.models.vision_transformer.
 _convert_dinov2`): the class token's position embedding is added to the
 class token, and the position embedding covers the patches only
 (`no_embed_class`), which is exact at every size since DINOv2 never resizes
-the class token's. ViT-g/14's SwiGLU MLP (`mlp.w12`, `mlp.w3`) is not built
-by keras_vit and is refused.
+the class token's. ViT-g/14's MLP is a SwiGLU (`SwiGLUFFNFused`: `mlp.w12`,
+a Linear to twice the hidden width `(int(4 D * 2 / 3) + 7) // 8 * 8`, 4096 at
+`D` = 1536; SiLU of its first half times its second half; `mlp.w3` back to
+`D`), read as timm reads it (`w12` -> `fc1`, `w3` -> `fc2`) into
+`mlp="swiglu"` blocks. DINO's and DINOv2's ViTs all have heads of 64
+channels: a released width without a config says its heads (ViT-g/14's
+1536: 24).
 
 Example:
 
@@ -58,7 +63,6 @@ import re
 
 import numpy as np
 
-from keras_vit.errors import CheckpointMismatchError
 from keras_vit.weights.timm import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD, architecture
 
 LIBRARY = "dino"
@@ -123,14 +127,10 @@ def prepare(state, source):
     """DINOv2's layout as timm reads it (`_convert_dinov2`): `mask_token`
     left out (logged), `register_tokens` -> `reg_token` with the class
     token's position embedding added to the class token; DINO's files pass
-    unchanged. A SwiGLU MLP (ViT-g/14) is a CheckpointMismatchError."""
-    swiglu = next((k for k in sorted(state) if ".mlp.w12." in k or ".mlp.w3." in k), None)
-    if swiglu:
-        raise CheckpointMismatchError(
-            f"{source} has a SwiGLU MLP ({swiglu!r}, DINOv2's ViT-g/14), which keras_vit "
-            "does not build; it cannot be loaded without changing its results, so it is "
-            "refused.")
-    state = dict(state)
+    unchanged; ViT-g/14's SwiGLU MLP `mlp.w12`, `mlp.w3` -> `mlp.fc1`,
+    `mlp.fc2` (timm's `SwiGLUPacked`, the same layout)."""
+    state = {_SWIGLU.sub(lambda m: f".mlp.{_SWIGLU_NAMES[m[1]]}.", key): value
+             for key, value in state.items()}
     if state.pop("mask_token", None) is not None:
         logger.info("%s: its mask_token (used by DINOv2's training only) is left out.", source)
     registers = state.pop("register_tokens", None)
@@ -140,6 +140,12 @@ def prepare(state, source):
         state["cls_token"] = np.asarray(state["cls_token"]) + posemb[:, :1]
         state["pos_embed"] = posemb[:, 1:]
     return state
+
+
+_SWIGLU = re.compile(r"\.mlp\.(w12|w3)\.")
+_SWIGLU_NAMES = {"w12": "fc1", "w3": "fc2"}
+# The widths of DINO's and DINOv2's released ViTs -> their heads (64 channels each).
+RELEASED_HEADS = {384: 6, 768: 12, 1024: 16, 1536: 24}
 
 
 def arithmetic():
@@ -161,4 +167,6 @@ def read_config(state, config=None, preprocessor=None):
     DINO's ViT: the architecture off timm's keys (DINO's files have no
     config.json), DINO's arithmetic and preprocessing, no class names."""
     family, arch = architecture(state, None)
+    if not arch.get("num_heads"):  # the released ViT-g/14's width: 24 heads
+        arch["num_heads"] = RELEASED_HEADS.get(arch["hidden_size"])
     return family, arch, arithmetic(), preprocessing(), None

@@ -63,6 +63,7 @@ from keras_vit.layers.blocks import encoder_blocks
 from keras_vit.weights import dino as dino_format
 from keras_vit.weights import hub_layout
 from keras_vit.weights import timm as timm_format
+from keras_vit.weights import timm_export
 from keras_vit.weights import transformers as transformers_format
 from keras_vit.weights.architecture import describe
 from keras_vit.weights.checkpoint import Checkpoint
@@ -103,7 +104,7 @@ class Format:
 def _timm_config(state, config, preprocessor):
     """timm's `read_config` (its mean and std are config.json's)."""
     family, arch = timm_format.architecture(state, config)
-    return (family, arch, timm_format.arithmetic(config, set(state)),
+    return (family, arch, timm_format.arithmetic(config, set(state), arch.get("mlp", "gelu")),
             timm_format.preprocessing(config), timm_format.class_names(config))
 
 
@@ -113,7 +114,7 @@ def _timm_config(state, config, preprocessor):
 FORMATS = {
     "timm": Format(
         keys=timm_format, resize_how="bicubic with antialias (resample_abs_pos_embed)",
-        read_config=_timm_config, source_name=lambda key, state: timm_format.source_name(key),
+        read_config=_timm_config, source_name=lambda key, state: timm_export.source_name(key),
         check_files=lambda config, name, _p, _n, state: timm_format.check_architecture(
             config, state, name),
         config_keys=("architecture",), is_state=timm_format.is_timm_state,

@@ -1,5 +1,6 @@
 """timm checkpoint keys -> official keys, in one place (the way back out,
-official arrays -> a timm state dict and config.json, is `timm_export`).
+official arrays -> a timm state dict and config.json, and the timm name of
+an official key, `source_name`, is `timm_export`).
 
 A timm state dict (`model.safetensors` of a `timm/...` Hub repository, or
 of a folder written by `timm.models.push_to_hf.save_for_hf`) is turned
@@ -17,7 +18,7 @@ The families keras_vit builds:
 | `cls_token`, `pos_embed`               | `cls`, `Transformer/posembed_input/pos_embedding` |
 | `blocks.i.attn.qkv.weight (3D, D)`     | `.../MultiHeadDotProductAttention_1/{query,key,value}/kernel (D, H, D/H)` |
 | `blocks.i.attn.proj`                   | `.../out`                        |
-| `blocks.i.norm1`, `norm2`, `mlp.fc1/2` | `LayerNorm_0`, `LayerNorm_2`, `MlpBlock_3/Dense_0/1` |
+| `blocks.i.norm1`, `norm2`, `mlp.fc1/2` | `LayerNorm_0`, `LayerNorm_2`, `MlpBlock_3/Dense_0/1` (a `SwiGLUPacked`'s `fc1` of `2M` rows too) |
 | `norm` / `fc_norm`                     | `Transformer/encoder_norm` / `fc_norm` |
 | `head`                                 | `head`                           |
 | `dist_token`, `reg_token`              | `dist`, `reg` (DeiT, DINOv2 registers) |
@@ -31,7 +32,9 @@ The families keras_vit builds:
 timm's arithmetic, which the loaded model reproduces: what the
 architecture's name computes in timm (`timm_architectures.ARCHITECTURES`,
 written from timm itself: erf, tanh or quick GELU, LayerNorm epsilon 1e-6
-or CLIP's 1e-5, the pooling), `model_args` where config.json has them; `gap` models pool, then LayerNorm (`fc_norm`);
+or CLIP's 1e-5, the pooling, the heads), `model_args` where config.json has them; `gap` models pool, then LayerNorm (`fc_norm`);
+a `SwiGLUPacked` MLP (DINOv2's ViT-g/14: `fc1` of twice the rows `fc2`
+takes, SiLU of the first half times the second) is `mlp="swiglu"`;
 hybrid stems standardise kernels as `(w - mean) / sqrt(var + 1e-8)` with
 GroupNorm epsilon 1e-5 (`resnet_arithmetic="timm"`); position embeddings
 resized with `resample_abs_pos_embed` (bicubic, antialias).
@@ -47,7 +50,7 @@ from keras_vit.errors import (
     UnsupportedCheckpointError,
 )
 from keras_vit.weights import config_values as cv
-from keras_vit.weights.architecture import posemb_without_prefix
+from keras_vit.weights.architecture import mlp_of, posemb_without_prefix
 from keras_vit.weights.npz import DIST_KEY, POSEMB_KEY, REG_KEY
 from keras_vit.weights.timm_architectures import ARCHITECTURES, REFUSED, TIMM_VERSION
 
@@ -274,79 +277,19 @@ def mixer_keys(params, names):
     return out, out_names
 
 
-def source_name(key):
-    """The timm key an official key comes from (for messages)."""
-    rules = [
-        (r"embedding/(kernel|bias)", lambda m: f"patch_embed.proj.{_wb(m[1])}"),
-        (r"stem/(kernel|bias)", lambda m: f"stem.proj.{_wb(m[1])}"),
-        (r"cls", lambda m: "cls_token"),
-        (re.escape(POSEMB_KEY), lambda m: "pos_embed"),
-        (r"(?:Transformer/encoder_norm|pre_head_layer_norm)/(scale|bias)",
-         lambda m: f"norm.{_wb(m[1])}"),
-        (r"fc_norm/(scale|bias)", lambda m: f"fc_norm.{_wb(m[1])}"),
-        (re.escape(DIST_KEY), lambda m: "dist_token"),
-        (re.escape(REG_KEY), lambda m: "reg_token"),
-        (r"pre_norm/(scale|bias)", lambda m: f"norm_pre.{_wb(m[1])}"),
-        (r"Transformer/encoderblock_(\d+)/LayerScale_(\d)/scale",
-         lambda m: f"blocks.{m[1]}.ls{int(m[2]) + 1}.gamma"),
-        (r"MAPHead_0/probe", lambda m: "attn_pool.latent"),
-        (r"MAPHead_0/MultiHeadDotProductAttention_0/query/(kernel|bias)",
-         lambda m: f"attn_pool.q.{_wb(m[1])}"),
-        (r"MAPHead_0/MultiHeadDotProductAttention_0/(?:key|value)/(kernel|bias)",
-         lambda m: f"attn_pool.kv.{_wb(m[1])}"),
-        (r"MAPHead_0/MultiHeadDotProductAttention_0/out/(kernel|bias)",
-         lambda m: f"attn_pool.proj.{_wb(m[1])}"),
-        (r"MAPHead_0/LayerNorm_0/(scale|bias)", lambda m: f"attn_pool.norm.{_wb(m[1])}"),
-        (r"MAPHead_0/MlpBlock_0/Dense_(\d)/(kernel|bias)",
-         lambda m: f"attn_pool.mlp.fc{int(m[1]) + 1}.{_wb(m[2])}"),
-        (r"head/(kernel|bias)", lambda m: f"head.{_wb(m[1])}"),
-        (r"head_dist/(kernel|bias)", lambda m: f"head_dist.{_wb(m[1])}"),
-        (r"pre_logits/(kernel|bias)", lambda m: f"pre_logits.fc.{_wb(m[1])}"),
-        (r"Transformer/encoderblock_(\d+)/MultiHeadDotProductAttention_1/"
-         r"(?:query|key|value)/(kernel|bias)", lambda m: f"blocks.{m[1]}.attn.qkv.{_wb(m[2])}"),
-        (r"Transformer/encoderblock_(\d+)/MultiHeadDotProductAttention_1/out/(kernel|bias)",
-         lambda m: f"blocks.{m[1]}.attn.proj.{_wb(m[2])}"),
-        (r"Transformer/encoderblock_(\d+)/LayerNorm_0/(scale|bias)",
-         lambda m: f"blocks.{m[1]}.norm1.{_wb(m[2])}"),
-        (r"Transformer/encoderblock_(\d+)/LayerNorm_2/(scale|bias)",
-         lambda m: f"blocks.{m[1]}.norm2.{_wb(m[2])}"),
-        (r"Transformer/encoderblock_(\d+)/MlpBlock_3/Dense_(\d)/(kernel|bias)",
-         lambda m: f"blocks.{m[1]}.mlp.fc{int(m[2]) + 1}.{_wb(m[3])}"),
-        (r"MixerBlock_(\d+)/LayerNorm_(\d)/(scale|bias)",
-         lambda m: f"blocks.{m[1]}.norm{int(m[2]) + 1}.{_wb(m[3])}"),
-        (r"MixerBlock_(\d+)/(token|channel)_mixing/Dense_(\d)/(kernel|bias)",
-         lambda m: f"blocks.{m[1]}.mlp_{m[2]}s.fc{int(m[3]) + 1}.{_wb(m[4])}"),
-        (r"conv_root/kernel", lambda m: "patch_embed.backbone.stem.conv.weight"),
-        (r"gn_root/(scale|bias)", lambda m: f"patch_embed.backbone.stem.norm.{_wb(m[1])}"),
-        (r"block(\d+)/unit(\d+)/(\w+)/(kernel|scale|bias)", _unit_name),
-    ]
-    for pattern, make in rules:
-        m = re.fullmatch(pattern, key)
-        if m:
-            return make(m)
-    return key
-
-
-def _wb(leaf):
-    return "bias" if leaf == "bias" else "weight"
-
-
-def _unit_name(m):
-    stage, unit, part, leaf = m.groups()
-    part = {"conv_proj": "downsample.conv", "gn_proj": "downsample.norm"}.get(
-        part, part.replace("gn", "norm"))
-    return (f"patch_embed.backbone.stages.{int(stage) - 1}.blocks.{int(unit) - 1}."
-            f"{part}.{_wb(leaf)}")
-
-
 def num_heads_of(config, width):
-    """Attention heads of a timm ViT: `model_args["num_heads"]`, else the
-    architecture name (`vit_base_...` -> 12), else the usual head width 64
-    for the standard widths; None when none of these tells."""
+    """Attention heads of a timm ViT: `model_args["num_heads"]`, else what
+    the architecture's name builds (`timm_architectures.ARCHITECTURES`:
+    `vit_giant_patch14_dinov2` 24, `vit_base_patch16_gap_224` 16), else
+    its size (`vit_base_...` -> 12), else the usual head width 64 for the
+    standard widths; None when none of these tells."""
     args = config.get("model_args") or {}
     if args.get("num_heads"):
         return int(args["num_heads"])
     name = str(config.get("architecture", ""))
+    row = ARCHITECTURES.get(name)
+    if row is not None and width % row["num_heads"] == 0:
+        return row["num_heads"]
     for prefix, heads in _HEADS_BY_NAME:
         if name.startswith(prefix) and width % heads == 0:
             return heads
@@ -387,12 +330,14 @@ def architecture(state, config):
     has_cls = "cls_token" in keys
     _refuse_unsupported(name, args, pool, has_cls, keys, state)
     heads = num_heads_of(config, width)  # None: the caller must be told
+    mlp, mlp_dim = _mlp(name, {**named, **args}, state)
     kwargs = dict(
         patch_size=tuple(int(s) for s in proj.shape[2:]), hidden_size=width,
-        num_layers=len(blocks), num_heads=heads,
-        mlp_dim=int(state["blocks.0.mlp.fc1.weight"].shape[0]),
+        num_layers=len(blocks), num_heads=heads, mlp_dim=mlp_dim,
         classifier="map" if "attn_pool.latent" in keys else "token" if has_cls else "gap",
     )
+    if mlp != "gelu":
+        kwargs["mlp"] = mlp
     kwargs.update(_token_options(name, {**named, **args}, keys, state))
     if any(k.startswith("patch_embed.backbone.") for k in keys):
         units = {}
@@ -498,7 +443,8 @@ def check_config(config, state, arch, where):
     check("model_args.patch_size", args.get("patch_size"), lambda v: cv.pair(v) == patch,
           f"{patch[0]}x{patch[1]} patches ({proj} has a {patch[0]}x{patch[1]} kernel)")
     if not mixer:
-        mlp, heads = arch["mlp_dim"], args.get("num_heads")
+        heads = args.get("num_heads")
+        mlp = arch["mlp_dim"] * (2 if arch.get("mlp") == "swiglu" else 1)  # fc1's rows
         check("model_args.mlp_ratio", args.get("mlp_ratio"),
               lambda v: not isinstance(v, list) and int(width * v) == mlp,
               f"an MLP of width {mlp} (blocks.0.mlp.fc1.weight has {mlp} rows), not "
@@ -528,7 +474,7 @@ def named_arguments(config):
     `model_args` names them; {} for a name timm does not register.
 
     Raises `CheckpointMismatchError` for an architecture keras_vit does not
-    build (rotary embeddings, SwiGLU, RMSNorm, ...), naming what it lacks.
+    build (rotary embeddings, RMSNorm, ...), naming what it lacks.
     """
     name = str((config or {}).get("architecture") or "")
     if name in REFUSED:
@@ -539,10 +485,12 @@ def named_arguments(config):
     row = ARCHITECTURES.get(name)
     if row is None:
         return {}
-    out = dict(act_layer={"erf": "gelu", "tanh": "gelu_tanh", "quick": "quick_gelu"}[
-        row["gelu"]], norm_eps=row["eps"], pool=row["pool"], class_token=row["class_token"],
-        reg_tokens=row["reg_tokens"], no_embed_class=row["no_embed_class"],
-        pre_norm=row["pre_norm"], distilled=row["distilled"], patch_bias=row["patch_bias"])
+    act = "silu" if row["mlp"] == "swiglu" else {
+        "erf": "gelu", "tanh": "gelu_tanh", "quick": "quick_gelu"}[row["gelu"]]
+    out = dict(act_layer=act, mlp=row["mlp"], norm_eps=row["eps"], pool=row["pool"],
+               class_token=row["class_token"], reg_tokens=row["reg_tokens"],
+               no_embed_class=row["no_embed_class"], pre_norm=row["pre_norm"],
+               distilled=row["distilled"], patch_bias=row["patch_bias"])
     if row["layer_scale"] is not None:
         out["init_values"] = row["layer_scale"]
     pre_norm = ((config or {}).get("model_args") or {}).get("pre_norm")
@@ -591,6 +539,42 @@ def _token_options(name, args, keys, state):
     return out
 
 
+def _mlp(name, args, state):
+    """`(mlp, mlp_dim)` the weights hold (`architecture.mlp_of`: a
+    `SwiGLUPacked` `fc1` has twice the rows `fc2` takes), checked against
+    what the architecture's name builds (a `CorruptCheckpointError` naming
+    both) and its activation: a SwiGLU MLP gated by another activation
+    than SiLU, or beside an attention-pooling head (whose MLP timm builds
+    with the same activation), is a `CheckpointMismatchError`."""
+    fc1, fc2 = state.get("blocks.0.mlp.fc1.weight"), state.get("blocks.0.mlp.fc2.weight")
+    if fc1 is None or np.ndim(fc1) != 2:
+        raise CheckpointMismatchError(
+            f"{name}: no 2-D 'blocks.0.mlp.fc1.weight', which every timm ViT's MLP has; "
+            "not a model keras_vit builds.")
+    mlp, mlp_dim = mlp_of(int(fc1.shape[0]),
+                          int(fc2.shape[1]) if fc2 is not None and np.ndim(fc2) == 2 else None)
+    said = args.get("mlp")
+    if said is not None and said != mlp:
+        raise CorruptCheckpointError(
+            f"{name} builds a {_MLP_NAMES[said]} MLP, but its weights hold a "
+            f"{_MLP_NAMES[mlp]} MLP (blocks.0.mlp.fc1.weight has {int(fc1.shape[0])} rows, "
+            f"blocks.0.mlp.fc2.weight takes {mlp_dim}; a SwiGLU's fc1 has twice the rows "
+            "its fc2 takes); the file and the weights must describe the same model.")
+    act = args.get("act_layer")
+    if mlp == "swiglu" and act not in (None, "silu"):
+        raise CheckpointMismatchError(
+            f"{name} has a SwiGLU MLP gated by act_layer={act!r}; keras_vit's SwiGLU MLP "
+            "gates with SiLU (timm's SwiGLUPacked), so it is refused.")
+    if mlp == "swiglu" and "attn_pool.latent" in state:
+        raise CheckpointMismatchError(
+            f"{name} has a SwiGLU MLP and an attention-pooling head, whose MLP timm builds "
+            "with the SiLU activation; keras_vit's head computes GELU, so it is refused.")
+    return mlp, mlp_dim
+
+
+_MLP_NAMES = {"gelu": "GELU", "swiglu": "SwiGLU"}
+
+
 def _held_phrase(key, value, registers):
     return {
         "class_token": f"{'a' if value else 'no'} class token (cls_token)",
@@ -635,14 +619,17 @@ def _refuse_unsupported(name, args, pool, has_cls, keys, state):
 GELU_FORMS = {"gelu": "erf", "gelu_tanh": "tanh", "quick_gelu": "quick"}
 
 
-def arithmetic(config, keys):
+def arithmetic(config, keys, mlp="gelu"):
     """Builder arguments reproducing timm's arithmetic: the GELU form and
     LayerNorm epsilon of the architecture's name (`named_arguments`),
     `model_args["act_layer"]` where given; exact GELU and 1e-6 for a bare
-    file."""
+    file. With `mlp="swiglu"` (the architecture `architecture` read, whose
+    activation it checked: SiLU) no GELU form."""
     named = named_arguments(config)
     act = ((config or {}).get("model_args") or {}).get("act_layer") or \
         named.get("act_layer") or "gelu"
+    if mlp == "swiglu":  # SiLU (`architecture` checked it); the GELU form is unused
+        act = "gelu"
     if not isinstance(act, str) or act not in GELU_FORMS:
         raise CheckpointMismatchError(
             f"{(config or {}).get('architecture') or 'This timm checkpoint'} has "

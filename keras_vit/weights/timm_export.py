@@ -1,6 +1,7 @@
 """Official arrays -> a timm state dict and `config.json`: the way back
-out of `keras_vit.weights.timm` (whose `to_official` and `source_name`
-this inverts), for `keras_vit.export.hub_folder`'s timm folders.
+out of `keras_vit.weights.timm` (whose `to_official` this inverts), for
+`keras_vit.export.hub_folder`'s timm folders; `source_name`, the timm name
+of an official key, also names a timm checkpoint's keys in messages.
 
 The folder written opens with `timm.create_model("local-dir:DIR",
 pretrained=True)`; a model timm does not compute the same way is refused
@@ -14,8 +15,74 @@ import re
 
 import numpy as np
 
-from keras_vit.weights.timm import GELU_FORMS, kind_of_name, source_name
-from keras_vit.weights.timm_architectures import ARCHITECTURES
+from keras_vit.weights.npz import DIST_KEY, POSEMB_KEY, REG_KEY
+from keras_vit.weights.timm import GELU_FORMS, kind_of_name
+from keras_vit.weights.timm_architectures import ARCHITECTURES, TIMM_VERSION
+
+
+def source_name(key):
+    """The timm key an official key comes from (for messages)."""
+    rules = [
+        (r"embedding/(kernel|bias)", lambda m: f"patch_embed.proj.{_wb(m[1])}"),
+        (r"stem/(kernel|bias)", lambda m: f"stem.proj.{_wb(m[1])}"),
+        (r"cls", lambda m: "cls_token"),
+        (re.escape(POSEMB_KEY), lambda m: "pos_embed"),
+        (r"(?:Transformer/encoder_norm|pre_head_layer_norm)/(scale|bias)",
+         lambda m: f"norm.{_wb(m[1])}"),
+        (r"fc_norm/(scale|bias)", lambda m: f"fc_norm.{_wb(m[1])}"),
+        (re.escape(DIST_KEY), lambda m: "dist_token"),
+        (re.escape(REG_KEY), lambda m: "reg_token"),
+        (r"pre_norm/(scale|bias)", lambda m: f"norm_pre.{_wb(m[1])}"),
+        (r"Transformer/encoderblock_(\d+)/LayerScale_(\d)/scale",
+         lambda m: f"blocks.{m[1]}.ls{int(m[2]) + 1}.gamma"),
+        (r"MAPHead_0/probe", lambda m: "attn_pool.latent"),
+        (r"MAPHead_0/MultiHeadDotProductAttention_0/query/(kernel|bias)",
+         lambda m: f"attn_pool.q.{_wb(m[1])}"),
+        (r"MAPHead_0/MultiHeadDotProductAttention_0/(?:key|value)/(kernel|bias)",
+         lambda m: f"attn_pool.kv.{_wb(m[1])}"),
+        (r"MAPHead_0/MultiHeadDotProductAttention_0/out/(kernel|bias)",
+         lambda m: f"attn_pool.proj.{_wb(m[1])}"),
+        (r"MAPHead_0/LayerNorm_0/(scale|bias)", lambda m: f"attn_pool.norm.{_wb(m[1])}"),
+        (r"MAPHead_0/MlpBlock_0/Dense_(\d)/(kernel|bias)",
+         lambda m: f"attn_pool.mlp.fc{int(m[1]) + 1}.{_wb(m[2])}"),
+        (r"head/(kernel|bias)", lambda m: f"head.{_wb(m[1])}"),
+        (r"head_dist/(kernel|bias)", lambda m: f"head_dist.{_wb(m[1])}"),
+        (r"pre_logits/(kernel|bias)", lambda m: f"pre_logits.fc.{_wb(m[1])}"),
+        (r"Transformer/encoderblock_(\d+)/MultiHeadDotProductAttention_1/"
+         r"(?:query|key|value)/(kernel|bias)", lambda m: f"blocks.{m[1]}.attn.qkv.{_wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/MultiHeadDotProductAttention_1/out/(kernel|bias)",
+         lambda m: f"blocks.{m[1]}.attn.proj.{_wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/LayerNorm_0/(scale|bias)",
+         lambda m: f"blocks.{m[1]}.norm1.{_wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/LayerNorm_2/(scale|bias)",
+         lambda m: f"blocks.{m[1]}.norm2.{_wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/MlpBlock_3/Dense_(\d)/(kernel|bias)",
+         lambda m: f"blocks.{m[1]}.mlp.fc{int(m[2]) + 1}.{_wb(m[3])}"),
+        (r"MixerBlock_(\d+)/LayerNorm_(\d)/(scale|bias)",
+         lambda m: f"blocks.{m[1]}.norm{int(m[2]) + 1}.{_wb(m[3])}"),
+        (r"MixerBlock_(\d+)/(token|channel)_mixing/Dense_(\d)/(kernel|bias)",
+         lambda m: f"blocks.{m[1]}.mlp_{m[2]}s.fc{int(m[3]) + 1}.{_wb(m[4])}"),
+        (r"conv_root/kernel", lambda m: "patch_embed.backbone.stem.conv.weight"),
+        (r"gn_root/(scale|bias)", lambda m: f"patch_embed.backbone.stem.norm.{_wb(m[1])}"),
+        (r"block(\d+)/unit(\d+)/(\w+)/(kernel|scale|bias)", _unit_name),
+    ]
+    for pattern, make in rules:
+        m = re.fullmatch(pattern, key)
+        if m:
+            return make(m)
+    return key
+
+
+def _wb(leaf):
+    return "bias" if leaf == "bias" else "weight"
+
+
+def _unit_name(m):
+    stage, unit, part, leaf = m.groups()
+    part = {"conv_proj": "downsample.conv", "gn_proj": "downsample.norm"}.get(
+        part, part.replace("gn", "norm"))
+    return (f"patch_embed.backbone.stages.{int(stage) - 1}.blocks.{int(unit) - 1}."
+            f"{part}.{_wb(leaf)}")
 
 
 def torch_array(key, value):
@@ -122,7 +189,9 @@ def hub_config(family, arch, arithmetic, image_size, classes, mean, std, class_n
     `model_args` state every option of the later families (#48):
     `init_values` (LayerScale), `reg_tokens`, `no_embed_class`,
     `class_token`, `global_pool` ("token", "avg" or "map"), `pre_norm`,
-    `act_layer` ("gelu", "gelu_tanh" or "quick_gelu").
+    `act_layer` ("gelu", "gelu_tanh" or "quick_gelu"; "silu" with a
+    SwiGLU MLP, whose `SwiGLUPacked` only an architecture's code can set:
+    `vit_giant_patch14_dinov2`'s, `mlp_ratio` then `2 * mlp_dim / width`).
 
     Args:
         family, arch: `architecture.architecture_from_checkpoint` of the
@@ -166,11 +235,19 @@ def hub_config(family, arch, arithmetic, image_size, classes, mean, std, class_n
             name = vit_architecture(arch, arithmetic)
         pool = POOLS[arch["classifier"]]
         width = arch["hidden_size"]
+        swiglu = arch.get("mlp") == "swiglu"
+        if swiglu and pool == "map":
+            raise ValueError(
+                "it has a SwiGLU MLP and an attention-pooling head, whose MLP timm builds "
+                "with the blocks' SiLU where keras_vit's computes GELU")
         args.update(patch_size=_patch(arch["patch_size"]), embed_dim=width,
                     depth=arch["num_layers"], num_heads=arch["num_heads"],
-                    mlp_ratio=_ratio(width, arch["mlp_dim"], "MLP"), global_pool=pool,
-                    class_token=pool == "token", fc_norm=bool(arithmetic["fc_norm"]),
-                    act_layer={v: k for k, v in GELU_FORMS.items()}[arithmetic["gelu"]])
+                    mlp_ratio=_ratio(width, arch["mlp_dim"] * (2 if swiglu else 1),
+                                     "SwiGLU MLP's packed" if swiglu else "MLP"),
+                    global_pool=pool, class_token=pool == "token",
+                    fc_norm=bool(arithmetic["fc_norm"]),
+                    act_layer="silu" if swiglu else
+                    {v: k for k, v in GELU_FORMS.items()}[arithmetic["gelu"]])
         if "resnet_layers" not in arch:  # every option, whatever the name's code sets
             scale = arithmetic.get("layer_scale_init")
             args.update(init_values=None if scale is None else float(scale),
@@ -217,12 +294,15 @@ def _refuse_hybrid_options(arch):
 
 def model_fields(arch, arithmetic):
     """What a ViT computes, as `timm_architectures.ARCHITECTURES` rows say
-    it: gelu, eps, pool, class_token, reg_tokens, no_embed_class, pre_norm,
-    layer_scale (the initial value, None: none), fc_norm, patch_bias,
-    distilled."""
+    it: mlp, gelu (None with a SwiGLU MLP), eps, pool, class_token,
+    reg_tokens, no_embed_class, pre_norm, layer_scale (the initial value,
+    None: none), fc_norm, patch_bias, distilled (not num_heads:
+    `model_args` set it)."""
     scale = arithmetic.get("layer_scale_init")
+    mlp = arch.get("mlp", "gelu")
     return dict(
-        gelu=arithmetic["gelu"], eps=float(arithmetic["layer_norm_epsilon"]),
+        mlp=mlp, gelu=None if mlp == "swiglu" else arithmetic["gelu"],
+        eps=float(arithmetic["layer_norm_epsilon"]),
         pool=POOLS[arch["classifier"]], class_token=arch["classifier"] == "token",
         reg_tokens=int(arch.get("num_register_tokens", 0)),
         no_embed_class=bool(arch.get("no_embed_class", False)),
@@ -235,7 +315,7 @@ def model_fields(arch, arithmetic):
 def vit_architecture(arch, arithmetic):
     """The registered timm name a ViT's config.json names: of the ViT names
     of `ARCHITECTURES` whose code computes what `model_args` cannot say
-    (the LayerNorm epsilon, the distilled DeiT's class exactly when there is
+    (the MLP, the LayerNorm epsilon, the distilled DeiT's class exactly when there is
     a distillation token, a patch bias exactly when there is no pre-norm),
     the one that matches most of the model's
     other fields (`model_fields`; `model_args` then set them all), first
@@ -264,8 +344,12 @@ def vit_architecture(arch, arithmetic):
             "pre-norm (PatchEmbed(bias=not pre_norm))")
     names = [name for name, row in ARCHITECTURES.items()
              if kind_of_name(name) == "vit" and row["distilled"] == want["distilled"]
-             and row["patch_bias"] != row["pre_norm"]]
+             and row["patch_bias"] != row["pre_norm"] and row["mlp"] == want["mlp"]]
     candidates = [name for name in names if ARCHITECTURES[name]["eps"] == want["eps"]]
+    if not names:
+        raise ValueError(
+            f"its MLP is {want['mlp']!r}, which no timm ViT architecture of "
+            f"{TIMM_VERSION} builds (timm's MLP class is set in code, not by model_args)")
     if not candidates:
         epsilons = sorted({ARCHITECTURES[name]["eps"] for name in names}, reverse=True)
         raise ValueError(

@@ -13,7 +13,7 @@
 | `encoder.layer.i.attention.attention.{query,key,value}` | `.../MultiHeadDotProductAttention_1/{query,key,value}` |
 | `encoder.layer.i.attention.output.dense`              | `.../MultiHeadDotProductAttention_1/out` |
 | `encoder.layer.i.layernorm_before`, `layernorm_after` | `LayerNorm_0`, `LayerNorm_2`     |
-| `encoder.layer.i.intermediate.dense`, `output.dense`  | `MlpBlock_3/Dense_0`, `Dense_1`  |
+| `encoder.layer.i.intermediate.dense`, `output.dense`  | `MlpBlock_3/Dense_0`, `Dense_1` (DINOv2-g's `mlp.weights_in`, `weights_out`: `mlp="swiglu"`) |
 | `layernorm`, `pooler.dense`, `classifier`             | `Transformer/encoder_norm`, `pre_logits`, `head` |
 
 The in-memory names of transformers 5 (`layers.i.attention.q_proj`,
@@ -263,20 +263,23 @@ def architecture(state, config):
             and head.shape[1] == 2 * width:
         # Dinov2ForImageClassification: the class token beside the patch tokens' mean
         classifier = "token_avg"
+    mlp, mlp_dim = families.mlp(kind, state)
     kwargs = dict(
         patch_size=tuple(int(s) for s in proj.shape[2:]), hidden_size=width,
         num_layers=len(layers), num_heads=int(heads) if heads else None,
-        mlp_dim=int(mlp.shape[0]), classifier=classifier,
+        mlp_dim=mlp_dim, classifier=classifier,
     )
+    if mlp != "gelu":
+        kwargs["mlp"] = mlp
     kwargs.update(families.options(kind, state, vision))
     return "vit", kwargs
 
 
 def check_config(config, state, arch, where):
     """Raises `CorruptCheckpointError` when a value of config.json (`where`)
-    contradicts the weights: the model type, width, depth, MLP width, patch,
-    image size, register count, projection width, a head count that does
-    not divide the width, the number of labels;
+    contradicts the weights: the model type, width, depth, MLP width and
+    kind (`use_swiglu_ffn`), patch, image size, register count, projection
+    width, a head count that does not divide the width, the number of labels;
     `UnsupportedCheckpointError` when `architectures` names a class of the
     model type keras_vit does not build."""
     kind = model_type(config, state)
@@ -304,11 +307,18 @@ def check_config(config, state, arch, where):
           f"width {width} ({proj} has {width} output channels)")
     check("num_hidden_layers", vision.get("num_hidden_layers"), lambda v: v == depth,
           f"{depth} layers (encoder.layer.0 to encoder.layer.{depth - 1})")
-    check("intermediate_size", vision.get("intermediate_size"), lambda v: v == mlp,
-          f"an MLP of width {mlp} (encoder.layer.0.intermediate.dense.weight has {mlp} rows)")
-    check("mlp_ratio", vision.get("mlp_ratio"), lambda v: int(width * v) == mlp,
-          f"an MLP of width {mlp} (encoder.layer.0.intermediate.dense.weight has {mlp} "
-          f"rows), not width {width} x mlp_ratio")
+    if arch.get("mlp") == "swiglu":
+        _check_swiglu(vision, width, mlp, check)
+    else:
+        check("use_swiglu_ffn", vision.get("use_swiglu_ffn"), lambda v: not v,
+              f"a GELU MLP (encoder.layer.0.mlp.fc1.weight has the {mlp} rows "
+              "mlp.fc2.weight takes)")
+        check("intermediate_size", vision.get("intermediate_size"), lambda v: v == mlp,
+              f"an MLP of width {mlp} (encoder.layer.0.intermediate.dense.weight has {mlp} "
+              "rows)")
+        check("mlp_ratio", vision.get("mlp_ratio"), lambda v: int(width * v) == mlp,
+              f"an MLP of width {mlp} (encoder.layer.0.intermediate.dense.weight has {mlp} "
+              f"rows), not width {width} x mlp_ratio")
     check("patch_size", vision.get("patch_size"),
           lambda v: cv.pair(v) == patch,
           f"{patch[0]}x{patch[1]} patches ({proj} has a {patch[0]}x{patch[1]} kernel)")
@@ -317,6 +327,28 @@ def check_config(config, state, arch, where):
           "do not divide")
     _check_tokens(vision, state, arch, check)
     _check_heads(config, state, where)
+
+
+def swiglu_width(width, mlp_ratio):
+    """The hidden width of DINOv2's SwiGLU MLP (`Dinov2SwiGLUFFN`,
+    facebookresearch/dinov2's `SwiGLUFFNFused`): two thirds of
+    `int(width * mlp_ratio)`, rounded up to a multiple of 8.
+
+    >>> swiglu_width(1536, 4), swiglu_width(32, 4)
+    (4096, 88)
+    """
+    return (int(int(width * mlp_ratio) * 2 / 3) + 7) // 8 * 8
+
+
+def _check_swiglu(vision, width, mlp, check):
+    """config.json's `use_swiglu_ffn` and `mlp_ratio` against a SwiGLU MLP
+    of hidden width `mlp` (`weights_in` of `2 * mlp` rows)."""
+    held = (f"a SwiGLU MLP of width {mlp} (encoder.layer.0.mlp.weights_in.weight has "
+            f"{2 * mlp} rows, mlp.weights_out.weight takes {mlp})")
+    check("use_swiglu_ffn", vision.get("use_swiglu_ffn", False), lambda v: v is True, held)
+    check("mlp_ratio", vision.get("mlp_ratio"),
+          lambda v: swiglu_width(width, v) == mlp,
+          f"{held}, not (int(int(width {width} x mlp_ratio) x 2 / 3) + 7) // 8 x 8")
 
 
 def _check_model_type(config, kind, state, where):
@@ -464,6 +496,7 @@ def state_source_name(key, state):
         name = families.official_name(key)
         if name is None:
             return key
-    name = families.styled(name, families.model_type_of_keys(prepared))
+    swiglu = any(".mlp.weights_in." in k or ".mlp.gate_proj." in k for k in state)
+    name = families.styled(name, families.model_type_of_keys(prepared), swiglu)
     prefix = families.prefix_of(state)
     return name if name.startswith(_TOP_LEVEL) else prefix + name

@@ -87,6 +87,8 @@ _OPTIONS = {
                 "transformers' {name} has no such LayerNorm",
     "patch_bias": "its patch embedding has no bias (patch_bias=False), and transformers' "
                   "{name}'s patch embedding has one",
+    "mlp": "its MLP is a SwiGLU (mlp={value!r}), and keras_vit writes transformers' {name} "
+           "with its GELU MLP only (DINOv2's use_swiglu_ffn is not written)",
 }
 
 

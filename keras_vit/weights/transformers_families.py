@@ -15,7 +15,11 @@ The keys (transformers -> the ViT name or official key):
   `layernorm_before`, `layernorm_after`, `intermediate.dense`,
   `output.dense` (`attention.attention.query`, ..., `attention.output.dense`);
   `layer_scale1.lambda1`, `layer_scale2.lambda1` -> `.../LayerScale_0/scale`,
-  `LayerScale_1/scale`;
+  `LayerScale_1/scale`; DINOv2-g's SwiGLU MLP (`use_swiglu_ffn`): `mlp.weights_in`
+  (twice the hidden width: the gate's rows, then the up projection's) and
+  `mlp.weights_out` as saved, `mlp.gate_proj` + `mlp.up_proj` (stacked) and
+  `mlp.down_proj` in transformers 5's memory -> `intermediate.dense`,
+  `output.dense` of a `mlp="swiglu"` model;
 - `embeddings.register_tokens (1, R, D)` -> `reg`, the class position
   embedding folded into the class token (`cls + pos[:, :1]`; the position
   embedding then covers the patches alone, `no_embed_class=True`);
@@ -79,6 +83,7 @@ import re
 import numpy as np
 
 from keras_vit.errors import CheckpointMismatchError
+from keras_vit.weights.architecture import mlp_of
 from keras_vit.weights.npz import DIST_KEY, REG_KEY
 
 logger = logging.getLogger("keras_vit")
@@ -171,6 +176,8 @@ RENAMES = [
     (_DINO_LAYER + r"norm2\.", _BLOCK + "layernorm_after."),
     (_DINO_LAYER + r"mlp\.fc1\.", _BLOCK + "intermediate.dense."),
     (_DINO_LAYER + r"mlp\.fc2\.", _BLOCK + "output.dense."),
+    (_DINO_LAYER + r"mlp\.weights_in\.", _BLOCK + "intermediate.dense."),  # SwiGLU
+    (_DINO_LAYER + r"mlp\.(?:weights_out|down_proj)\.", _BLOCK + "output.dense."),
     (r"^embeddings\.patch_embedding\.", "embeddings.patch_embeddings.projection."),
     (r"^post_layernorm\.", "layernorm."),
 ]
@@ -199,6 +206,9 @@ _BACK = {
         (r"^encoder\.layer\.(\d+)\.output\.dense\.", r"encoder.layer.\1.mlp.fc2."),
     ],
 }
+# DINOv2-g's SwiGLU MLP as saved (for messages)
+_SWIGLU_BACK = [(r"^(encoder\.layer\.\d+)\.mlp\.fc1\.", r"\1.mlp.weights_in."),
+                (r"^(encoder\.layer\.\d+)\.mlp\.fc2\.", r"\1.mlp.weights_out.")]
 _STYLE = {"clip_vision_model": "clip", "clip": "clip", "siglip_vision_model": "clip",
           "siglip": "clip", "dinov2": "dinov2", "dinov2_with_registers": "dinov2"}
 
@@ -250,6 +260,7 @@ def prepare(state, renames=()):
             value = np.asarray(out.pop(old))
             out[new] = value[None] if ndim == 2 else value.reshape(1, 1, -1)
             raw[new] = raw.pop(old)
+    _stack_gate_and_up(out, raw)
     if "embeddings.register_tokens" in out and cls in out and pos in out:
         c, p = np.asarray(out[cls]), np.asarray(out[pos])
         if c.ndim == 3 and p.ndim == 3 and c.shape[1:] == (1, p.shape[2]) and p.shape[1] > 1:
@@ -259,6 +270,24 @@ def prepare(state, renames=()):
         out["visual_projection.bias"] = np.zeros(np.shape(projection)[:1], np.float32)
         raw["visual_projection.bias"] = "visual_projection (no bias: zeros)"
     return Prepared(out, raw, left_out, prefix)
+
+
+_GATE = re.compile(r"encoder\.layer\.(\d+)\.mlp\.gate_proj\.(weight|bias)")
+
+
+def _stack_gate_and_up(out, raw):
+    """transformers 5's in-memory SwiGLU halves, `mlp.gate_proj` and
+    `mlp.up_proj` (the `Chunk(dim=0)` of `weights_in`), stacked back into
+    `intermediate.dense` (gate rows first); one half alone stays as it is
+    (reported as unexpected)."""
+    for name in [n for n in out if _GATE.fullmatch(n)]:
+        up = name.replace(".gate_proj.", ".up_proj.")
+        if up not in out:
+            continue
+        block, leaf = _GATE.fullmatch(name).groups()
+        new = f"encoder.layer.{block}.intermediate.dense.{leaf}"
+        out[new] = np.concatenate([np.asarray(out.pop(name)), np.asarray(out.pop(up))])
+        raw[new] = f"{raw.pop(name)} + {raw.pop(up)}"
 
 
 def log_left_out(prepared, source=None):
@@ -356,9 +385,11 @@ def official_name(key):
     return None
 
 
-def styled(name, model_type):
-    """A ViT-named key as `model_type` names it (for messages)."""
-    for pattern, repl in _BACK.get(_STYLE.get(model_type), ()):
+def styled(name, model_type, swiglu=False):
+    """A ViT-named key as `model_type` names it (for messages); `swiglu`:
+    DINOv2's SwiGLU MLP (`mlp.weights_in`, `weights_out`)."""
+    for pattern, repl in (*_BACK.get(_STYLE.get(model_type), ()),
+                          *(_SWIGLU_BACK if swiglu else ())):
         name = re.sub(pattern, repl, name)
     return name
 
@@ -417,16 +448,27 @@ def refuse_model_type(model_type):
         f"builds; it loads {loaded}.")
 
 
+def mlp(model_type, state):
+    """`(mlp, mlp_dim)` of the (prepared) state (`architecture.mlp_of`):
+    `"swiglu"` when `intermediate.dense` has twice the rows `output.dense`
+    takes (DINOv2-g's `weights_in`), which only DINOv2 builds: another
+    model type's is a `CheckpointMismatchError`."""
+    rows = int(np.shape(state["encoder.layer.0.intermediate.dense.weight"])[0])
+    out = state.get("encoder.layer.0.output.dense.weight")
+    kind, width = mlp_of(rows, int(np.shape(out)[1]) if np.ndim(out) == 2 else None)
+    if kind == "swiglu" and not model_type.startswith("dinov2"):
+        raise CheckpointMismatchError(
+            f"A transformers {model_type!r} checkpoint whose MLP projects to {rows} rows, "
+            f"twice the {width} its output takes: a SwiGLU MLP, which transformers builds "
+            "for DINOv2 only (use_swiglu_ffn), not a model keras_vit builds.")
+    return kind, width
+
+
 def options(model_type, state, config):
     """The builder options of the family the (prepared) state holds:
     layer scale, registers (with `no_embed_class`: their class position
     embedding is folded into the class token), the distillation token, the
-    pre-norm, a patch projection without bias. Raises
-    `CheckpointMismatchError` for a DINOv2 with a SwiGLU MLP."""
-    if config.get("use_swiglu_ffn"):
-        raise CheckpointMismatchError(
-            f"A transformers {model_type!r} checkpoint with a SwiGLU MLP "
-            "(use_swiglu_ffn=true, DINOv2-g), which keras_vit does not build.")
+    pre-norm, a patch projection without bias."""
     out = {}
     if "encoder.layer.0.layer_scale1.lambda1" in state:
         out["layer_scale_init"] = 1e-5  # an initial value; the checkpoint's scales load
