@@ -366,11 +366,12 @@ def _optional(args, **names):
 
 
 def _progress_verbosity(args):
-    """Keras' `verbose` for `fit`: the live progress bar (1) on a terminal;
-    one line per epoch (2) with --quiet or when the progress goes to a file
-    or pipe (a bar there is a heap of carriage returns and colour codes)."""
-    stream = sys.stderr if args.json else sys.stdout
-    return 2 if args.quiet or not stream.isatty() else 1
+    """Keras' `verbose` for `fit` by `_console.progress_verbosity`'s rule
+    (the live bar on a terminal, one line per epoch to a file or pipe),
+    read on the stream the progress goes to (stderr with --json); --quiet:
+    one line per epoch."""
+    return _console.progress_verbosity(2 if args.quiet else 1,
+                                       sys.stderr if args.json else sys.stdout)
 
 
 def cmd_train(args, out):
