@@ -291,6 +291,21 @@ def test_plot_refuses_links_folders_and_missing_logs(tmp_path):
     one_error_line(run_cli("plot", tmp_path), "is not a regular file")
 
 
+def test_plot_replaces_a_planted_link_at_curves_png_and_never_writes_through_it(tmp_path):
+    """A symbolic link planted at the run's curves.png (to a file of the
+    user's) is replaced by the picture; the file it pointed to is untouched."""
+    (tmp_path / "log.csv").write_text(HEADER + "1,0.5,1.0,0.5,1.0\n2,0.6,0.9,0.6,0.95\n")
+    victim = tmp_path / "precious.txt"
+    victim.write_text("precious")
+    os.symlink(victim, tmp_path / "curves.png")
+    code, _, err = run_cli("plot", tmp_path)
+    assert code == 0, err
+    assert victim.read_text() == "precious"
+    assert not os.path.islink(tmp_path / "curves.png")
+    with Image.open(tmp_path / "curves.png") as picture:
+        assert picture.size[0] > 100
+
+
 def test_plot_loads_no_tensorflow(run):
     code = ("import sys, keras_vit_cli\n"
             "status = keras_vit_cli.main(['plot', sys.argv[1], '--json'])\n"

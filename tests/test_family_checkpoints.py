@@ -105,16 +105,20 @@ def test_headless_timm_models_give_timms_pooled_output(tmp_path, name, size, opt
 
 
 @pytest.mark.backends
-@pytest.mark.parametrize("name", ["vit_small_patch14_dinov2", "vit_small_patch14_reg4_dinov2"])
-def test_dinov2_at_a_second_size_resizes_as_timm(tmp_path, name):
-    """At 84 px (6x6 patches of 14) the 4x4 position embedding is resized
-    as timm resizes it on load (bicubic, antialias); registers and the
-    class token are never resized."""
-    _, folder = timm_folder(tmp_path, name, 56)
-    resized = timm.create_model(f"local-dir:{folder}", pretrained=True, img_size=84).eval()
+@pytest.mark.parametrize("name, size, second", [
+    ("vit_small_patch14_dinov2", 56, 84), ("vit_small_patch14_reg4_dinov2", 56, 84),
+    ("deit_tiny_distilled_patch16_224", 32, 64)])
+def test_a_second_size_resizes_as_timm(tmp_path, name, size, second):
+    """At a second size (DINOv2: 84 px, 6x6 patches of 14; the distilled
+    DeiT: 64 px, 4x4 patches of 16) the position embedding is resized as
+    timm resizes it on load (bicubic, antialias); registers, the class and
+    the distillation token are never resized."""
+    _, folder = timm_folder(tmp_path, name, size)
+    resized = timm.create_model(f"local-dir:{folder}", pretrained=True,
+                                img_size=second).eval()
     keras_model = keras_vit.model_from_checkpoint(folder, classifier_activation=None,
-                                                  input_shape=(84, 84, 3))
-    assert_parity(predict(keras_model, photos(84)), timm_forward(resized, 84, folder))
+                                                  input_shape=(second, second, 3))
+    assert_parity(predict(keras_model, photos(second)), timm_forward(resized, second, folder))
 
 
 def test_distilled_deit_is_one_dense_on_both_tokens_and_writes_back_its_two_heads(tmp_path):

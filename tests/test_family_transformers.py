@@ -176,6 +176,24 @@ def test_clip_at_a_second_size_resizes_as_interpolate_pos_encoding(tmp_path):
         model, 64, folder, "pooler_output", interpolate_pos_encoding=True))
 
 
+@pytest.mark.backends
+@pytest.mark.parametrize("name, config, processor, size, kwargs", [
+    ("Dinov2ForImageClassification", lambda: dinov2_config(num_labels=3), "dinov2", 70, {}),
+    ("DeiTForImageClassificationWithTeacher", lambda: deit_config(num_labels=5), "deit", 64,
+     dict(interpolate_pos_encoding=True)),
+])
+def test_the_classifiers_at_a_second_size_give_their_logits(tmp_path, name, config, processor,
+                                                             size, kwargs):
+    """DINOv2's classifier (class token beside the patch mean) at 70 px and
+    DeiT's distilled one (two tokens, two heads) at 64 px: the position
+    embedding resized as the class does in its forward, the logits equal."""
+    model, folder = saved(tmp_path, getattr(transformers, name)(config()), processor)
+    keras_model = keras_vit.model_from_checkpoint(folder, input_shape=(size, size, 3),
+                                                  classifier_activation=None)
+    assert_parity(predict(keras_model, photos(size)),
+                  forward(model, size, folder, "logits", **kwargs))
+
+
 def test_dinov2_classifier_without_its_head_gives_the_pooler_and_the_heads_input(tmp_path):
     """Dinov2ForImageClassification with include_top=False:
     pooling='token' is Dinov2Model's pooler_output, pooling='token_avg' the
