@@ -24,6 +24,7 @@ import keras
 from keras import ops
 
 from keras_vit import _compat
+from keras_vit.layers.rotary import apply_rope
 
 _state = threading.local()
 
@@ -283,7 +284,16 @@ def uses_dot_product_attention(attention, training=False):
     return platform == "gpu" or (platform == "tpu" and not training)
 
 
-def dot_product_attention(qkv, tokens, num_heads):
+def _rotate_query_key(query, key, rope, rope_variant):
+    """`query`, `key` rotated by a `RotaryEmbedding` output `rope`
+    `(tokens, 2 * head_dim)` (`keras_vit.layers.rotary.apply_rope`), for
+    the `(..., tokens, head_dim)` layout; unchanged without `rope`."""
+    if rope is None:
+        return query, key
+    return apply_rope(query, rope, rope_variant), apply_rope(key, rope, rope_variant)
+
+
+def dot_product_attention(qkv, tokens, num_heads, rope=None, rope_variant=None, bias=None):
     """Multi-head softmax attention from a fused `(batch * tokens, 3 * width)`
     query-key-value projection through flash-attention kernels where the
     backend has them: cuDNN's on a JAX GPU (`padded_attention`), else
@@ -294,7 +304,8 @@ def dot_product_attention(qkv, tokens, num_heads):
     the compute dtype before the product with the values (in float32 the
     results agree to float32 rounding, `tests/test_fused.py`). The
     `(batch, tokens, heads, dim)` layout the kernels take is the projection's
-    own, so no transpose is needed.
+    own, so no transpose is needed. `rope`, `rope_variant` and `bias` as
+    `softmax_attention`'s.
 
     Returns:
         output `(batch * tokens, width)` in the compute dtype.
@@ -303,12 +314,16 @@ def dot_product_attention(qkv, tokens, num_heads):
     head_dim = width // num_heads
     qkv = ops.reshape(qkv, (-1, tokens, 3, num_heads, head_dim))
     query, key, value = ops.unstack(qkv, 3, axis=2)
+    if rope is not None:  # (tokens, 1, 2 dim): broadcast over the heads
+        query, key = _rotate_query_key(query, key, rope[:, None, :], rope_variant)
     scale = 1.0 / head_dim ** 0.5
     out = None
-    if keras.backend.backend() == "jax" and accelerator() == "gpu":
+    if keras.backend.backend() == "jax" and accelerator() == "gpu" and bias is None:
         out = _jax_cudnn_attention(query, key, value, scale)
     if out is None:
-        out = ops.dot_product_attention(query, key, value, scale=scale)
+        out = ops.dot_product_attention(
+            query, key, value, scale=scale,
+            bias=None if bias is None else ops.cast(bias[None], query.dtype))
     return ops.reshape(out, (-1, width))
 
 
@@ -351,7 +366,8 @@ def _jax_cudnn_attention(query, key, value, scale):
         return None
 
 
-def softmax_attention(qkv, tokens, num_heads, dropout, training):
+def softmax_attention(qkv, tokens, num_heads, dropout, training, rope=None,
+                      rope_variant=None, bias=None):
     """Multi-head softmax attention from a fused `(batch * tokens, 3 * width)`
     query-key-value projection.
 
@@ -365,6 +381,12 @@ def softmax_attention(qkv, tokens, num_heads, dropout, training):
     softmax kernel already accumulates in float32 (same result, two fewer
     casts over `(batch, heads, tokens, tokens)`).
 
+    `rope`: None, or a `RotaryEmbedding` output `(tokens, 2 * head_dim)`
+    that the queries and keys are rotated by (in float32, before the
+    scaling), in the layout of `rope_variant`. `bias`: None, or a
+    `(heads, tokens, tokens)` float32 bias added to the logits (BEiT's
+    relative position bias).
+
     Returns:
         `(output, weights)`: output `(batch * tokens, width)` in the compute
         dtype; weights `(batch, heads, tokens, tokens)` before dropout, in
@@ -377,12 +399,15 @@ def softmax_attention(qkv, tokens, num_heads, dropout, training):
     # Unstack, not qkv[i]: the gradient of three slices is three scatters
     # into zero tensors of the full size (15% of a ViT-S training step).
     query, key, value = ops.unstack(ops.transpose(qkv, (2, 0, 3, 1, 4)), 3, axis=0)
+    query, key = _rotate_query_key(query, key, rope, rope_variant)
     query = query / ops.cast(head_dim ** 0.5, dtype)
     if keras.backend.backend() == "tensorflow":
         logits = _tensorflow().matmul(query, key, transpose_b=True)
     else:
         logits = ops.matmul(query, ops.swapaxes(key, -1, -2))
-    if dtype != "float32" and not _onednn_tensorflow():
+    if bias is not None:
+        logits = ops.cast(logits, "float32") + bias[None]
+    elif dtype != "float32" and not _onednn_tensorflow():
         logits = ops.cast(logits, "float32")
     weights = ops.softmax(logits, axis=-1)
     dropped = dropout(weights, training=training)

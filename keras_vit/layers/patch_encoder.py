@@ -108,6 +108,10 @@ class PatchEncoder(keras.layers.Layer):
             CLIP's `conv1`).
         token_initializer: initializer of the distillation and register
             tokens (default normal(stddev=0.02)).
+        use_position_embedding: False: no position embedding at all (the
+            families whose blocks carry the positions: rotary embeddings,
+            DINOv3 and EVA-02 without absolute ones; BEiT's relative
+            position bias). Default True.
 
     Attributes:
         grid_size: `(grid_h, grid_w)` of the stored position embedding once
@@ -135,9 +139,12 @@ class PatchEncoder(keras.layers.Layer):
         no_embed_class=False,
         use_bias=True,
         token_initializer=None,
+        use_position_embedding=True,
         **kwargs,
     ):
         super().__init__(**kwargs)
+        self.use_position_embedding = _checks.boolean(use_position_embedding,
+                                                      "use_position_embedding")
         self.hidden_size = _checks.positive_int(hidden_size, "hidden_size")
         self.use_class_token = bool(use_class_token)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
@@ -219,6 +226,10 @@ class PatchEncoder(keras.layers.Layer):
                 shape=(1, self.num_register_tokens, self.hidden_size),
                 initializer=self._token_initializer(),
             )
+        self.position_embedding = None
+        self.built = True
+        if not self.use_position_embedding:
+            return
         num_tokens = self.num_embedded_prefix_tokens + gh * gw
         # Not autocast: `call` reads it in its own dtype (float32 under a
         # mixed policy) so that a resize computes in float32, then casts.
@@ -237,6 +248,10 @@ class PatchEncoder(keras.layers.Layer):
         tokens."""
         gh, gw = inputs.shape[1], inputs.shape[2]
         patch_dim = inputs.shape[-1]
+        if not self.use_position_embedding:
+            x = ops.matmul(ops.reshape(inputs, (ops.shape(inputs)[0], -1, patch_dim)),
+                           self.kernel)
+            return self._prepend_prefix(x + self.bias if self.use_bias else x)
         if (gh, gw) == self.grid_size:
             x = ops.reshape(inputs, (-1, gh * gw, patch_dim))
             posemb = self.position_embedding
@@ -304,4 +319,6 @@ class PatchEncoder(keras.layers.Layer):
                 else keras.initializers.serialize(self.token_initializer),
             }
         )
+        if not self.use_position_embedding:  # saved only when off: today's configs unchanged
+            config["use_position_embedding"] = False
         return config

@@ -3,6 +3,7 @@
 import contextlib
 
 import keras
+import numpy as np
 from keras import ops
 
 from keras_vit import _checks
@@ -19,6 +20,7 @@ from keras_vit.layers.fused import (
 from keras_vit.layers._remat import rematerialized_call
 from keras_vit.layers._utils import dtype_config, sublayer_policy
 from keras_vit.layers.drop_path import DropPath
+from keras_vit.layers.rotary import ROPE_VARIANTS
 
 
 def check_layer_scale_init(value, name="layer_scale_init"):
@@ -41,6 +43,53 @@ def check_mlp(mlp):
             f"Unknown mlp={mlp!r}; allowed: {MLP_KINDS} ('gelu': Dense, GELU, Dense; "
             "'swiglu': the gated MLP of DINOv2's ViT-g/14).")
     return mlp
+
+
+# The biases of the query, key and value projections: "qkv" (all three, the
+# ViT's); "qv" (BEiT, EVA, DINOv3 "qkvb": the key has none, timm's `q_bias`,
+# `v_bias`); "none".
+QKV_BIAS_KINDS = ("qkv", "qv", "none")
+
+
+def check_qkv_bias(qkv_bias):
+    """`qkv_bias`: one of `QKV_BIAS_KINDS`."""
+    if qkv_bias not in QKV_BIAS_KINDS:
+        raise ValueError(
+            f"Unknown qkv_bias={qkv_bias!r}; allowed: {QKV_BIAS_KINDS} ('qkv': a bias on "
+            "the query, key and value; 'qv': on the query and value only (BEiT, EVA); "
+            "'none': no bias).")
+    return qkv_bias
+
+
+def check_rope_variant(rope):
+    """A block's `rope`: None or one of `keras_vit.layers.rotary.ROPE_VARIANTS`."""
+    if rope is not None and rope not in ROPE_VARIANTS:
+        raise ValueError(f"Unknown rope={rope!r}; allowed: None or one of {ROPE_VARIANTS}.")
+    return rope
+
+
+def relative_position_index(window):
+    """BEiT's `(h * w + 1, h * w + 1)` index into a relative position bias
+    table of `(2h - 1)(2w - 1) + 3` rows for a class token and an `(h, w)`
+    patch grid: one row per 2-D offset of two patches, then the three of
+    the class token (to a patch, from a patch, to itself), as timm's
+    `gen_relative_position_index`.
+
+    >>> relative_position_index((2, 2))[0].tolist()
+    [11, 9, 9, 9, 9]
+    """
+    h, w = window
+    rows, cols = np.meshgrid(np.arange(h), np.arange(w), indexing="ij")
+    coords = np.stack([rows.ravel(), cols.ravel()])             # 2, hw
+    offsets = (coords[:, :, None] - coords[:, None, :]).transpose(1, 2, 0)
+    index = (offsets[..., 0] + h - 1) * (2 * w - 1) + offsets[..., 1] + w - 1
+    size = (2 * h - 1) * (2 * w - 1) + 3
+    out = np.zeros((h * w + 1, h * w + 1), np.int32)
+    out[1:, 1:] = index
+    out[0, :] = size - 3
+    out[:, 0] = size - 2
+    out[0, 0] = size - 1
+    return out
 
 
 @keras.saving.register_keras_serializable(package="keras_vit")
@@ -151,9 +200,29 @@ class TransformerBlock(keras.layers.Layer):
             `mlp_dense2`. The sublayers keep their names, so LoRA's `"mlp"`
             target, quantization and the official keys (`MlpBlock_3/
             Dense_0`, `Dense_1`) cover both.
+        qkv_bias: `"qkv"` (the default: the query, key and value
+            projections have a bias, in `qkv`), `"qv"` (BEiT, EVA-02,
+            DINOv3 "qkvb": `qkv` has none, the block's weights `q_bias`
+            and `v_bias` are added to the query and the value; the key's is
+            zero) or `"none"`.
+        mlp_norm: a LayerNorm (sublayer `mlp_norm`) over the MLP's hidden
+            activations, before `mlp_dense2` (EVA-02's sub-LayerNorm,
+            timm's `scale_mlp`). Default False.
+        rope: None (the default) or a rotary position embedding variant of
+            `keras_vit.layers.rotary.ROPE_VARIANTS` (`"dinov3"`, `"eva"`):
+            the call's `rope` input, a `RotaryEmbedding` output, rotates the
+            queries and keys in that variant's channel layout (in float32).
+        relative_position_bias: None (the default) or the `(grid_h,
+            grid_w)` patch grid of BEiT's relative position bias: a learned
+            table `relative_position_bias_table` of `(2 grid_h - 1)(2 grid_w
+            - 1) + 3` rows by `num_heads`, indexed by the offset of two
+            tokens (`relative_position_index`) and added to the attention
+            logits. The block then takes a class token and that grid only.
 
     Call arguments:
         inputs: `(batch, tokens, hidden)`.
+        rope: with `rope` set, the `RotaryEmbedding` output `(tokens, 2 *
+            head_dim)` for the call's grid (required then; None otherwise).
         training: Python bool.
         return_attention_scores: if `True`, returns
             `(outputs, attention)` with the softmax attention weights of
@@ -181,11 +250,20 @@ class TransformerBlock(keras.layers.Layer):
         attention="auto",
         layer_scale_init=None,
         mlp="gelu",
+        qkv_bias="qkv",
+        mlp_norm=False,
+        rope=None,
+        relative_position_bias=None,
         **kwargs,
     ):
         super().__init__(**kwargs)
         self.attention = check_attention(attention)
         self.mlp = check_mlp(mlp)
+        self.qkv_bias = check_qkv_bias(qkv_bias)
+        self.mlp_norm = _checks.boolean(mlp_norm, "mlp_norm")
+        self.rope = check_rope_variant(rope)
+        self.relative_position_bias = None if relative_position_bias is None else \
+            _checks.positive_int_pair(relative_position_bias, "relative_position_bias")
         self.layer_scale_init = check_layer_scale_init(layer_scale_init)
         self.gelu = check_gelu(gelu)
         self.remat = _checks.boolean(remat, "remat")
@@ -227,6 +305,11 @@ class TransformerBlock(keras.layers.Layer):
         if self.layer_scale_init is not None:
             self.ls1 = LayerScale(self.layer_scale_init, dtype=policy, name="ls1")
             self.ls2 = LayerScale(self.layer_scale_init, dtype=policy, name="ls2")
+        self.mlp_layer_norm = None
+        if self.mlp_norm:
+            self.mlp_layer_norm = keras.layers.LayerNormalization(
+                epsilon=self.layer_norm_epsilon, dtype=policy, name="mlp_norm")
+        self.q_bias = self.v_bias = self.relative_position_bias_table = None
         # `attention_probe`: None, or (only inside `probing_attention`) a
         # callable `probe(weights, training)` in place of the attention
         # dropout: it sees the softmax weights and returns those the values
@@ -256,8 +339,18 @@ class TransformerBlock(keras.layers.Layer):
         self.head_dim = hidden // self.num_heads
         self.qkv = keras.layers.Dense(
             3 * hidden, kernel_initializer="glorot_uniform",
+            use_bias=self.qkv_bias == "qkv",
             dtype=sublayer_policy(self, "qkv"), name="qkv",
         )
+        if self.qkv_bias == "qv":
+            self.q_bias = self.add_weight(name="q_bias", shape=(hidden,), initializer="zeros")
+            self.v_bias = self.add_weight(name="v_bias", shape=(hidden,), initializer="zeros")
+        if self.relative_position_bias is not None:
+            gh, gw = self.relative_position_bias
+            self.relative_position_bias_table = self.add_weight(
+                name="relative_position_bias_table",
+                shape=((2 * gh - 1) * (2 * gw - 1) + 3, self.num_heads),
+                initializer="zeros", autocast=False)
         self.attention_output = keras.layers.Dense(
             hidden, kernel_initializer="glorot_uniform",
             dtype=sublayer_policy(self, "attention_output"), name="attention_output",
@@ -278,6 +371,8 @@ class TransformerBlock(keras.layers.Layer):
         if self.ls1 is not None:
             self.ls1.build(input_shape)
             self.ls2.build(input_shape)
+        if self.mlp_layer_norm is not None:
+            self.mlp_layer_norm.build(tuple(input_shape[:-1]) + (self.mlp_dim,))
         self.built = True
 
     def _uses_dot_product(self, training, return_attention_scores):
@@ -287,18 +382,43 @@ class TransformerBlock(keras.layers.Layer):
                 and not (training and self.attention_dropout_rate > 0)
                 and uses_dot_product_attention(self.attention, bool(training)))
 
-    def _attention(self, x, training, return_attention_scores=False):
+    def _relative_position_bias(self, tokens):
+        """BEiT's `(heads, tokens, tokens)` float32 bias, gathered from the
+        table; a ValueError when `tokens` is not the class token and the
+        block's grid."""
+        gh, gw = self.relative_position_bias
+        if isinstance(tokens, int) and tokens != gh * gw + 1:
+            raise ValueError(
+                f"{self.name}: the relative position bias is for a class token and a {gh}x{gw} "
+                f"patch grid ({gh * gw + 1} tokens), got {tokens} tokens; build the model "
+                "for this image size (the table is resized when the weights are loaded).")
+        index = relative_position_index(self.relative_position_bias).reshape(-1)
+        bias = ops.take(ops.cast(self.relative_position_bias_table, "float32"), index, axis=0)
+        return ops.transpose(ops.reshape(bias, (gh * gw + 1, gh * gw + 1, -1)), (2, 0, 1))
+
+    def _qkv(self, rows):
+        """The fused query-key-value projection of `rows`, with `qkv_bias`."""
+        qkv = dense(self.qkv, rows)
+        if self.qkv_bias != "qv":
+            return qkv
+        bias = ops.concatenate([self.q_bias, ops.zeros_like(self.q_bias), self.v_bias])
+        return qkv + ops.cast(bias, qkv.dtype)
+
+    def _attention(self, x, training, return_attention_scores=False, rope=None):
         """Attention branch on normalized `x` (batch, tokens, hidden):
         returns `(output (batch, tokens, hidden), softmax weights or None)`."""
         tokens = x.shape[1] if x.shape[1] is not None else ops.shape(x)[1]
         rows = ops.reshape(x, (-1, self.hidden_size))
-        qkv = dense(self.qkv, rows)
+        qkv = self._qkv(rows)
+        extra = dict(rope=rope, rope_variant=self.rope, bias=None
+                     if self.relative_position_bias is None
+                     else self._relative_position_bias(tokens))
         if self._uses_dot_product(training, return_attention_scores):
-            out, weights = dot_product_attention(qkv, tokens, self.num_heads), None
+            out, weights = dot_product_attention(qkv, tokens, self.num_heads, **extra), None
         else:
             out, weights = softmax_attention(
                 qkv, tokens, self.num_heads, self._attention_probe or self.attention_dropout,
-                training)
+                training, **extra)
         out = dense(self.attention_output, out)
         return ops.reshape(out, (-1, tokens, self.hidden_size)), weights
 
@@ -309,12 +429,14 @@ class TransformerBlock(keras.layers.Layer):
         else:
             y = dense(self.mlp_dense1, rows, gelu=self.gelu, training=training)
         y = self.dropout(y, training=training)
+        if self.mlp_layer_norm is not None:
+            y = layer_norm(self.mlp_layer_norm, y)
         y = dense(self.mlp_dense2, y)
         return ops.reshape(y, ops.shape(x))
 
-    def _forward(self, inputs, training, return_attention_scores=False):
+    def _forward(self, inputs, training, return_attention_scores=False, rope=None):
         y, weights = self._attention(layer_norm(self.norm1, inputs), training,
-                                     return_attention_scores)
+                                     return_attention_scores, rope)
         y = self.dropout(y, training=training)
         if self.ls1 is not None:
             y = self.ls1(y)
@@ -324,17 +446,23 @@ class TransformerBlock(keras.layers.Layer):
             y = self.ls2(y)
         return x + self.drop_path(y, training=training), weights
 
-    def call(self, inputs, training=None, return_attention_scores=False):
+    def call(self, inputs, rope=None, training=None, return_attention_scores=False):
         """The block's output for `(batch, tokens, hidden)` `inputs`, the same
         shape; with `return_attention_scores`, `(output, attention)`, the
         attention probabilities `(batch, heads, tokens, tokens)` in float32.
         With `remat` and `training`, the activations are recomputed in the
-        backward pass instead of kept."""
+        backward pass instead of kept. `rope`: the rotary embedding of the
+        call's grid, given exactly when the block has `rope`."""
+        if (rope is None) != (self.rope is None):
+            raise ValueError(
+                f"{self.name}: a block with rope={self.rope!r} takes " + (
+                    "the call argument `rope` (a RotaryEmbedding output)." if self.rope
+                    else "no `rope` call argument."))
         if self.remat and training and not return_attention_scores:
             return rematerialized_call(
-                lambda x: self._forward(x, training)[0], inputs,
+                lambda x: self._forward(x, training, rope=rope)[0], inputs,
                 [self.dropout, self.attention_dropout, self.drop_path])
-        x, weights = self._forward(inputs, training, return_attention_scores)
+        x, weights = self._forward(inputs, training, return_attention_scores, rope)
         if return_attention_scores:
             return x, ops.cast(weights, "float32")
         return x
@@ -373,6 +501,12 @@ class TransformerBlock(keras.layers.Layer):
 
     def get_config(self):
         config = super().get_config()
+        # the options of later families, saved only when set: the configs
+        # (and so the saved files) of today's models are unchanged
+        for key, default in (("qkv_bias", "qkv"), ("mlp_norm", False), ("rope", None),
+                             ("relative_position_bias", None)):
+            if getattr(self, key) != default:
+                config[key] = getattr(self, key)
         config.update(
             {
                 "num_heads": self.num_heads,
