@@ -250,7 +250,8 @@ def plan_head(checkpoint, info, include_top, pooling, classes, representation_si
 
 
 ARITHMETIC_DEFAULTS = dict(gelu="tanh", layer_norm_epsilon=1e-6, fc_norm=False,
-                          resnet_arithmetic="official", image_mean=None, image_std=None)
+                          resnet_arithmetic="official", image_mean=None, image_std=None,
+                          rope=None)
 
 
 def arithmetic(checkpoint, defaults=None, **given):

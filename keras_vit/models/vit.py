@@ -27,7 +27,8 @@ from keras_vit.layers import (
 )
 from keras_vit.layers.fused import check_attention
 from keras_vit.layers.resnet import resnet_arithmetic as resnet_arithmetic_args
-from keras_vit.layers.transformer import check_layer_scale_init, check_mlp
+from keras_vit.layers.rotary import RotaryEmbedding, check_rope
+from keras_vit.layers.transformer import check_layer_scale_init, check_mlp, check_qkv_bias
 from keras_vit.models.application import (
     ARITHMETIC_DEFAULTS,
     Encoder,
@@ -44,9 +45,9 @@ from keras_vit.models.arguments import (
 from keras_vit.variants import VIT_VARIANTS, Variant, effective_patch_size, find_variant
 from keras_vit.weights.checkpoint import Checkpoint
 
-CLASSIFIERS = ("token", "gap", "map", "token_avg")
+CLASSIFIERS = ("token", "gap", "map", "token_avg", "avg")
 # the classifiers with a class token
-CLASS_TOKEN_CLASSIFIERS = ("token", "token_avg")
+CLASS_TOKEN_CLASSIFIERS = ("token", "token_avg", "avg")
 
 
 def VisionTransformer(
@@ -90,6 +91,11 @@ def VisionTransformer(
     patch_bias: bool = True,
     pre_norm: bool = False,
     mlp: str = "gelu",
+    rope: str | dict | None = None,
+    qkv_bias: str = "qkv",
+    mlp_norm: bool = False,
+    position_embedding: bool = True,
+    relative_position_bias: bool = False,
 ) -> keras.Model:
     """Builds a Vision Transformer or an R+ViT hybrid.
 
@@ -108,7 +114,9 @@ def VisionTransformer(
             `keras_vit.layers.AttentionPooling`, as SigLIP's) or
             `"token_avg"` (the head reads the class token beside the mean of
             the patch tokens: DINOv2's linear classifier, transformers'
-            `Dinov2ForImageClassification`).
+            `Dinov2ForImageClassification`) or `"avg"` (a class token, and
+            the head reads the mean of the patch tokens: timm's
+            `global_pool="avg"` of EVA-02, DINOv3 and BEiT).
         representation_size: width of the `pre_logits` Dense + tanh layer,
             None for none. With checkpoint weights, None means "as the
             checkpoint has it" when its head is kept.
@@ -212,6 +220,22 @@ def VisionTransformer(
             times its second half, Dense (DINOv2's ViT-g/14, timm's
             `SwiGLUPacked`); `gelu` then only sets a `"map"` head's.
             See docs/models.md#blocks-and-heads-of-later-families.
+        rope: None (the default: no rotary embedding) or a 2-D rotary
+            position embedding of the queries and keys, computed from the
+            grid of each call (`keras_vit.layers.RotaryEmbedding`):
+            `"dinov3"`, `"eva"`, or a dict with its `temperature` and EVA's
+            `ref_grid` (`keras_vit.layers.rotary.check_rope`). None with
+            weights: the checkpoint's.
+        qkv_bias: the attention projections' biases, `"qkv"` (the
+            default), `"qv"` (no key bias: BEiT, EVA-02) or `"none"`
+            (DINOv3).
+        mlp_norm: a LayerNorm inside each MLP, before its second Dense
+            (EVA-02's sub-LayerNorm).
+        position_embedding: False: no learned position embedding (DINOv3,
+            whose positions are its RoPE; BEiT).
+        relative_position_bias: BEiT's per-block relative position bias
+            table over the model's patch grid (the model then takes one
+            image size, resized from the checkpoint's at loading).
 
     Returns:
         A functional `keras.Model`.
@@ -234,7 +258,8 @@ def vision_transformer_model(
     classes, classifier_activation, include_preprocessing, name, gelu, layer_norm_epsilon,
     fc_norm, resnet_arithmetic, image_mean, image_std, ema, features_only, out_indices,
     feature_format, remat, attention, layer_scale_init, num_register_tokens,
-    distillation_token, no_embed_class, patch_bias, pre_norm, mlp,
+    distillation_token, no_embed_class, patch_bias, pre_norm, mlp, rope=None,
+    qkv_bias="qkv", mlp_norm=False, position_embedding=True, relative_position_bias=False,
 ) -> keras.Model:
     """`VisionTransformer` with every argument given, built as the named
     `variant`: a row of `keras_vit.variants.HUB_VARIANTS` (its name in
@@ -249,6 +274,16 @@ def vision_transformer_model(
         resnet_layers, resnet_width)
     layer_scale_init = check_layer_scale_init(layer_scale_init)
     mlp = check_mlp(mlp)
+    qkv_bias = check_qkv_bias(qkv_bias)
+    check_rope(rope)
+    mlp_norm, position_embedding, relative_position_bias = (
+        _checks.boolean(v, n) for v, n in ((mlp_norm, "mlp_norm"),
+                                          (position_embedding, "position_embedding"),
+                                          (relative_position_bias, "relative_position_bias")))
+    if relative_position_bias and classifier not in CLASS_TOKEN_CLASSIFIERS:
+        raise ValueError(
+            "relative_position_bias=True is BEiT's table, which has rows for a class token; "
+            f"classifier={classifier!r} has none. Use classifier='avg' or 'token'.")
     out_indices, feature_format = check_feature_args(
         features_only, out_indices, feature_format, num_layers, pooling=pooling,
         classes=classes, representation_size=representation_size)
@@ -261,9 +296,12 @@ def vision_transformer_model(
     config = dict(patch_size=patch, hidden_size=hidden_size, num_layers=num_layers,
                   num_heads=num_heads, mlp_dim=mlp_dim, resnet_layers=resnet_layers,
                   resnet_width=resnet_width)
+    later = dict(qkv_bias=qkv_bias, mlp_norm=mlp_norm, position_embedding=position_embedding,
+                 relative_position_bias=relative_position_bias)
     if variant is None:
-        # an official variant has the GELU MLP: a SwiGLU model is none of them
-        variant = find_variant("vit", config) if mlp == "gelu" else None
+        # an official variant has the GELU MLP and the official blocks
+        official = mlp == "gelu" and later == _OFFICIAL_BLOCKS and rope is None
+        variant = find_variant("vit", config) if official else None
 
     def encode(x, grid_size, arith):
         return vit_encoder(
@@ -277,7 +315,7 @@ def vision_transformer_model(
             attention=attention, num_register_tokens=num_register_tokens,
             distillation_token=bool(distillation_token),
             no_embed_class=bool(no_embed_class), patch_bias=bool(patch_bias),
-            pre_norm=bool(pre_norm), mlp=mlp)
+            pre_norm=bool(pre_norm), mlp=mlp, rope=arith["rope"], **later)
 
     encoder = Encoder(
         "vit", encode, effective_patch_size(config), classifier,
@@ -298,11 +336,16 @@ def vision_transformer_model(
         representation_size=representation_size, gelu=gelu,
         layer_norm_epsilon=layer_norm_epsilon, fc_norm=fc_norm,
         resnet_arithmetic=resnet_arithmetic, image_mean=image_mean, image_std=image_std,
-        ema=ema, out_indices=out_indices, feature_format=feature_format,
+        rope=rope, ema=ema, out_indices=out_indices, feature_format=feature_format,
         default_size=variant.image_size if variant else 224,
         arithmetic_defaults={k: v for k, v in (variant.config if variant else {}).items()
                              if k in ARITHMETIC_DEFAULTS})
 
+
+
+# the block options of later families at their defaults (the official ViT)
+_OFFICIAL_BLOCKS = dict(qkv_bias="qkv", mlp_norm=False, position_embedding=True,
+                        relative_position_bias=False)
 
 
 def _check_model_pooling(pooling, include_top, classifier, distillation_token):
@@ -318,7 +361,7 @@ def _check_model_pooling(pooling, include_top, classifier, distillation_token):
         raise ValueError(
             "pooling='distilled' averages the class and distillation tokens; this model "
             "has no distillation token (distillation_token=False). Use pooling='token'.")
-    own = (("token", "gap", "token_avg") + (("distilled",) if distillation_token else ())
+    own = (("token", "gap", "token_avg", "avg") + (("distilled",) if distillation_token else ())
            if class_token else ("gap", "map") if classifier == "map" else ("gap",))
     return check_pooling(pooling, include_top, own)
 
@@ -343,7 +386,7 @@ def _check_architecture(patch_size, hidden_size, num_layers, num_heads, mlp_dim,
         )
     if representation_size is not None:
         _checks.positive_int(representation_size, "representation_size")
-        if classifier in ("map", "token_avg"):
+        if classifier in ("map", "token_avg", "avg"):
             raise ValueError(
                 f"representation_size={representation_size!r} adds pre_logits after a "
                 f"'token' or 'gap' pooling; classifier={classifier!r} has none. Pass None.")
@@ -388,6 +431,11 @@ def vit_encoder(
     patch_bias: bool = True,
     pre_norm: bool = False,
     mlp: str = "gelu",
+    rope: str | dict | None = None,
+    qkv_bias: str = "qkv",
+    mlp_norm: bool = False,
+    position_embedding: bool = True,
+    relative_position_bias: bool = False,
 ) -> keras.KerasTensor:
     """The ViT encoder as the official `Encoder` (plus the hybrid's ResNet):
     preprocessed images `(batch, H, W, 3)` -> the token sequence `(batch,
@@ -403,6 +451,11 @@ def vit_encoder(
     `patch_bias` (`use_bias`): the `PatchEncoder` options; `pre_norm`: a
     LayerNorm named "pre_norm" after the embeddings (float32 under a mixed
     policy); `mlp`: the blocks' MLP (`TransformerBlock(mlp=...)`).
+    `rope`: a `RotaryEmbedding` (named "rope") of the patch grid, which
+    every block rotates its queries and keys by; `qkv_bias`, `mlp_norm`:
+    the blocks'; `position_embedding`: the `PatchEncoder`'s
+    (`use_position_embedding`); `relative_position_bias`: each block's
+    BEiT table over the patch grid (a ValueError for an unknown grid).
 
     Example:
 
@@ -421,25 +474,41 @@ def vit_encoder(
                 x = BottleneckUnit(width * 2 ** (stage - 1), strides=stride,
                                    name=f"block{stage}_unit{unit}", **stem)(x)
     x = Patches(patch_size, name="patches")(x)
-    x = PatchEncoder(hidden_size, use_class_token=use_class_token, grid_size=grid_size,
-                     num_register_tokens=num_register_tokens,
-                     distillation_token=distillation_token,
-                     no_embed_class=no_embed_class, use_bias=patch_bias,
-                     name="patch_encoder")(x)
+    window = None
+    if relative_position_bias:
+        if x.shape[1] is None or x.shape[2] is None:
+            raise ValueError(
+                "A model with relative_position_bias=True (BEiT) takes one image size: its "
+                "tables are for one patch grid. Give input_shape=(height, width, 3).")
+        window = (int(x.shape[1]), int(x.shape[2]))
+    encoder = PatchEncoder(hidden_size, use_class_token=use_class_token, grid_size=grid_size,
+                           num_register_tokens=num_register_tokens,
+                           distillation_token=distillation_token,
+                           no_embed_class=no_embed_class, use_bias=patch_bias,
+                           use_position_embedding=position_embedding, name="patch_encoder")
+    rope_table = None
+    if rope is not None:
+        rope_table = RotaryEmbedding(hidden_size // num_heads, rope,
+                                     num_prefix_tokens=encoder.num_prefix_tokens,
+                                     name="rope")(x)
+    x = encoder(x)
     x = keras.layers.Dropout(dropout_rate, name="encoder_dropout")(x)
     if pre_norm:
         x = keras.layers.LayerNormalization(
             epsilon=layer_norm_epsilon, dtype=mixed_precision_head_dtype(),
             name="pre_norm")(x)
     for i in range(num_layers):
-        x = TransformerBlock(
+        block = TransformerBlock(
             num_heads, mlp_dim, dropout_rate=dropout_rate,
             attention_dropout_rate=attention_dropout_rate,
             drop_path_rate=drop_path_rate * i / max(num_layers - 1, 1),
             layer_norm_epsilon=layer_norm_epsilon, gelu=gelu, remat=remat,
             attention=attention, layer_scale_init=layer_scale_init, mlp=mlp,
-            name=f"encoderblock_{i}",
-        )(x)
+            qkv_bias=qkv_bias, mlp_norm=mlp_norm,
+            rope=None if rope is None else check_rope(rope)["variant"],
+            relative_position_bias=window, name=f"encoderblock_{i}",
+        )
+        x = block(x) if rope_table is None else block(x, rope=rope_table)
     return x
 
 

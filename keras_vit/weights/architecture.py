@@ -15,7 +15,7 @@ import re
 
 from keras_vit.errors import CheckpointMismatchError
 from keras_vit.variants import find_variant
-from keras_vit.weights.npz import DIST_KEY, POSEMB_KEY, REG_KEY
+from keras_vit.weights.npz import AVG_POOL_KEY, DIST_KEY, POSEMB_KEY, REG_KEY
 from keras_vit.weights.posemb import checkpoint_grid, square_grid
 
 
@@ -26,7 +26,7 @@ class CheckpointInfo:
     family: str                 # "vit" | "mixer"
     classes: int                # head width, or None without a head
     representation_size: int    # pre_logits width, or None
-    classifier: str             # "token" | "gap" | "map" | "token_avg" (ViT)
+    classifier: str             # "token" | "gap" | "map" | "token_avg" | "avg" (ViT)
     grid: tuple                 # (gh, gw) the checkpoint was trained at
     num_register_tokens: int = 0     # DINOv2's registers ("reg")
     distillation_token: bool = False  # DeiT's ("dist")
@@ -38,6 +38,41 @@ MAP_PROBE = "MAPHead_0/probe"
 LAYER_SCALE = "Transformer/encoderblock_0/LayerScale_0/scale"
 MLP_IN = "Transformer/encoderblock_0/MlpBlock_3/Dense_0/kernel"
 MLP_OUT = "Transformer/encoderblock_0/MlpBlock_3/Dense_1/kernel"
+ATTENTION = "Transformer/encoderblock_0/MultiHeadDotProductAttention_1"
+RELATIVE_TABLE = f"{ATTENTION}/relative_position_bias_table"
+MLP_NORM = "Transformer/encoderblock_0/MlpBlock_3/LayerNorm_0/scale"
+ROPE_PREFIX = "rope/"
+
+
+def rope_of(params):
+    """The `VisionTransformer(rope=...)` a `rope/<variant>` key records
+    (`[temperature, ref_h, ref_w]`, 0: no reference grid), or None.
+
+    >>> import numpy as np
+    >>> rope_of({"rope/eva": np.array([1e4, 16, 16])})
+    {'variant': 'eva', 'temperature': 10000.0, 'ref_grid': (16, 16)}
+    """
+    keys = [k for k in params if k.startswith(ROPE_PREFIX)]
+    if not keys:
+        return None
+    variant = keys[0][len(ROPE_PREFIX):]
+    values = [float(v) for v in params[keys[0]].reshape(-1)]
+    rope = {"variant": variant, "temperature": values[0]}
+    if variant == "eva":
+        rope["ref_grid"] = (int(values[1]), int(values[2])) if len(values) == 3 and values[1] \
+            else None
+    return rope
+
+
+def _relative_table_grid(params):
+    """The square patch grid of a BEiT relative position table, or None."""
+    table = params.get(RELATIVE_TABLE)
+    if table is None or table.ndim != 2:
+        return None
+    side = math.isqrt(max(int(table.shape[0]) - 3, 0))
+    if side % 2 == 0 or side * side != table.shape[0] - 3:
+        return None
+    return ((side + 1) // 2,) * 2
 
 
 def _is_square(n):
@@ -72,8 +107,11 @@ def describe(params):
     classes = int(head.shape[-1]) if head is not None else None
     pre = params.get("pre_logits/kernel")
     representation = int(pre.shape[-1]) if pre is not None else None
-    if POSEMB_KEY in params:
+    if POSEMB_KEY in params or (
+            "embedding/kernel" in params and f"{ATTENTION}/query/kernel" in params):
         classifier = "map" if MAP_PROBE in params else "token" if "cls" in params else "gap"
+        if classifier == "token" and AVG_POOL_KEY in params:
+            classifier = "avg"
         width = params["embedding/kernel"].shape[-1] if "embedding/kernel" in params else None
         if classifier == "token" and head is not None and pre is None \
                 and DIST_KEY not in params and width and head.shape[0] == 2 * width:
@@ -83,6 +121,10 @@ def describe(params):
         registers = int(reg.shape[1]) if reg is not None and reg.ndim == 3 else 0
         dist = DIST_KEY in params
         prefix = int("cls" in params) + int(dist) + registers
+        if POSEMB_KEY not in params:  # RoPE (DINOv3) or relative biases (BEiT)
+            return CheckpointInfo("vit", classes, representation, classifier,
+                                  _relative_table_grid(params), registers, dist, False,
+                                  "head_dist/kernel" in params)
         rows = int(params[POSEMB_KEY].shape[1])
         # timm's no_embed_class (DeiT-III, DINOv2 with registers): the rows are
         # the patch grid alone, the prefix tokens get no position embedding
@@ -162,6 +204,7 @@ def _architecture(params):
         config["patch_bias"] = False
     if "pre_norm/scale" in params:
         config["pre_norm"] = True
+    config.update(_block_options(params))
     if "conv_root/kernel" in params:
         units = {}
         for key in params:
@@ -171,8 +214,29 @@ def _architecture(params):
                 units[stage] = max(units.get(stage, 0), unit)
         config["resnet_layers"] = tuple(units[s] for s in sorted(units))
         config["resnet_width"] = int(params["conv_root/kernel"].shape[-1]) // 64
-    assert POSEMB_KEY in params  # describe() said "vit"
     return "vit", config
+
+
+def _block_options(params):
+    """The options of the RoPE families (#50) the keys show, given only
+    where they differ from the official ViT."""
+    options = {}
+    if f"{ATTENTION}/query/bias" not in params:
+        options["qkv_bias"] = "none"
+    elif f"{ATTENTION}/key/bias" not in params:
+        options["qkv_bias"] = "qv"
+    if MLP_NORM in params:
+        options["mlp_norm"] = True
+    if POSEMB_KEY not in params:
+        options["position_embedding"] = False
+    if RELATIVE_TABLE in params:
+        options["relative_position_bias"] = True
+    if "fc_norm/scale" in params and "Transformer/encoder_norm/scale" not in params:
+        options["fc_norm"] = True  # pooled, then normalised
+    rope = rope_of(params)
+    if rope is not None:
+        options["rope"] = rope
+    return options
 
 
 def checkpoint_variant(params):

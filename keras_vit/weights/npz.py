@@ -42,6 +42,9 @@ POSEMB_KEY = "Transformer/posembed_input/pos_embedding"
 # `Transformer/encoderblock_i/LayerScale_{0,1}/scale` (after the attention,
 # after the MLP) and `pre_norm/{scale,bias}` (OpenAI CLIP's `ln_pre`).
 DIST_KEY = "dist"
+# no weight: the head of a class-token model reads the patch tokens' mean
+# (classifier "avg": EVA-02, DINOv3, BEiT); a (0,) array
+AVG_POOL_KEY = "pooling/avg"
 REG_KEY = "reg"
 
 

@@ -47,6 +47,7 @@ from keras_vit.layers import (
     ResNetRoot,
     TransformerBlock,
 )
+from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.blocks import quantization_modes
 from keras_vit.layers.lora import lora_layers, merge_lora
 from keras_vit.weights.architecture import (  # noqa: F401
@@ -55,7 +56,14 @@ from keras_vit.weights.architecture import (  # noqa: F401
     describe,
     describe_architecture,
 )
-from keras_vit.weights.npz import DIST_KEY, POSEMB_KEY, REG_KEY, canonical_keys, read_checkpoint
+from keras_vit.weights.npz import (
+    AVG_POOL_KEY,
+    DIST_KEY,
+    POSEMB_KEY,
+    REG_KEY,
+    canonical_keys,
+    read_checkpoint,
+)
 from keras_vit.weights.posemb import checkpoint_grid, resize_position_embedding
 from keras_vit.weights.sniff import (  # noqa: F401
     ACCEPTED_FORMATS,
@@ -78,11 +86,22 @@ class Param:
     variable: object
     to_keras: object      # list of official arrays -> Keras value
     to_official: object   # Keras value -> list of official arrays
-    kind: str = "plain"   # "posemb" | "groupnorm" | "plain"
+    kind: str = "plain"   # "posemb" | "groupnorm" | "relpos" | "constant" | "plain"
+    grid: tuple = None    # "relpos": the model's patch grid
 
     def official_shapes(self):
+        if self.variable is None:  # a "constant": what the model computes with
+            return [tuple(a.shape) for a in self.to_official(None)]
         arrays = self.to_official(np.zeros(tuple(self.variable.shape), "float32"))
         return [tuple(a.shape) for a in arrays]
+
+
+def _constant(key, value):
+    """A key with no weight behind it, whose value the model's arithmetic
+    must equal (`rope/<variant>`, `pooling/avg`): written by
+    `official_arrays`, compared at loading."""
+    value = np.asarray(value, "float32")
+    return Param((key,), None, lambda a: a[0], lambda v: [value], "constant")
 
 
 def _same(key, variable):
@@ -116,11 +135,34 @@ def _patch_kernel(key, variable, patch_size):
     return Param((key,), variable, lambda a: a[0].reshape(-1, a[0].shape[-1]), to_official)
 
 
+def _qkv_biases(attn, block):
+    """The attention projections' biases: one `(3D,)` weight for "qkv",
+    `q_bias` and `v_bias` for "qv" (the official `key/bias` absent), none
+    for "none"."""
+    d, h = block.hidden_size, block.num_heads
+    if block.qkv_bias == "qkv":
+        return [Param(
+            tuple(f"{attn}/{n}/bias" for n in ("query", "key", "value")), block.qkv.bias,
+            lambda a: np.concatenate([x.reshape(d) for x in a]),
+            lambda v: [x.reshape(h, d // h) for x in np.split(v, 3)],
+        )]
+    if block.qkv_bias == "qv":
+        return [Param((f"{attn}/{n}/bias",), variable, lambda a: a[0].reshape(d),
+                      lambda v: [v.reshape(h, d // h)])
+                for n, variable in (("query", block.q_bias), ("value", block.v_bias))]
+    return []
+
+
+def _relative_position_table(key, block):
+    """BEiT's table, `kind="relpos"`: another grid's is resized at loading."""
+    return Param((key,), block.relative_position_bias_table, lambda a: a[0], lambda v: [v],
+                 "relpos", block.relative_position_bias)
+
+
 def _transformer_block(prefix, block):
     d, h = block.hidden_size, block.num_heads
     attn = f"{prefix}/MultiHeadDotProductAttention_1"
     qkv = tuple(f"{attn}/{n}/kernel" for n in ("query", "key", "value"))
-    qkv_b = tuple(f"{attn}/{n}/bias" for n in ("query", "key", "value"))
     return [
         *_layer_norm(f"{prefix}/LayerNorm_0", block.norm1),
         Param(
@@ -128,11 +170,9 @@ def _transformer_block(prefix, block):
             lambda a: np.concatenate([x.reshape(d, d) for x in a], axis=1),
             lambda v: [x.reshape(d, h, d // h) for x in np.split(v, 3, axis=1)],
         ),
-        Param(
-            qkv_b, block.qkv.bias,
-            lambda a: np.concatenate([x.reshape(d) for x in a]),
-            lambda v: [x.reshape(h, d // h) for x in np.split(v, 3)],
-        ),
+        *_qkv_biases(attn, block),
+        *([_relative_position_table(f"{attn}/relative_position_bias_table", block)]
+          if block.relative_position_bias is not None else []),
         Param(
             (f"{attn}/out/kernel",), block.attention_output.kernel,
             lambda a: a[0].reshape(d, d), lambda v: [v.reshape(h, d // h, d)],
@@ -141,6 +181,8 @@ def _transformer_block(prefix, block):
         *_layer_norm(f"{prefix}/LayerNorm_2", block.norm2),
         *_dense(f"{prefix}/MlpBlock_3/Dense_0", block.mlp_dense1),
         *_dense(f"{prefix}/MlpBlock_3/Dense_1", block.mlp_dense2),
+        *(_layer_norm(f"{prefix}/MlpBlock_3/LayerNorm_0", block.mlp_layer_norm)
+          if block.mlp_layer_norm is not None else []),
         *([_same(f"{prefix}/LayerScale_0/scale", block.ls1.gamma),
            _same(f"{prefix}/LayerScale_1/scale", block.ls2.gamma)] if block.ls1 else []),
     ]
@@ -239,9 +281,49 @@ def _patch_encoder(layer, patch_size):
                              (REG_KEY, "register_tokens", layer.num_register_tokens)):
         if kept:
             params.append(_same(key, getattr(layer, token)))
-    params.append(Param((POSEMB_KEY,), layer.position_embedding,
-                        lambda a: a[0], lambda v: [v], "posemb"))
+    if layer.use_position_embedding:
+        params.append(Param((POSEMB_KEY,), layer.position_embedding,
+                            lambda a: a[0], lambda v: [v], "posemb"))
     return params
+
+
+def rope_key(rope):
+    """The official-format key and value recording a `RotaryEmbedding`'s
+    variant: `rope/<variant>` = `[temperature, ref_h, ref_w]` (0: none),
+    so that a saved file rebuilds the same arithmetic.
+
+    >>> rope_key({"variant": "eva", "temperature": 10000.0, "ref_grid": (16, 16)})
+    ('rope/eva', [10000.0, 16, 16])
+    """
+    ref = rope.get("ref_grid") or (0, 0)
+    return f"rope/{rope['variant']}", [rope["temperature"], *ref]
+
+
+def _norms_and_heads(model, layer):
+    """The params of a norm, pooling, RoPE or head layer, or None."""
+    name = layer.name
+    norms = {"encoder_norm": "Transformer/encoder_norm",
+             "pre_norm": "pre_norm",  # OpenAI CLIP's ln_pre
+             "pre_head_layer_norm": "pre_head_layer_norm",
+             "fc_norm": "fc_norm"}  # timm's gap models: LayerNorm after pooling
+    if name in norms:
+        return _layer_norm(norms[name], layer)
+    if isinstance(layer, AttentionPooling):
+        return _map_head("MAPHead_0", layer)
+    if isinstance(layer, RotaryEmbedding):
+        return [_constant(*rope_key(layer.rope))]
+    if name == "pool" and layer.mode == "avg" and _has_head(model):
+        # the head reads the patch tokens' mean beside a class token
+        return [_constant(AVG_POOL_KEY, np.zeros((0,), "float32"))]
+    if name == "head" and _head_pooling(model) == "token_dist":
+        return _distilled_head(layer)
+    if name in ("pre_logits", "head"):
+        return _dense(name, layer)
+    return None
+
+
+def _has_head(model):
+    return any(layer.name == "head" for layer in model.layers)
 
 
 _BLOCK_INDEX = re.compile(r"_(\d+)$")
@@ -294,20 +376,8 @@ def official_params(model):
         elif name == "stem":
             params.append(_patch_kernel("stem/kernel", layer.kernel, patch_size))
             params.append(_same("stem/bias", layer.bias))
-        elif name == "encoder_norm":
-            params += _layer_norm("Transformer/encoder_norm", layer)
-        elif name == "pre_norm":  # OpenAI CLIP's ln_pre
-            params += _layer_norm("pre_norm", layer)
-        elif isinstance(layer, AttentionPooling):
-            params += _map_head("MAPHead_0", layer)
-        elif name == "pre_head_layer_norm":
-            params += _layer_norm("pre_head_layer_norm", layer)
-        elif name == "fc_norm":  # timm's gap models: LayerNorm after pooling
-            params += _layer_norm("fc_norm", layer)
-        elif name == "head" and _head_pooling(model) == "token_dist":
-            params += _distilled_head(layer)
-        elif name in ("pre_logits", "head"):
-            params += _dense(name, layer)
+        elif (found := _norms_and_heads(model, layer)) is not None:
+            params += found
         elif layer.weights and not isinstance(layer, Patches):
             raise ValueError(
                 f"Layer {name!r} ({type(layer).__name__}) of model "
@@ -471,11 +541,20 @@ def load_official_weights(model, params, source=None, dropped=(), key_name=None,
                     array.shape[0] == 1 and array.shape[2] == shape[2]:
                 arrays = [_resize_posemb(model, array, source)]
                 continue
+            if param.kind == "relpos" and array.ndim == 2 and array.shape[1] == shape[1]:
+                arrays = [_resize_relative_position_table(param, array, key, source)]
+                continue
             bad.append(f"{key}: checkpoint {array.shape} vs model {shape}")
+        if param.kind == "constant" and not bad:
+            wanted_value = param.to_official(None)[0]
+            if not np.array_equal(arrays[0], wanted_value):
+                bad.append(f"{param.keys[0]}: checkpoint {arrays[0].tolist()} vs model "
+                           f"{wanted_value.tolist()}")
         if bad:
             misshaped += bad
             continue
-        assignments.append((param, param.to_keras(arrays)))
+        if param.kind != "constant":
+            assignments.append((param, param.to_keras(arrays)))
     unexpected = [
         k for k in sorted(params)
         if k not in expected and not any(k.startswith(p) for p in dropped)
@@ -515,6 +594,26 @@ def _resize_posemb(model, posemb, source):
     return resize_position_embedding(posemb, new, prefix, old)
 
 
+def _resize_relative_position_table(param, table, key, source):
+    """BEiT's table of another grid, resized to the model's (timm's
+    `resize_rel_pos_bias_table`); a CheckpointMismatchError for a table of
+    no square grid."""
+    from keras_vit.weights.relative_position import (
+        relative_position_grid,
+        resize_relative_position_bias_table,
+    )
+
+    new = param.grid
+    old = relative_position_grid(int(table.shape[0]))
+    if old is None:
+        raise CheckpointMismatchError(
+            f"Checkpoint {source}: {key} has {table.shape[0]} rows, which is no square patch "
+            f"grid's (2n - 1)^2 + 3; the model's has {param.variable.shape[0]}.")
+    logger.info("Resizing the relative position bias tables of %s from a %dx%d to a %dx%d "
+                "grid (as timm's resize_rel_pos_bias_table).", source, *old, *new)
+    return resize_relative_position_bias_table(table, old, new)
+
+
 def save_official_weights(model, path):
     """Writes `model`'s weights as an official-format `.npz` (pre-Linen
     names, float32) and returns `path` (as a str). The file loads back with
@@ -541,7 +640,8 @@ def official_arrays(model):
     """
     arrays = {}
     for param in official_params(merge_lora(model)):
-        value = np.asarray(param.variable.numpy(), dtype="float32")
+        value = None if param.variable is None else np.asarray(param.variable.numpy(),
+                                                                dtype="float32")
         for key, array in zip(param.keys, param.to_official(value), strict=True):
             arrays[key] = np.ascontiguousarray(array, dtype="float32")
     return arrays
