@@ -100,6 +100,21 @@ MODELS = {
                      options=dict(pre_norm=True, patch_bias=False, gelu="quick",
                                   layer_norm_epsilon=1e-5),
                      timm="vit_base_patch16_clip_quickgelu_224"),
+    # DINOv3-S/16 (#50): 2-D RoPE (DINOv3's), no position embedding, no qkv
+    # bias, 4 registers, LayerScale, eps 1e-5, the patch tokens' mean (timm's
+    # vit_small_patch16_dinov3 with a 1000-class head)
+    "dinov3_s16": dict(family="vit", hidden=384, layers=12, heads=6, mlp=1536,
+                       options=dict(rope="dinov3", qkv_bias="none", position_embedding=False,
+                                    num_register_tokens=4, layer_scale_init=1e-5,
+                                    layer_norm_epsilon=1e-5, classifier="avg", gelu="erf"),
+                       timm="vit_small_patch16_dinov3"),
+    # EVA-02-S/14 (#50): EVA's RoPE (reference grid 16x16), packed SwiGLU of
+    # 1024, q/v biases, average pooling with fc_norm (timm's eva02_small_patch14_224)
+    "eva02_s14": dict(family="vit", hidden=384, layers=12, heads=6, mlp=1024, patch=14,
+                      options=dict(rope={"variant": "eva", "ref_grid": (16, 16)},
+                                   mlp="swiglu", qkv_bias="qv", classifier="avg",
+                                   fc_norm=True),
+                      timm="eva02_small_patch14_224"),
     "tiny": dict(family="vit", hidden=32, layers=2, heads=2, mlp=64),
 }
 PATCH = 16
