@@ -49,9 +49,11 @@ def check_rope(rope):
     """
     if rope is None:
         return None
+    given = rope
     if isinstance(rope, str):
         rope = {"variant": rope}
     if not isinstance(rope, dict) or rope.get("variant") not in ROPE_VARIANTS:
+        rope = given
         raise ValueError(
             f"Unknown rope={rope!r}; allowed: None, one of {ROPE_VARIANTS} or a dict "
             "{'variant': ..., 'temperature': ..., 'ref_grid': (h, w)} ('ref_grid': 'eva' only).")
