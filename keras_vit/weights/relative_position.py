@@ -21,7 +21,7 @@ rows are kept as they are.
   `RegularGridInterpolator`, float32), values beyond its ends held at the
   end values. Rows and columns are done separately, so a non-square grid
   is fine. (timm's optional SciPy path, `TIMM_USE_SCIPY_INTERP=1`, is not
-  reproduced: it needs `scipy.interpolate.interp2d`, gone since SciPy 1.14.)
+  reproduced: `scipy.interpolate.interp2d` raises since SciPy 1.14.)
 - transformers (`BeitRelativePositionBias.forward`, at every call, for the
   grid of the pixels given): PyTorch's bilinear `F.interpolate` with
   `align_corners=False` from the stored table to the new one, no
