@@ -64,6 +64,10 @@ from keras_vit.weights.npz import (
     canonical_keys,
     read_checkpoint,
 )
+from keras_vit.weights.relative_position import (
+    relative_position_grid,
+    resize_relative_position_bias_table,
+)
 from keras_vit.weights.posemb import checkpoint_grid, resize_position_embedding
 from keras_vit.weights.sniff import (  # noqa: F401
     ACCEPTED_FORMATS,
@@ -598,11 +602,6 @@ def _resize_relative_position_table(param, table, key, source):
     """BEiT's table of another grid, resized to the model's (timm's
     `resize_rel_pos_bias_table`); a CheckpointMismatchError for a table of
     no square grid."""
-    from keras_vit.weights.relative_position import (
-        relative_position_grid,
-        resize_relative_position_bias_table,
-    )
-
     new = param.grid
     old = relative_position_grid(int(table.shape[0]))
     if old is None:
