@@ -401,8 +401,9 @@ class TransformerBlock(keras.layers.Layer):
         qkv = dense(self.qkv, rows)
         if self.qkv_bias != "qv":
             return qkv
-        bias = ops.concatenate([self.q_bias, ops.zeros_like(self.q_bias), self.v_bias])
-        return qkv + ops.cast(bias, qkv.dtype)
+        query = ops.cast(self.q_bias, qkv.dtype)
+        return qkv + ops.concatenate([query, ops.zeros_like(query),
+                                      ops.cast(self.v_bias, qkv.dtype)])
 
     def _attention(self, x, training, return_attention_scores=False, rope=None):
         """Attention branch on normalized `x` (batch, tokens, hidden):
