@@ -160,7 +160,7 @@ def test_a_config_that_contradicts_its_weights_is_corrupt(tmp_path):
 
 @pytest.mark.parametrize("name, missing", [
     ("vit_base_patch16_224_miil", "attention without a query-key-value bias"),
-    ("vit_base_patch16_rope_reg1_gap_256", "rotary"),
+    ("vit_small_patch16_rope_224", "grid_indexing='xy'"),
 ])
 def test_families_keras_vit_does_not_build_are_refused_naming_what_is_missing(
         tmp_path, name, missing):
@@ -275,7 +275,7 @@ def test_dinov2_released_files_give_dinov2s_output(tmp_path, registers, size, ca
 
 @pytest.mark.parametrize("name, missing", [
     ("beit_base_patch16_224", "a BEiT: relative position biases"),
-    ("eva02_base_patch14_224", "an EVA-02: rotary position embeddings and a SwiGLU MLP"),
+    ("naflexvit_base_patch16_gap", "a NaFlex ViT: patches of variable count"),
 ])
 def test_other_vit_families_are_refused_naming_what_is_missing(tmp_path, name, missing):
     from keras_vit.errors import UnsupportedCheckpointError

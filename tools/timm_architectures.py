@@ -1,8 +1,9 @@
-"""Writes `keras_vit/weights/timm_architectures.py`: for every ViT and DeiT
-architecture timm registers, what its weights do not show and keras_vit
-must compute the same way (the MLP and its activation, the LayerNorm
-epsilon, the pooling, the attention heads), or why keras_vit does not build
-it.
+"""Writes `keras_vit/weights/timm_architectures.py`: for every ViT, DeiT
+and EVA (`Eva`: EVA, EVA-02, DINOv3) architecture timm registers, what its
+weights do not show and keras_vit must compute the same way (the MLP and
+its activation, the LayerNorm epsilon, the pooling, the attention heads;
+an Eva's rotary embedding, attention biases and MLP norm), or why keras_vit
+does not build it.
 
 timm's Hub repositories and `save_for_hf` folders record the architecture
 name, not these arguments (they live in each name's entry point, e.g.
@@ -108,6 +109,157 @@ def describe(model):
     ), None
 
 
+def _eva_rope(model, attn, why):
+    """The `VisionTransformer(rope=...)` dict of an Eva's rotary embedding
+    (None: none); a reason appended to `why` for one keras_vit does not
+    compute (`keras_vit.layers.rotary`)."""
+    rope = getattr(model, "rope", None)
+    if rope is None:
+        return None
+    kind, half = type(rope).__name__, bool(getattr(attn, "rotate_half", False))
+    if kind == "RotaryEmbeddingDinoV3":
+        same = (rope.min_period is None and rope.max_period is None
+                and rope.normalize_coords == "separate" and rope.grid_offset == 0
+                and rope.grid_indexing == "ij" and rope.rotate_half and half)
+        if same:
+            return {"variant": "dinov3", "temperature": float(rope.temperature)}
+    elif kind == "RotaryEmbeddingCat":
+        same = (not rope.in_pixels and rope.grid_type == "index" and rope.grid_offset == 0
+                and rope.grid_indexing == "ij" and not rope.rotate_half and not half
+                and not rope.linear_bands)
+        if same:
+            ref = rope.ref_feat_shape
+            return {"variant": "eva", "temperature": float(rope.temperature),
+                    "ref_grid": None if ref is None else tuple(int(r) for r in ref)}
+    if kind == "RotaryEmbeddingMixed":
+        why.append("learned mixed-axis rotary frequencies (rope_type='mixed')")
+    elif kind in ("RotaryEmbeddingDinoV3", "RotaryEmbeddingCat"):
+        grid = f"grid_indexing={rope.grid_indexing!r}, grid_offset={rope.grid_offset}"
+        why.append(f"a {kind} of another layout than keras_vit's ({grid}, "
+                   f"rotate_half={half})")
+    else:
+        why.append(f"a {kind} rotary embedding")
+    return None
+
+
+def _eva_attention(block, dim, why):
+    """"qkv", "qv" or "none": the attention biases of an Eva block."""
+    import torch
+
+    attn = block.attn
+    if type(attn).__name__ != "EvaAttention":
+        why.append(f"{type(attn).__name__} attention")
+        return None
+    if not isinstance(attn.q_norm, torch.nn.Identity):
+        why.append("query-key normalisation (qk_norm)")
+    if not isinstance(attn.norm, torch.nn.Identity):
+        why.append("a normalisation inside the attention (scale_attn_inner)")
+    if attn.gate is not None:
+        why.append("gated attention")
+    if attn.head_dim * attn.num_heads != dim:
+        why.append(f"attention heads of width {attn.head_dim} (attn_head_dim)")
+    if attn.qkv is not None:
+        return "qv" if attn.q_bias is not None else "none"
+    return "qv" if attn.q_proj.bias is not None else "none"
+
+
+def _eva_mlp(mlp, why):
+    """`(kind, gelu, mlp_norm)` of an Eva block's MLP (timm's `Mlp`, the
+    packed `GluMlp` or the split `SwiGLU`: `fc1_g`, `fc1_x`)."""
+    import torch
+
+    norm = not isinstance(getattr(mlp, "norm", torch.nn.Identity()), torch.nn.Identity)
+    if type(mlp).__name__ == "SwiGLU":
+        if type(mlp.act).__name__ != "SiLU":
+            why.append(f"a SwiGLU gated by {type(mlp.act).__name__}")
+        if any(fc.bias is None for fc in (mlp.fc1_g, mlp.fc1_x, mlp.fc2)):
+            why.append("an MLP without biases")
+        return "swiglu", None, norm
+    if type(mlp).__name__ == "GluMlp":
+        if not (isinstance(mlp.fc1, torch.nn.Linear) and not mlp.gate_last
+                and type(mlp.act).__name__ == "SiLU"):
+            why.append("a GluMlp that is not SwiGLU")
+        return "swiglu", None, norm
+    sub = []
+    kind, gelu = _mlp(mlp if not norm else _without_norm(mlp), sub)
+    why += sub
+    return kind, gelu, norm
+
+
+def _without_norm(mlp):
+    """`mlp` seen without its inner LayerNorm (`_mlp` refuses one; an Eva's
+    is keras_vit's `mlp_norm`)."""
+    import copy
+
+    import torch
+
+    plain = copy.copy(mlp)
+    plain.norm = torch.nn.Identity()
+    return plain
+
+
+def _eva_pool(model, why):
+    """`(pool, fc_norm)`: the pooling and where the final LayerNorm is
+    (before pooling: `norm`; after: `fc_norm`), as keras_vit builds them."""
+    from timm.layers import LayerNorm as TimmLayerNorm
+    import torch
+
+    def layer_norm(module):
+        return isinstance(module, (torch.nn.LayerNorm, TimmLayerNorm))
+
+    norm, fc_norm = layer_norm(model.norm), layer_norm(model.fc_norm)
+    pool = model.global_pool
+    if pool not in ("avg", "token"):
+        why.append(f"global_pool={pool!r}")
+    if norm == fc_norm:
+        why.append("a LayerNorm before and after the pooling" if norm else
+                   "no final LayerNorm")
+    elif fc_norm and pool == "token":
+        why.append("a LayerNorm after the class token (fc_norm with global_pool='token')")
+    return pool, fc_norm
+
+
+def describe_eva(model):
+    """`(row, None)` or `(None, why)` for timm's `Eva` (EVA, EVA-02,
+    DINOv3, timm's RoPE ViTs): the ViT row and the options of the RoPE
+    families, `rope` (`VisionTransformer(rope=...)`), `qkv_bias`,
+    `mlp_norm` and `position_embedding`."""
+    import torch
+    from timm.layers import LayerNorm as TimmLayerNorm
+
+    block, why = model.blocks[0], []
+    if type(block).__name__ != "EvaBlock":
+        why.append(f"{type(block).__name__} blocks (use_post_norm)")
+        return None, ", ".join(why)
+    if not isinstance(block.norm1, (torch.nn.LayerNorm, TimmLayerNorm)):
+        why.append(f"{type(block.norm1).__name__} normalisation")
+    dim = model.embed_dim
+    qkv_bias = _eva_attention(block, dim, why)
+    mlp, gelu, mlp_norm = _eva_mlp(block.mlp, why)
+    if (block.gamma_1 is None) != (block.gamma_2 is None):
+        why.append("layer scale on the attention branch only")
+    rope = _eva_rope(model, block.attn, why)
+    pool, fc_norm = _eva_pool(model, why)
+    if not isinstance(model.norm_pre, torch.nn.Identity):
+        why.append("a LayerNorm before the blocks (use_pre_transformer_norm)")
+    if getattr(model.patch_embed, "dynamic_img_pad", False):
+        why.append("images padded to a multiple of the patch (dynamic_img_pad)")
+    if pool == "token" and model.cls_token is None:
+        why.append("global_pool='token' without a class token")
+    if why:
+        return None, ", ".join(dict.fromkeys(why))
+    init = None if block.gamma_1 is None else round(float(block.gamma_1.detach()[0]), 12)
+    return dict(
+        mlp=mlp, gelu=gelu, num_heads=int(block.attn.num_heads), eps=float(block.norm1.eps),
+        pool=pool, class_token=model.cls_token is not None,
+        reg_tokens=int(model.reg_token.shape[1]) if model.reg_token is not None else 0,
+        no_embed_class=bool(model.no_embed_class), pre_norm=False, layer_scale=init,
+        fc_norm=fc_norm, patch_bias=model.patch_embed.proj.bias is not None, distilled=False,
+        rope=rope, qkv_bias=qkv_bias, mlp_norm=mlp_norm,
+        position_embedding=model.pos_embed is not None,
+    ), None
+
+
 def rows(timm, names):
     out, refused = {}, {}
     for name in names:
@@ -117,7 +269,7 @@ def rows(timm, names):
             refused[name] = f"not built by timm here ({type(error).__name__})"
             continue
         try:
-            row, why = describe(model)
+            row, why = (describe_eva if type(model).__name__ == "Eva" else describe)(model)
         except AttributeError as error:  # a module layout this table does not know
             row, why = None, f"a layout keras_vit does not read ({error})"
         if row is None:
@@ -128,7 +280,8 @@ def rows(timm, names):
 
 
 def names(timm):
-    return sorted(set(timm.list_models("vit_*")) | set(timm.list_models("deit*")))
+    return sorted(set(timm.list_models("vit_*")) | set(timm.list_models("deit*"))
+                  | set(timm.list_models("eva*")))
 
 
 def _one_per_line(table):
@@ -145,14 +298,16 @@ def main():
     start = time.perf_counter()
     built, refused = rows(timm, names(timm))
     text = ("# ruff: noqa: E501  (one architecture a line)\n"
-            f'"""What timm {timm.__version__}\'s ViT and DeiT architectures compute that '
+            f'"""What timm {timm.__version__}\'s ViT, DeiT and EVA architectures compute that '
             "their weights do not show,\nby name (written by tools/timm_architectures.py; "
             "do not edit).\n\n`ARCHITECTURES`: name -> mlp ('gelu', 'swiglu'), gelu ('erf', "
             "'tanh', 'quick';\nNone with 'swiglu', whose activation is SiLU), num_heads, "
             "LayerNorm eps, pool\n('token', 'avg', 'map', ''), class_token, reg_tokens, "
             "no_embed_class, pre_norm,\nlayer_scale (the initial gamma, None: none), "
-            "fc_norm, patch_bias, distilled.\n`REFUSED`: name -> what keras_vit does not "
-            'build.\n"""\n\n'
+            "fc_norm, patch_bias, distilled;\ntimm's `Eva` (EVA, EVA-02, DINOv3) also rope "
+            "(`VisionTransformer(rope=...)`), qkv_bias\n('qkv', 'qv', 'none'), mlp_norm, "
+            "position_embedding (`keras_vit.weights.timm_eva`).\n`REFUSED`: name -> what "
+            'keras_vit does not build.\n"""\n\n'
             f"TIMM_VERSION = {timm.__version__!r}\n\n"
             f"ARCHITECTURES = {_one_per_line(built)}\n\n"
             f"REFUSED = {_one_per_line(refused)}\n")

@@ -468,7 +468,10 @@ def build_application(
         checkpoint, info, include_top, pooling, classes, representation_size, description)
     effective = encoder.effective_patch
     grid = info.grid if info is not None else None
-    default_size = grid[0] * effective[0] if grid is not None else default_size
+    # without a grid in the weights (RoPE alone: DINOv3), the size the checkpoint says
+    said = ((checkpoint.preprocessing or {}).get("input_size") if checkpoint else None) or ()
+    default_size = (grid[0] * effective[0] if grid is not None
+                    else int(said[-1]) if len(said) == 3 else default_size)
     channels_last_notice(description)
     inputs, x, size = image_input(
         input_tensor, input_shape, default_size, effective, description,

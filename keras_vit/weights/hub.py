@@ -48,6 +48,8 @@ model = keras_vit.model_from_checkpoint("path/to/saved_folder")
 import dataclasses
 import logging
 import os
+
+import numpy as np
 from collections.abc import Callable
 from types import ModuleType
 
@@ -59,6 +61,7 @@ from keras_vit.errors import (
     UnsupportedCheckpointError,
 )
 from keras_vit.layers import PatchEncoder
+from keras_vit.layers.rotary import check_rope
 from keras_vit.layers.blocks import encoder_blocks
 from keras_vit.weights import dino as dino_format
 from keras_vit.weights import hub_layout
@@ -68,8 +71,8 @@ from keras_vit.weights import transformers as transformers_format
 from keras_vit.weights.architecture import describe
 from keras_vit.weights.checkpoint import Checkpoint
 from keras_vit.weights.config_values import check_values
-from keras_vit.weights.npz import POSEMB_KEY
-from keras_vit.weights.official import load_official_weights
+from keras_vit.weights.npz import AVG_POOL_KEY, POSEMB_KEY
+from keras_vit.weights.official import load_official_weights, rope_key
 from keras_vit.weights.posemb import POSEMB_RESIZES, square_grid
 from keras_vit.weights.pytorch import ema_error, read_torch_weights
 from keras_vit.weights.safetensors import read_safetensors
@@ -199,17 +202,23 @@ class HubCheckpoint(Checkpoint):
         params, names, unmapped = self.module.to_official(self.state, num_heads)
         if self.family == "mixer":
             params, names = timm_format.mixer_keys(params, names)
+        params.update(arithmetic_keys(self.architecture, self.arithmetic, params))
         self.params, self.names, self.unmapped = params, names, unmapped
         self.heads = num_heads
         return params
 
     def info(self):
-        """`architecture.CheckpointInfo` (head, pre_logits, classifier, grid)."""
+        """`architecture.CheckpointInfo` (head, pre_logits, classifier, grid);
+        the classifier the config says where the keys cannot (a model
+        without a head pooling the patch tokens beside a class token: "avg")."""
         try:
-            return describe(self.params)
+            info = describe(self.params)
         except CheckpointMismatchError as error:
             raise CheckpointMismatchError(
                 f"{self.source} ({self.format} format): {error}") from None
+        if self.architecture.get("classifier") == "avg" and info.classifier == "token":
+            info = dataclasses.replace(info, classifier="avg")
+        return info
 
     def model_config(self):
         """`(family, builder arguments)` read off the config and shapes."""
@@ -231,7 +240,8 @@ class HubCheckpoint(Checkpoint):
                 checkpoint.
         """
         shape = model.input_shape
-        if self.family == "vit" and isinstance(shape, tuple) and None in shape[1:3]:
+        if self.family == "vit" and isinstance(shape, tuple) and None in shape[1:3] \
+                and POSEMB_KEY in self.params:  # RoPE alone (DINOv3): any size
             how = self.how
             raise ValueError(
                 f"input_shape={tuple(shape[1:])} (any size at call time) resizes the "
@@ -278,6 +288,20 @@ class HubCheckpoint(Checkpoint):
     def _name_of(self, key):
         """The checkpoint's own name of an official key."""
         return self.names.get(key) or self.source_name(key)
+
+
+def arithmetic_keys(architecture, arithmetic, params):
+    """The official constant keys (`official._constant`) of what the
+    source computes beyond its weights: `rope/<variant>` for a rotary
+    embedding, `pooling/avg` for a head on the patch tokens' mean beside a
+    class token."""
+    out = {}
+    if arithmetic.get("rope") is not None:
+        key, value = rope_key(check_rope(arithmetic["rope"]))
+        out[key] = np.asarray(value, "float32")
+    if architecture.get("classifier") == "avg" and "head/kernel" in params:
+        out[AVG_POOL_KEY] = np.zeros((0,), "float32")
+    return out
 
 
 def _detect_format(config, state, source):

@@ -29,6 +29,9 @@ The families keras_vit builds:
 | `...stages.s.blocks.u.conv1..3/norm1..3/downsample` | `block{s+1}/unit{u+1}/conv1..3/gn1..3/conv_proj/gn_proj` |
 | Mixer `stem.proj`, `blocks.i.mlp_tokens/mlp_channels`, `norm` | `stem`, `MixerBlock_i/token_mixing/channel_mixing`, `pre_head_layer_norm` |
 
+timm's `Eva` (EVA-02, DINOv3: rotary embeddings, q/v biases, split SwiGLU,
+sub-LayerNorm, `gamma_1/2`) is read by `keras_vit.weights.timm_eva`.
+
 timm's arithmetic, which the loaded model reproduces: what the
 architecture's name computes in timm (`timm_architectures.ARCHITECTURES`,
 written from timm itself: erf, tanh or quick GELU, LayerNorm epsilon 1e-6
@@ -50,6 +53,7 @@ from keras_vit.errors import (
     UnsupportedCheckpointError,
 )
 from keras_vit.weights import config_values as cv
+from keras_vit.weights import timm_eva
 from keras_vit.weights.architecture import mlp_of, posemb_without_prefix
 from keras_vit.weights.npz import DIST_KEY, POSEMB_KEY, REG_KEY
 from keras_vit.weights.timm_architectures import ARCHITECTURES, REFUSED, TIMM_VERSION
@@ -141,7 +145,8 @@ def to_official(state, num_heads):
 
     for key, value in state.items():
         value = np.asarray(value)
-        if not _map_one(key, value, num_heads, put):
+        if not (_map_one(key, value, num_heads, put)
+                or timm_eva.map_one(key, value, num_heads, put, state)):
             unmapped.append(key)
     return params, names, sorted(unmapped)
 
@@ -324,6 +329,9 @@ def architecture(state, config):
             "hybrid has; not a model keras_vit builds.")
     proj = state["patch_embed.proj.weight"]
     width = int(proj.shape[0])
+    if timm_eva.is_eva(config, keys):
+        named_arguments(config)  # a refused name says what keras_vit lacks
+        return "vit", timm_eva.architecture(state, config, num_heads_of(config, width))
     blocks = {int(m[1]) for k in keys if (m := re.match(_BLOCK, k))}
     named = named_arguments(config)
     pool = config.get("global_pool") or args.get("global_pool") or named.get("pool") or None
@@ -367,8 +375,7 @@ BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*, deit3_*), R+ViT hybrids (
 # timm's ViT descendants outside vit_* / deit*, and what keras_vit lacks for each.
 OTHER_FAMILIES = (
     ("beit", "a BEiT: relative position biases and layer scale in every block"),
-    ("eva02", "an EVA-02: rotary position embeddings and a SwiGLU MLP"),
-    ("eva", "an EVA: rotary position embeddings"),
+    ("eva", f"an EVA that timm {TIMM_VERSION} does not register"),
     ("vit_pe_", "a Perception Encoder: rotary position embeddings"),
     ("naflexvit", "a NaFlex ViT: patches of variable count with factorised position "
                   "embeddings"),
@@ -380,7 +387,7 @@ def kind_of_name(name):
     (None: a name keras_vit does not build)."""
     if name.startswith("mixer_"):
         return "mixer"
-    if name.startswith(("vit_", "deit_", "deit3_")):
+    if name.startswith(("vit_", "deit_", "deit3_")) or name in ARCHITECTURES or name in REFUSED:
         return "hybrid" if _HYBRID_NAME.match(name) else "vit"
     return None
 
@@ -445,8 +452,11 @@ def check_config(config, state, arch, where):
     if not mixer:
         heads = args.get("num_heads")
         mlp = arch["mlp_dim"] * (2 if arch.get("mlp") == "swiglu" else 1)  # fc1's rows
+        eva = timm_eva.is_eva(config, state)
         check("model_args.mlp_ratio", args.get("mlp_ratio"),
-              lambda v: not isinstance(v, list) and int(width * v) == mlp,
+              lambda v: not isinstance(v, list) and (
+                  timm_eva.mlp_ratio_agrees(width, v, arch["mlp_dim"]) if eva
+                  else int(width * v) == mlp),
               f"an MLP of width {mlp} (blocks.0.mlp.fc1.weight has {mlp} rows), not "
               f"width {width} x mlp_ratio")
         check("model_args.num_heads", heads, lambda v: width % v == 0,
@@ -625,6 +635,8 @@ def arithmetic(config, keys, mlp="gelu"):
     `model_args["act_layer"]` where given; exact GELU and 1e-6 for a bare
     file. With `mlp="swiglu"` (the architecture `architecture` read, whose
     activation it checked: SiLU) no GELU form."""
+    if timm_eva.is_eva(config, keys):
+        return timm_eva.arithmetic(config, keys)
     named = named_arguments(config)
     act = ((config or {}).get("model_args") or {}).get("act_layer") or \
         named.get("act_layer") or "gelu"
