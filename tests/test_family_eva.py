@@ -7,96 +7,58 @@ with its sub-LayerNorm, a learned position embedding, the patch tokens'
 mean then `fc_norm`), plus EVA-01 and timm's RoPE ViT with a register and
 no class token, which the same reader builds.
 
-Each tiny model (2 blocks, width 64, 2 heads) is made by `timm.create_model`
-with its registered name, given random weights, saved with `save_for_hf`,
-opened with `keras_vit.model_from_checkpoint` and compared with timm's own
-forward on the two sample photos within 1e-4 x max(1, |value|): the logits
-at the trained size and at a second one (DINOv3: the same timm model, whose
-`dynamic_img_size` takes any grid; EVA-02: timm built at that size from the
-same folder, its position embedding resized on load and its RoPE
-coordinates rescaled to `ref_feat_shape`), and the pooled output of a model
-without a head.
+The tiny models (2 blocks, width 64, 2 heads) and timm's own outputs are
+`tests/rope_families.py`'s: made by `timm.create_model` with the registered
+name, random, saved with `save_for_hf`. keras_vit opens each folder with
+`keras_vit.model_from_checkpoint` and must give timm's outputs on the two
+sample photos within 1e-4 x max(1, |value|): the logits at the trained size
+and at a second one (DINOv3: 48x80, one model taking any size; EVA-02: 84
+px, timm built at that size from the same folder, its position embedding
+resized on load and its RoPE coordinates rescaled to `ref_feat_shape`), and
+the pooled output and the tokens of a model without a head.
 """
 
 import json
+import shutil
 
 import numpy as np
 import pytest
 
 import keras_vit
 from conftest import predict
-from family_photos import assert_parity, photos
+from family_photos import assert_parity
 from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")  # imported before the torchvision stand-in
-from torch_libraries import import_timm  # noqa: E402
+import rope_families as rf  # noqa: E402
 
-timm = import_timm()
+timm = rf._timm()
+CLASSES, WIDTH, HEADS = rf.CLASSES, rf.WIDTH, rf.HEADS
 
-WIDTH, HEADS, DEPTH, CLASSES = 64, 2, 2, 5
+DINOV3 = {"variant": "dinov3", "temperature": 100.0}
+EVA02 = {"variant": "eva", "temperature": 10000.0, "ref_grid": (16, 16)}
 
-
-def randomized(model, seed=0):
-    """`model` with every parameter random (layer scales and norms too)."""
-    generator = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for name, parameter in model.named_parameters():
-            noise = torch.randn(parameter.shape, generator=generator)
-            if name.endswith("norm.weight") or name.endswith(("norm1.weight", "norm2.weight")):
-                parameter.copy_(1 + 0.2 * noise)
-            elif "gamma" in name:
-                parameter.copy_(0.5 * noise)
-            else:
-                parameter.copy_(0.1 * noise)
-    return model.eval()
-
-
-def timm_folder(tmp_path, name, size, classes=CLASSES, **extra):
-    """`(timm model, folder)`: a tiny `name` written by `save_for_hf`."""
-    args = dict(depth=DEPTH, embed_dim=WIDTH, num_heads=HEADS, img_size=size,
-                num_classes=classes, **extra)
-    model = randomized(timm.create_model(name, pretrained=False, **args))
-    folder = tmp_path / f"{name}_{classes}"
-    timm.models.save_for_hf(model, folder, model_args=args, safe_serialization=True)
-    return model, folder
-
-
-def normalised(images, folder):
-    cfg = json.loads((folder / "config.json").read_text())["pretrained_cfg"]
-    return (images / 255.0 - np.float32(cfg["mean"])) / np.float32(cfg["std"])
-
-
-def timm_forward(model, images, folder):
-    """timm's output on `images` (NHWC, 0-255), normalised as the folder says."""
-    x = normalised(images, folder)
-    with torch.no_grad():
-        return model(torch.from_numpy(x.transpose(0, 3, 1, 2).copy())).numpy()
-
-
-# (timm name, trained size, second size, extra model_args, builder options the file gives)
-FAMILIES = [
-    ("vit_small_patch16_dinov3", 48, 64, {},
-     dict(rope={"variant": "dinov3", "temperature": 100.0}, qkv_bias="none",
-          num_register_tokens=4, layer_scale_init=1e-5, epsilon=1e-5)),
+# (timm name in rope_families.TIMM, classes, builder options the file gives)
+CLASSIFIERS = [
+    ("vit_small_patch16_dinov3", CLASSES,
+     dict(rope=DINOV3, qkv_bias="none", mlp="gelu", num_register_tokens=4,
+          layer_scale_init=1e-5, position_embedding=False, epsilon=1e-5, classifier="avg",
+          fc_norm=False)),
+    ("vit_small_patch16_dinov3_qkvb", CLASSES, dict(qkv_bias="qv")),
     # split SwiGLU (fc1_g, fc1_x): int(64 x 2.6) = 166 rounded up to 168
-    ("vit_small_plus_patch16_dinov3_qkvb", 48, 64, dict(mlp_ratio=2.6),
-     dict(qkv_bias="qv", mlp="swiglu", mlp_dim=168, position_embedding=False)),
-    # fused qkv with q_bias/v_bias, packed SwiGLU (GluMlp)
-    ("eva02_tiny_patch14_224", 56, 70, {},
-     dict(rope={"variant": "eva", "temperature": 10000.0, "ref_grid": (16, 16)},
-          qkv_bias="qv", mlp="swiglu", mlp_norm=False, fc_norm=True, epsilon=1e-6)),
+    ("vit_small_plus_patch16_dinov3", CLASSES, dict(mlp="swiglu", mlp_dim=168)),
+    # fused qkv with q_bias/v_bias, packed SwiGLU (GluMlp), fc_norm after the mean
+    ("eva02_tiny_patch14_336", None,
+     dict(rope=EVA02, qkv_bias="qv", mlp="swiglu", mlp_norm=False, fc_norm=True,
+          epsilon=1e-6, position_embedding=True, classifier="avg")),
     # q_proj/k_proj/v_proj, split SwiGLU with its sub-LayerNorm (scale_mlp)
-    ("eva02_base_patch14_224", 56, 42, {}, dict(qkv_bias="qv", mlp="swiglu", mlp_norm=True)),
+    ("eva02_base_patch14_448", None, dict(rope=EVA02, qkv_bias="qv", mlp_norm=True)),
 ]
-# the same reader's other Eva models, on one backend: EVA-01 (GELU MLP, no RoPE) and
-# timm's RoPE ViT with a register and no class token (the patch tokens' mean, fc_norm)
-OTHERS = [
-    ("eva_giant_patch14_224", 56, 70, {}, dict(rope=None, mlp="gelu", fc_norm=True)),
-    ("vit_medium_patch16_rope_reg1_gap_256", 48, 64, {},
-     dict(num_register_tokens=1, position_embedding=False, classifier="gap")),
-]
-IDS = [case[0] for case in FAMILIES + OTHERS]
+
+
+def _family(name):
+    return "dinov3" if "dinov3" in name else "eva02"
 
 
 def _option(model, key):
@@ -119,74 +81,108 @@ def _option(model, key):
     }[key]
 
 
-@pytest.mark.parametrize("name, size, second, extra, options", [
-    *(pytest.param(*case, marks=pytest.mark.backends) for case in FAMILIES), *OTHERS], ids=IDS)
-def test_timm_eva_classifiers_give_timms_logits_at_two_sizes(
-        tmp_path, name, size, second, extra, options):
-    model, folder = timm_folder(tmp_path, name, size, **extra)
-    keras_model = keras_vit.model_from_checkpoint(folder, classifier_activation=None,
-                                                  input_shape=(size, size, 3))
+@pytest.mark.backends
+@pytest.mark.parametrize("name, classes, options", CLASSIFIERS,
+                         ids=[case[0] for case in CLASSIFIERS])
+def test_timm_eva_classifiers_give_timms_logits_at_two_sizes(name, classes, options):
+    """DINOv3: one model with `input_shape=(None, None, 3)` at 64 px and
+    48x80 px (its RoPE from each call's grid). EVA-02: a model per size,
+    56 and 84 px (the position embedding resized bicubic with antialias,
+    as timm on load)."""
+    _, folder = rf.timm_folder(name, classes)
+    trained, second = (rf.TIMM[name][0],) * 2, rf.SECOND_SIZE[_family(name)]
+    shapes = ([(None, None, 3)] if _family(name) == "dinov3"
+              else [(*trained, 3), (*second, 3)])
+    models = [keras_vit.model_from_checkpoint(folder, classifier_activation=None,
+                                              input_shape=shape) for shape in shapes]
     for key, value in options.items():
-        assert _option(keras_model, key) == value, key
-    if name.startswith(("vit_small", "vit_medium")):
-        assert _option(keras_model, "classifier") in ("avg", "gap")
-    assert_parity(predict(keras_model, photos(size)), timm_forward(model, photos(size), folder))
-    if "dinov3" in name:  # dynamic_img_size: the same timm model takes any grid
-        reference = model
-    else:  # built at that size from the folder: pos_embed resized, RoPE rescaled
-        reference = timm.create_model(f"local-dir:{folder}", pretrained=True,
-                                      img_size=second).eval()
-    resized = keras_vit.model_from_checkpoint(folder, classifier_activation=None,
-                                              input_shape=(second, second, 3))
-    assert_parity(predict(resized, photos(second)),
-                  timm_forward(reference, photos(second), folder))
+        assert _option(models[0], key) == value, key
+    for size, model in zip((trained, second), models if len(models) == 2 else models * 2,
+                           strict=True):
+        images = rf.photos(*size)
+        assert_parity(predict(model, images), rf.timm_outputs(name, images, classes)["logits"])
 
 
 @pytest.mark.backends
-@pytest.mark.parametrize("name, size", [("vit_small_patch16_dinov3", 48),
-                                        ("eva02_base_patch14_224", 56)])
-def test_headless_timm_eva_models_give_timms_pooled_output(tmp_path, name, size):
+@pytest.mark.parametrize("name", ["vit_small_patch16_dinov3", "eva02_base_patch14_224"])
+def test_headless_timm_eva_models_give_timms_pooled_output_and_tokens(name):
     """timm's `num_classes=0` forward: the patch tokens' mean (registers and
     class token left out), after the final norm (DINOv3) or followed by
-    fc_norm (EVA-02)."""
-    model, folder = timm_folder(tmp_path, name, size, classes=0)
-    keras_model = keras_vit.model_from_checkpoint(folder, input_shape=(size, size, 3))
-    got = predict(keras_model, photos(size))
+    fc_norm (EVA-02); `pooling=None`: `forward_features` (class token,
+    registers, patches)."""
+    _, folder = rf.timm_folder(name)
+    size = rf.TIMM[name][0]
+    images = rf.photos(size)
+    expected = rf.timm_outputs(name, images)
+    pooled = keras_vit.model_from_checkpoint(folder, input_shape=(size, size, 3))
+    got = predict(pooled, images)
     assert got.shape == (2, WIDTH)
-    assert_parity(got, timm_forward(model, photos(size), folder))
+    assert_parity(got, expected["pre_logits"])
+    tokens = keras_vit.model_from_checkpoint(folder, input_shape=(size, size, 3),
+                                             pooling=None)
+    assert_parity(predict(tokens, images), expected["features"])
 
 
-@pytest.mark.backends
-def test_dinov3_takes_any_size_in_one_model(tmp_path):
-    """`input_shape=(None, None, 3)`: one DINOv3 model at 48 px, 64 px and
-    48x80 px (its RoPE from each call's grid), timm's logits each time."""
-    model, folder = timm_folder(tmp_path, "vit_small_patch16_dinov3", 48)
-    keras_model = keras_vit.model_from_checkpoint(folder, classifier_activation=None,
-                                                  input_shape=(None, None, 3))
-    for images in (photos(48), photos(64), photos(80)[:, 16:64]):
-        assert_parity(predict(keras_model, images), timm_forward(model, images, folder))
+def _written(tmp_path, name, size, classes=CLASSES, **extra):
+    """`(timm model, folder)` for a name `rope_families.TIMM` does not hold."""
+    args = dict(depth=rf.DEPTH, embed_dim=WIDTH, num_heads=HEADS, img_size=size,
+                num_classes=classes, **extra)
+    model = rf.randomized(timm.create_model(name, pretrained=False, **args), 0)
+    folder = tmp_path / name
+    timm.models.save_for_hf(model, folder, model_args=args, safe_serialization=True)
+    return model, folder
+
+
+def _timm_logits(model, folder, images):
+    with torch.no_grad():
+        return model(rf.timm_pixels(folder, images)).numpy()
+
+
+@pytest.mark.parametrize("name, size, second, options", [
+    ("eva_giant_patch14_224", 56, 70, dict(rope=None, mlp="gelu", fc_norm=True)),
+    ("vit_medium_patch16_rope_reg1_gap_256", 48, 64,
+     dict(rope=EVA02, num_register_tokens=1, position_embedding=False, classifier="gap")),
+])
+def test_the_other_timm_eva_models_give_timms_logits(tmp_path, name, size, second, options):
+    """EVA-01 (GELU MLP, no RoPE) and timm's RoPE ViT with a register and no
+    class token (the patch tokens' mean, then fc_norm), at two sizes."""
+    model, folder = _written(tmp_path, name, size)
+    for side in (size, second):
+        keras_model = keras_vit.model_from_checkpoint(folder, classifier_activation=None,
+                                                      input_shape=(side, side, 3))
+        for key, value in options.items():
+            assert _option(keras_model, key) == value, key
+        reference = model if side == size else timm.create_model(
+            f"local-dir:{folder}", pretrained=True, img_size=side).eval()
+        images = rf.photos(side)
+        assert_parity(predict(keras_model, images), _timm_logits(reference, folder, images))
 
 
 @pytest.mark.backends
 def test_a_config_asking_for_the_class_token_pools_it(tmp_path):
     """DINOv3 with `global_pool="token"` (upstream DINOv3's output): the
     class token after the final norm."""
-    model, folder = timm_folder(tmp_path, "vit_small_patch16_dinov3", 48, global_pool="token")
+    model, folder = _written(tmp_path, "vit_small_patch16_dinov3", 48, global_pool="token")
     keras_model = keras_vit.model_from_checkpoint(folder, classifier_activation=None,
                                                   input_shape=(48, 48, 3))
     assert keras_model.get_layer("pool").mode == "token"
-    assert_parity(predict(keras_model, photos(48)), timm_forward(model, photos(48), folder))
+    images = rf.photos(48)
+    assert_parity(predict(keras_model, images), _timm_logits(model, folder, images))
 
 
-def _edited(folder, config=None, state=None):
+def _copy(tmp_path, name, config=None, state=None):
+    """A copy of `rope_families.timm_folder(name)`, its config.json and
+    model.safetensors edited by `config(dict)` and `state(dict)`."""
     from safetensors.numpy import load_file, save_file
 
+    folder = tmp_path / name
+    if not folder.exists():
+        shutil.copytree(rf.timm_folder(name)[1], folder)
     if config is not None:
         (folder / "config.json").write_text(json.dumps(config(json.loads(
             (folder / "config.json").read_text()))))
     if state is not None:
-        tensors = load_file(folder / "model.safetensors")
-        save_file(state(tensors), folder / "model.safetensors")
+        save_file(state(load_file(folder / "model.safetensors")), folder / "model.safetensors")
     return folder
 
 
@@ -195,39 +191,41 @@ def test_rope_buffers_and_key_biases_load_only_when_they_are_what_keras_vit_comp
     """`rope.periods` (DINOv3's, here in bfloat16 precision as the release
     stores them) and a zero `attn.k_bias` are what keras_vit computes and
     load; other periods or a key bias that is not zero are refused."""
-    _, folder = timm_folder(tmp_path, "vit_small_patch16_dinov3_qkvb", 48)
+    name = "vit_small_patch16_dinov3_qkvb"
     k = np.arange(WIDTH // HEADS // 4, dtype=np.float32)
     periods = (100.0 ** (2 * k / (WIDTH // HEADS // 2))).astype(np.float32)
     bf16 = torch.from_numpy(periods).bfloat16().float().numpy()
-    _edited(folder, state=lambda s: {**s, "rope.periods": bf16,
-                                     "blocks.0.attn.k_bias": np.zeros(WIDTH, np.float32)})
+    folder = _copy(tmp_path, name, state=lambda s: {
+        **s, "rope.periods": bf16, "blocks.0.attn.k_bias": np.zeros(WIDTH, np.float32)})
     keras_vit.model_from_checkpoint(folder)
-    _edited(folder, state=lambda s: {**s, "rope.periods": periods * 2})
+    _copy(tmp_path, name, state=lambda s: {**s, "rope.periods": periods * 2})
     with pytest.raises(CheckpointMismatchError, match=r"rope\.periods .* is not the rotary"):
         keras_vit.model_from_checkpoint(folder)
-    _edited(folder, state=lambda s: {**s, "rope.periods": bf16,
-                                     "blocks.0.attn.k_bias": np.ones(WIDTH, np.float32)})
-    with pytest.raises(CheckpointMismatchError, match=r"blocks\.0\.attn\.k_bias holds a key "
-                                                      r"bias that is not zero"):
+    _copy(tmp_path, name, state=lambda s: {
+        **s, "rope.periods": bf16, "blocks.0.attn.k_bias": np.ones(WIDTH, np.float32)})
+    with pytest.raises(CheckpointMismatchError,
+                       match=r"blocks\.0\.attn\.k_bias holds a key bias that is not zero"):
         keras_vit.model_from_checkpoint(folder)
 
 
 def test_eva_weights_that_contradict_their_architecture_or_args_are_refused(tmp_path):
-    _, folder = timm_folder(tmp_path, "eva02_tiny_patch14_224", 56)
-    config = json.loads((folder / "config.json").read_text())
-    _edited(folder, config=lambda c: {**c, "architecture": "eva02_base_patch14_224"})
-    with pytest.raises(CorruptCheckpointError, match=r"the architecture eva02_base_patch14_224 "
-                                                     r"builds mlp_norm=True, but the weights "
-                                                     r"hold mlp_norm=False"):
+    name = "eva02_tiny_patch14_224"
+    config = json.loads((rf.timm_folder(name)[1] / "config.json").read_text())
+    folder = _copy(tmp_path, name, config=lambda c: {
+        **c, "architecture": "eva02_base_patch14_224"})
+    with pytest.raises(CorruptCheckpointError,
+                       match=r"the architecture eva02_base_patch14_224 builds mlp_norm=True, "
+                             r"but the weights hold mlp_norm=False"):
         keras_vit.model_from_checkpoint(folder)
-    _edited(folder, config=lambda c: {**config, "model_args": {
-        **config["model_args"], "qk_norm": True}})
-    with pytest.raises(CheckpointMismatchError, match=r"model_args\.qk_norm=True, which "
-                                                      r"changes what timm's Eva computes"):
+    _copy(tmp_path, name, config=lambda c: {
+        **config, "model_args": {**config["model_args"], "qk_norm": True}})
+    with pytest.raises(CheckpointMismatchError,
+                       match=r"model_args\.qk_norm=True, which changes what timm's Eva computes"):
         keras_vit.model_from_checkpoint(folder)
-    _edited(folder, config=lambda c: {k: v for k, v in config.items() if k != "architecture"})
-    with pytest.raises(CheckpointMismatchError, match=r"An EVA-style timm checkpoint .* "
-                                                      r"must name the architecture"):
+    _copy(tmp_path, name, config=lambda c: {k: v for k, v in config.items()
+                                            if k != "architecture"})
+    with pytest.raises(CheckpointMismatchError,
+                       match=r"An EVA-style timm checkpoint .* must name the architecture"):
         keras_vit.model_from_checkpoint(folder)
 
 
@@ -239,8 +237,8 @@ def test_eva_weights_that_contradict_their_architecture_or_args_are_refused(tmp_
 ])
 def test_eva_architectures_keras_vit_does_not_build_are_refused_naming_what_is_missing(
         tmp_path, name, missing):
-    _, folder = timm_folder(tmp_path, "eva02_tiny_patch14_224", 56)
-    _edited(folder, config=lambda c: {**c, "architecture": name})
+    folder = _copy(tmp_path, "eva02_tiny_patch14_224",
+                   config=lambda c: {**c, "architecture": name})
     with pytest.raises(CheckpointMismatchError, match=f"{name} has .*{missing}"):
         keras_vit.model_from_checkpoint(folder)
 
