@@ -7,9 +7,10 @@ builder arguments, the official checkpoint model name (the file name under
 name in `keras_vit`. Every list of model names (the public API, the
 command line's choices, the registry's tables) is derived from it.
 
-`HUB_VARIANTS` (#48): DINOv2 (with registers), DeiT, DeiT-III, CLIP and
-SigLIP, `VisionTransformer`s whose config holds their architecture and
-their arithmetic (GELU form, LayerNorm epsilon, input mean and std), with
+`HUB_VARIANTS` (#48, #50): DINOv2 (with registers), DeiT, DeiT-III, CLIP,
+SigLIP, DINOv3 and EVA-02, `VisionTransformer`s whose config holds their
+architecture and their arithmetic (GELU form, LayerNorm epsilon, input mean
+and std, RoPE), with
 their native image size and Hub repositories. They have no official
 `.npz` files (`release` is not "official"), so the registry has no
 `weights=` names for them.
@@ -21,7 +22,7 @@ Pure data: the bottom floor of the package (imports nothing of it, no Keras).
 >>> HUB_VARIANTS["DINOv2-S/14"].function, HUB_VARIANTS["DINOv2-S/14"].image_size
 ('DINOv2ViTS14', 518)
 >>> len(ALL_VARIANTS), len(HUB_VARIANTS)
-(43, 23)
+(52, 32)
 """
 
 import dataclasses
@@ -41,7 +42,7 @@ class Variant:
     augreg_name: str = None  # "B_16": prefix of AugReg files, if any
     # Who released the weights: "official" (google-research/vision_transformer,
     # the registry's .npz files) or a family whose weights are on the Hugging
-    # Face Hub only: "dinov2", "deit", "deit3", "clip", "siglip".
+    # Face Hub only: "dinov2", "deit", "deit3", "clip", "siglip", "dinov3", "eva02".
     release: str = OFFICIAL
     image_size: int = 224    # the default input side without weights
     hub: tuple = ()          # Hub repositories of its weights, timm's first
@@ -156,6 +157,36 @@ def _clip(size, patch):
                 layer_norm_epsilon=1e-5, image_mean=CLIP_MEAN, image_std=CLIP_STD)
 
 
+def _dinov3(size, plus=False):
+    # timm's vit_*_patch16_dinov3 (Simeoni et al., 2025): 4 registers, no
+    # position embedding but RoPE (periods from a base of 100, patch centres in
+    # [-1, 1]), LayerScale 1e-5, no query-key-value bias, eps 1e-5, the patch
+    # tokens' mean after the final norm (timm's global_pool="avg"); S+ and H+:
+    # a SwiGLU MLP (SiLU, the "gelu" unused) of 4 x width, H+ with 20 heads
+    config = _vit(size, 16, **(dict(mlp="swiglu") if plus else {}))
+    if size == "H":
+        config["num_heads"] = 20
+    return dict(config, layer_scale_init=1e-5, num_register_tokens=4, qkv_bias="none",
+                position_embedding=False, classifier="avg",
+                rope={"variant": "dinov3", "temperature": 100.0}, gelu="erf",
+                layer_norm_epsilon=1e-5, image_mean=IMAGENET_MEAN, image_std=IMAGENET_STD)
+
+
+def _eva02(size):
+    # timm's eva02_* (Fang et al., 2023): a learned position embedding and RoPE
+    # (EVA's: the patch index rescaled to the 16x16 grid of its 224 px
+    # pretraining, timm's ref_feat_shape), q/v biases, a SwiGLU MLP of
+    # int(width x 8/3) (B and L: with a LayerNorm inside, timm's scale_mlp),
+    # the patch tokens' mean then fc_norm, eps 1e-6, OpenAI CLIP's mean/std
+    config = _vit(size, 14)
+    config["mlp_dim"] = config["hidden_size"] * 8 // 3
+    extra = dict(mlp_norm=True) if size in ("B", "L") else {}
+    return dict(config, mlp="swiglu", qkv_bias="qv", classifier="avg", fc_norm=True,
+                rope={"variant": "eva", "temperature": 10000.0, "ref_grid": (16, 16)},
+                gelu="erf", layer_norm_epsilon=1e-6, image_mean=CLIP_MEAN, image_std=CLIP_STD,
+                **extra)
+
+
 def _siglip(size, patch):
     # big_vision's SigLIP image tower: no class token, a MAP head, flax's
     # nn.gelu (tanh-approximate), eps 1e-6, inputs scaled to [-1, 1]
@@ -227,6 +258,28 @@ _HUB_TABLE = [
     ("SigLIP-So400m/14", "SigLIPSo400m14", "SigLIP-So400m_14", "siglip",
      _siglip("So400m", 14), 224,
      ("timm/vit_so400m_patch14_siglip_224.webli", "google/siglip-so400m-patch14-224")),
+    # DINOv3 (#50): RoPE, registers; S+ and H+ with a SwiGLU MLP
+    ("DINOv3-S/16", "DINOv3ViTS16", "DINOv3-ViT-S_16", "dinov3", _dinov3("S"), 256,
+     ("timm/vit_small_patch16_dinov3.lvd1689m",)),
+    ("DINOv3-S+/16", "DINOv3ViTSPlus16", "DINOv3-ViT-Splus_16", "dinov3",
+     _dinov3("S", plus=True), 256, ("timm/vit_small_plus_patch16_dinov3.lvd1689m",)),
+    ("DINOv3-B/16", "DINOv3ViTB16", "DINOv3-ViT-B_16", "dinov3", _dinov3("B"), 256,
+     ("timm/vit_base_patch16_dinov3.lvd1689m",)),
+    ("DINOv3-L/16", "DINOv3ViTL16", "DINOv3-ViT-L_16", "dinov3", _dinov3("L"), 256,
+     ("timm/vit_large_patch16_dinov3.lvd1689m",)),
+    ("DINOv3-H+/16", "DINOv3ViTHPlus16", "DINOv3-ViT-Hplus_16", "dinov3",
+     _dinov3("H", plus=True), 256, ("timm/vit_huge_plus_patch16_dinov3.lvd1689m",)),
+    # EVA-02 (#50): RoPE beside the position embedding, SwiGLU, fc_norm; fine-tuned
+    ("EVA02-Ti/14", "EVA02Ti14", "EVA02-Ti_14", "eva02", _eva02("Ti"), 336,
+     ("timm/eva02_tiny_patch14_336.mim_in22k_ft_in1k",)),
+    ("EVA02-S/14", "EVA02S14", "EVA02-S_14", "eva02", _eva02("S"), 336,
+     ("timm/eva02_small_patch14_336.mim_in22k_ft_in1k",)),
+    ("EVA02-B/14", "EVA02B14", "EVA02-B_14", "eva02", _eva02("B"), 448,
+     ("timm/eva02_base_patch14_448.mim_in22k_ft_in22k_in1k",
+      "timm/eva02_base_patch14_448.mim_in22k_ft_in1k")),
+    ("EVA02-L/14", "EVA02L14", "EVA02-L_14", "eva02", _eva02("L"), 448,
+     ("timm/eva02_large_patch14_448.mim_m38m_ft_in22k_in1k",
+      "timm/eva02_large_patch14_448.mim_in22k_ft_in22k_in1k")),
 ]
 
 VIT_VARIANTS = {

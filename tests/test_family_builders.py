@@ -46,6 +46,10 @@ PARAMS = {
     "DeiT3S16": 22_059_496, "DeiT3B16": 86_585_320, "DeiT3L16": 304_374_760,
     "CLIPViTB32": 88_225_000, "CLIPViTB16": 86_568_424, "CLIPViTL14": 304_204_776,
     "SigLIPViTB16": 93_653_224, "SigLIPViTL16": 316_981_224, "SigLIPSo400m14": 428_833_704,
+    "DINOv3ViTS16": 21_971_944, "DINOv3ViTSPlus16": 29_068_264, "DINOv3ViTB16": 86_410_216,
+    "DINOv3ViTL16": 304_104_424, "DINOv3ViTHPlus16": 841_790_440,
+    "EVA02Ti14": 5_756_584, "EVA02S14": 22_129_000, "EVA02B14": 87_117_544,
+    "EVA02L14": 305_080_232,
 }
 # Forward GFLOPs of one image at the native size (2 per multiply-add of the
 # matrix products, attention's included), as torch's FlopCounterMode counts
@@ -60,6 +64,9 @@ GFLOPS = {
     "DeiT3S16": 9.2, "DeiT3B16": 35.1, "DeiT3L16": 123.1,
     "CLIPViTB32": 8.8, "CLIPViTB16": 35.1, "CLIPViTL14": 162.0,
     "SigLIPViTB16": 35.4, "SigLIPViTL16": 162.6, "SigLIPSo400m14": 220.4,
+    "DINOv3ViTS16": 12.5, "DINOv3ViTSPlus16": 16.2, "DINOv3ViTB16": 47.2,
+    "DINOv3ViTL16": 164.7, "DINOv3ViTHPlus16": 449.6,
+    "EVA02Ti14": 9.3, "EVA02S14": 30.9, "EVA02B14": 213.8, "EVA02L14": 723.5,
 }
 # Where timm's architecture of the same weights computes another GELU than
 # the original model: timm's vit_*_clip_224 (the .openai weights) use erf,
@@ -93,7 +100,7 @@ def timm_files(timm):
 # --- the table ---------------------------------------------------------------------------
 
 def test_the_table_and_its_derived_lists():
-    assert len(HUB_VARIANTS) == 23 and len(ALL_VARIANTS) == 43
+    assert len(HUB_VARIANTS) == 32 and len(ALL_VARIANTS) == 52
     assert set(FUNCTIONS) == set(PARAMS) <= set(keras_vit.__all__)
     for function in FUNCTIONS:
         variant = BY_FUNCTION[function]
@@ -131,11 +138,18 @@ def test_each_builder_builds_its_row(function):
     assert encoder["num_register_tokens"] == config.get("num_register_tokens", 0)
     assert encoder["no_embed_class"] == config.get("no_embed_class", False)
     assert encoder["use_bias"] == config.get("patch_bias", True)
-    assert encoder["use_class_token"] == (config.get("classifier", "token") == "token")
+    assert encoder["use_class_token"] == (config.get("classifier", "token") in ("token", "avg"))
+    assert encoder.get("use_position_embedding", True) == config.get("position_embedding", True)
     assert encoder["grid_size"] == (size // config["patch_size"],) * 2
     block = model.get_layer(f"encoderblock_{config['num_layers'] - 1}").get_config()
     assert block["layer_scale_init"] == config.get("layer_scale_init")
     assert block["mlp"] == config.get("mlp", "gelu")
+    assert (block.get("qkv_bias", "qkv"), block.get("mlp_norm", False), block.get("rope")) == (
+        config.get("qkv_bias", "qkv"), config.get("mlp_norm", False),
+        (config.get("rope") or {}).get("variant"))
+    rope = [layer for layer in model.layers if layer.name == "rope"]
+    assert (rope[0].rope if rope else None) == config.get("rope")
+    assert ("fc_norm" in {layer.name for layer in model.layers}) == config.get("fc_norm", False)
     assert (block["gelu"], block["layer_norm_epsilon"]) == (
         config["gelu"], config["layer_norm_epsilon"])
     names = {layer.name for layer in model.layers}
@@ -180,6 +194,10 @@ def test_counts_are_timms(timm, function):
         config.get("layer_scale_init"), config.get("num_register_tokens", 0),
         config.get("no_embed_class", False), config.get("pre_norm", False),
         config.get("patch_bias", True), config.get("classifier", "token"))
+    assert (timm_row.get("rope"), timm_row.get("qkv_bias", "qkv"), timm_row.get("mlp_norm", False),
+            timm_row.get("position_embedding", True), timm_row["fc_norm"]) == (
+        config.get("rope"), config.get("qkv_bias", "qkv"), config.get("mlp_norm", False),
+        config.get("position_embedding", True), config.get("fc_norm", False))
 
 
 def test_timm_repositories_are_timms_pretrained_tags(timm):
@@ -217,6 +235,19 @@ def _options(config):
         out.append("map head, no class token")
     if config.get("mlp") == "swiglu":
         out.append("SwiGLU MLP")
+    if config.get("mlp_norm"):
+        out.append("LayerNorm in the MLP")
+    if config.get("qkv_bias") in ("qv", "none"):
+        out.append({"qv": "q/v biases", "none": "no qkv bias"}[config["qkv_bias"]])
+    rope = config.get("rope")
+    if rope:
+        ref = rope.get("ref_grid")
+        out.append(f"RoPE {rope['variant']} ({_number(rope['temperature'])}"
+                   + (f", ref {ref[0]}x{ref[1]}" if ref else "") + ")")
+    if config.get("position_embedding") is False:
+        out.append("no position embedding")
+    if config.get("classifier") == "avg":
+        out.append("patch tokens' mean" + (", fc_norm" if config.get("fc_norm") else ""))
     return ", ".join(out) or "–"
 
 

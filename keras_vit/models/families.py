@@ -1,5 +1,6 @@
 """The named models of the families whose weights are on the Hugging Face
-Hub (#48): DINOv2 (with registers), DeiT, DeiT-III, CLIP and SigLIP.
+Hub (#48, #50): DINOv2 (with registers), DeiT, DeiT-III, CLIP, SigLIP,
+DINOv3 and EVA-02.
 
 Each is a `VisionTransformer` of its row of `keras_vit.variants.HUB_VARIANTS`
 (the architecture and the arithmetic), built keras.applications style:
@@ -63,6 +64,10 @@ SUMMARIES = {
             "before the blocks, QuickGELU, a patch projection without bias",
     "siglip": "the image tower of SigLIP (Zhai et al., 2023): no class token, an "
               "attention-pooling (map) head",
+    "dinov3": "DINOv3 (Simeoni et al., 2025): a self-supervised ViT with rotary position "
+              "embeddings, 4 registers, LayerScale and 16-pixel patches",
+    "eva02": "EVA-02 (Fang et al., 2023): a ViT with rotary and learned position "
+             "embeddings, a SwiGLU MLP and q/v biases, pooling the patch tokens",
 }
 REGISTERS = ("\n    With 4 register tokens (Darcet et al., 2024, 'Vision Transformers Need "
              "Registers').")
@@ -117,7 +122,8 @@ def hub_checkpoint(variant: Variant, weights: Any, ema: bool) -> Checkpoint | No
 # The architecture options and their defaults (VisionTransformer's).
 _OPTIONS = {"classifier": "token", "layer_scale_init": None, "num_register_tokens": 0,
             "distillation_token": False, "no_embed_class": False, "patch_bias": True,
-            "pre_norm": False, "resnet_layers": None, "mlp": "gelu"}
+            "pre_norm": False, "resnet_layers": None, "mlp": "gelu", "qkv_bias": "qkv",
+            "mlp_norm": False, "position_embedding": True, "relative_position_bias": False}
 _SHAPE = ("patch_size", "hidden_size", "num_layers", "num_heads", "mlp_dim")
 
 
@@ -129,7 +135,7 @@ def _architecture(config: dict) -> dict:
     patch = out["patch_size"]
     out["patch_size"] = (patch, patch) if isinstance(patch, int) else tuple(patch)
     out.update({key: config.get(key, default) for key, default in _OPTIONS.items()})
-    if out["classifier"] == "token_avg":  # the class token's encoder; the head differs
+    if out["classifier"] in ("token_avg", "avg"):  # the class token's encoder; heads differ
         out["classifier"] = "token"
     out["layer_scale_init"] = out["layer_scale_init"] is not None
     if out["resnet_layers"] is not None:
@@ -204,6 +210,10 @@ def _default_head(checkpoint: Checkpoint | None, classifier: str, pooling: str |
 
 # --- the named builders -----------------------------------------------------------------
 
+# the heads on a class token's encoder: a checkpoint's wins over the family's
+_CLASS_TOKEN_HEADS = ("token", "token_avg", "avg")
+
+
 def hub_model_builder(variant: Variant) -> Callable[..., keras.Model]:
     """Makes the one-line named function of a Hub family's `variant`
     (`DINOv2ViTS14`, ...): the keras.applications arguments plus
@@ -232,7 +242,8 @@ def hub_model_builder(variant: Variant) -> Callable[..., keras.Model]:
                 f"besides the keras.applications ones: {list(HUB_ARGS)}.")
         checkpoint = hub_checkpoint(variant, weights, ema)
         head = _checkpoint_classifier(checkpoint)
-        if head == "token_avg":  # Dinov2ForImageClassification's head
+        if head in _CLASS_TOKEN_HEADS and architecture.get("classifier", "token") in \
+                _CLASS_TOKEN_HEADS:  # Dinov2ForImageClassification's, DINOv3's class token
             architecture["classifier"] = head
         if not _says_arithmetic(checkpoint):
             kwargs = {**family_arithmetic, **{k: v for k, v in kwargs.items() if v is not None}}
@@ -301,7 +312,8 @@ def _docstring(variant: Variant) -> str:
         arithmetic=("SiLU (its SwiGLU MLP's), " if config.get("mlp") == "swiglu" else
                     f"gelu={config['gelu']!r}, ") + (f"layer_norm_epsilon="
                     f"{config['layer_norm_epsilon']}, image_mean={config['image_mean']}, "
-                    f"image_std={config['image_std']}"),
+                    f"image_std={config['image_std']}") + "".join(
+                        f", {k}={config[k]!r}" for k in ("fc_norm", "rope") if k in config),
         kwargs=", ".join(HUB_ARGS), example=variant.hub[0])
 
 
@@ -332,3 +344,12 @@ CLIPViTL14 = _named("CLIP-L/14")
 SigLIPViTB16 = _named("SigLIP-B/16")
 SigLIPViTL16 = _named("SigLIP-L/16")
 SigLIPSo400m14 = _named("SigLIP-So400m/14")
+DINOv3ViTS16 = _named("DINOv3-S/16")
+DINOv3ViTSPlus16 = _named("DINOv3-S+/16")
+DINOv3ViTB16 = _named("DINOv3-B/16")
+DINOv3ViTL16 = _named("DINOv3-L/16")
+DINOv3ViTHPlus16 = _named("DINOv3-H+/16")
+EVA02Ti14 = _named("EVA02-Ti/14")
+EVA02S14 = _named("EVA02-S/14")
+EVA02B14 = _named("EVA02-B/14")
+EVA02L14 = _named("EVA02-L/14")
