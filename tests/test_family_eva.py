@@ -259,3 +259,35 @@ def test_the_eva_rows_are_timms():
     built, refused = rows(timm, names + refused_names)
     assert built == {name: ARCHITECTURES[name] for name in names}
     assert refused == {name: REFUSED[name] for name in refused_names}
+
+
+@pytest.mark.parametrize("name, classes", [
+    ("vit_small_patch16_dinov3", CLASSES), ("vit_small_plus_patch16_dinov3", CLASSES),
+    ("eva02_tiny_patch14_336", None), ("eva02_base_patch14_448", None)])
+def test_written_back_to_timm_timm_gives_the_same_logits(tmp_path, name, classes):
+    """`to_hub_folder(library="timm")`: an Eva architecture of the model's
+    epsilon and RoPE, `model_args` for the rest (fused qkv with q/v biases,
+    packed SwiGLU, or split with its norm); timm's own `Eva` opens it
+    (`local-dir:`) and gives the Keras model's logits."""
+    _, folder = rf.timm_folder(name, classes)
+    size = rf.TIMM[name][0]
+    model = keras_vit.model_from_checkpoint(folder, classifier_activation=None,
+                                            input_shape=(size, size, 3))
+    out = tmp_path / "written"
+    keras_vit.export.to_hub_folder(model, out, library="timm", verbose=False)
+    config = json.loads((out / "config.json").read_text())
+    assert config["architecture"].startswith("vit_" if "dinov3" in name else "eva")
+    reread = timm.create_model(f"local-dir:{out}", pretrained=True).eval()
+    images = rf.photos(size)
+    assert_parity(predict(model, images), _timm_logits(reread, out, images))
+
+
+def test_an_avg_model_with_a_key_bias_is_not_written_to_timm(tmp_path):
+    """timm's `Eva` (the `classifier="avg"` architecture) has no key bias:
+    a model with one is refused in one sentence."""
+    model = keras_vit.VisionTransformer(
+        patch_size=16, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
+        input_shape=(32, 32, 3), classes=3, classifier="avg", gelu="erf")
+    with pytest.raises(ValueError, match=r"cannot be written as a timm Hub folder: its "
+                                         r"attention has a key bias, and timm's EVA"):
+        keras_vit.export.to_hub_folder(model, tmp_path / "out", library="timm")

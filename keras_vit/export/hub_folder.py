@@ -80,9 +80,10 @@ from keras_vit.weights import timm as timm_format
 from keras_vit.weights import timm_export
 from keras_vit.weights import transformers as transformers_format
 from keras_vit.weights import transformers_export
-from keras_vit.weights.architecture import architecture_from_checkpoint, describe
+from keras_vit.weights.architecture import ROPE_PREFIX, architecture_from_checkpoint, describe
 from keras_vit.weights.hub import read_hub_checkpoint
 from keras_vit.weights.hub_layout import CONFIG, PREPROCESSOR, WEIGHTS
+from keras_vit.weights.npz import AVG_POOL_KEY
 from keras_vit.weights.official import official_arrays
 from keras_vit.weights.safetensors import write_safetensors
 
@@ -194,7 +195,8 @@ def hub_folder(model, library, size, class_names=None):
                     "head on each of the class and distillation tokens")
             files = {CONFIG: timm_export.hub_config(
                 family, arch, arithmetic, size, classes, mean, std, class_names)}
-            state = timm_export.from_official(params)
+            state = (timm_export.eva_from_official if family == "vit" and
+                     timm_export.is_eva(arch) else timm_export.from_official)(params)
         else:
             if family != "vit":
                 raise ValueError("it is a Mixer, and transformers has no MLP-Mixer")
@@ -221,6 +223,9 @@ def _check_round_trip(library, family, arch, params, state):
     back, names, unmapped = module.to_official(state, arch.get("num_heads") or 1)
     if family == "mixer":
         back, names = timm_format.mixer_keys(back, names)
+    # what the model computes beyond its weights (RoPE, the avg head) is config.json's
+    params = {k: v for k, v in params.items() if not k.startswith(ROPE_PREFIX)
+              and k != AVG_POOL_KEY}
     if unmapped or set(back) != set(params) or any(
             not np.array_equal(back[k], params[k]) for k in params):
         raise AssertionError(f"the {library} state does not map back onto the model's arrays")
@@ -301,8 +306,9 @@ def to_hub_folder(model: keras.Model, path: str | os.PathLike, library: str = "t
             inside), taking RGB pixels in [0, 255].
         path: the folder to write.
         library: `"timm"` (ViT with `token`, `gap` or `map` pooling and
-            the options of DINOv2, DeiT, DeiT-III, CLIP and SigLIP; Mixer
-            with exact GELU) or `"transformers"` (ViT with `token` pooling:
+            the options of DINOv2, DeiT, DeiT-III, CLIP and SigLIP; DINOv3
+            and EVA-02 as timm's `Eva`; Mixer with exact GELU) or
+            `"transformers"` (ViT with `token` pooling:
             `ViTForImageClassification`; DeiT with a distillation token,
             DINOv2 with `token_avg`, SigLIP's `gap`: their own classes;
             no CLIP and no `map` head).

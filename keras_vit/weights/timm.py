@@ -87,6 +87,7 @@ CONFIG_VALUES = {
     "pretrained_cfg.crop_pct": cv.OPTIONAL_POSITIVE_NUMBER,
     "pretrained_cfg.crop_mode": cv.OPTIONAL_STRING,
     "pretrained_cfg.label_names": cv.OPTIONAL_NAMES,
+    **timm_eva.CONFIG_VALUES,
 }
 
 # timm model names -> attention heads, for configs without `model_args`
@@ -368,8 +369,9 @@ def architecture(state, config):
 # timm architecture names -> the kind of model keras_vit builds for them.
 _HYBRID_NAME = re.compile(r"vit_[a-z]+_r(?:esnet)?\d*d?_")
 _KINDS = {"vit": "a ViT", "hybrid": "an R+ViT hybrid", "mixer": "an MLP-Mixer"}
-BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*, deit3_*), R+ViT hybrids (vit_*_r26_*, "
-         "vit_*_r50_*, vit_*_resnet*) and MLP-Mixers (mixer_*)")
+BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*, deit3_*), EVAs (eva02_*, eva_giant_*, "
+         "vit_*_dinov3), R+ViT hybrids (vit_*_r26_*, vit_*_r50_*, vit_*_resnet*) and "
+         "MLP-Mixers (mixer_*)")
 
 
 # timm's ViT descendants outside vit_* / deit*, and what keras_vit lacks for each.

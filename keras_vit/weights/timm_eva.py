@@ -30,6 +30,7 @@ import re
 import numpy as np
 
 from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
+from keras_vit.weights import config_values as cv
 from keras_vit.weights.architecture import posemb_without_prefix
 from keras_vit.weights.timm_architectures import ARCHITECTURES, TIMM_VERSION
 
@@ -49,6 +50,16 @@ _READ = frozenset((
     "swiglu_align_to", "qkv_bias", "qkv_fused", "scale_mlp", "use_abs_pos_emb",
     "use_fc_norm", "use_post_transformer_norm", "no_embed_class", "dynamic_img_size",
     "use_rot_pos_emb", "rope_temperature", "ref_feat_shape"))
+# the model_args values of an Eva this module reads (`config_values.check_values`)
+CONFIG_VALUES = {
+    **{f"model_args.{key}": cv.OPTIONAL_BOOLEAN for key in (
+        "swiglu_mlp", "qkv_bias", "qkv_fused", "scale_mlp", "use_abs_pos_emb", "use_fc_norm",
+        "use_post_transformer_norm", "use_rot_pos_emb", "dynamic_img_size")},
+    "model_args.num_reg_tokens": cv.OPTIONAL_COUNT,
+    "model_args.swiglu_align_to": cv.OPTIONAL_COUNT,
+    "model_args.rope_temperature": cv.OPTIONAL_POSITIVE_NUMBER,
+    "model_args.ref_feat_shape": cv.OPTIONAL_SIZE,
+}
 _TRAINING = frozenset((
     "drop_rate", "pos_drop_rate", "patch_drop_rate", "proj_drop_rate", "attn_drop_rate",
     "drop_path_rate", "head_init_scale", "rope_shift_coords", "rope_jitter_coords",

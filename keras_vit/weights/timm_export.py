@@ -15,7 +15,8 @@ import re
 
 import numpy as np
 
-from keras_vit.weights.npz import DIST_KEY, POSEMB_KEY, REG_KEY
+from keras_vit.weights.architecture import ROPE_PREFIX
+from keras_vit.weights.npz import AVG_POOL_KEY, DIST_KEY, POSEMB_KEY, REG_KEY
 from keras_vit.weights.timm import GELU_FORMS, kind_of_name
 from keras_vit.weights.timm_architectures import ARCHITECTURES, TIMM_VERSION
 
@@ -231,6 +232,8 @@ def hub_config(family, arch, arithmetic, image_size, classes, mean, std, class_n
             _check_fixed_epsilon(arithmetic, "hybrid")
             _refuse_hybrid_options(arch)
             name = _hybrid_architecture(arch, arithmetic)
+        elif is_eva(arch):
+            return eva_config(arch, arithmetic, size, classes, mean, std, class_names)
         else:
             name = vit_architecture(arch, arithmetic)
         pool = POOLS[arch["classifier"]]
@@ -254,16 +257,151 @@ def hub_config(family, arch, arithmetic, image_size, classes, mean, std, class_n
                         reg_tokens=int(arch.get("num_register_tokens", 0)),
                         no_embed_class=bool(arch.get("no_embed_class", False)),
                         pre_norm=bool(arch.get("pre_norm", False)))
-    cfg = dict(input_size=[3, *size], fixed_input_size=True, interpolation="bilinear",
-               crop_pct=1.0, crop_mode="center", mean=[float(m) for m in mean],
-               std=[float(s) for s in std], num_classes=int(classes),
-               first_conv=_first_conv(family, arch),
-               classifier="head")
-    config = dict(architecture=name, num_classes=int(classes), num_features=int(width),
+    return _config(name, args, pool, width, _first_conv(family, arch), mean, std, class_names)
+
+
+def _config(name, args, pool, width, first_conv, mean, std, class_names):
+    """config.json of the architecture `name` with `model_args` `args`."""
+    cfg = dict(input_size=[3, *args["img_size"]], fixed_input_size=True,
+               interpolation="bilinear", crop_pct=1.0, crop_mode="center",
+               mean=[float(m) for m in mean], std=[float(s) for s in std],
+               num_classes=args["num_classes"], first_conv=first_conv, classifier="head")
+    config = dict(architecture=name, num_classes=args["num_classes"], num_features=int(width),
                   global_pool=pool, model_args=args, pretrained_cfg=cfg)
     if class_names:
         config["label_names"] = [str(n) for n in class_names]
     return config
+
+
+# --- timm's Eva (EVA-02, DINOv3, EVA-01): keras_vit.weights.timm_eva's way back ---------
+
+def is_eva(arch):
+    """Whether a ViT's builder arguments need timm's `Eva` (RoPE, q/v or no
+    attention biases, a norm inside the MLP, no position embedding, the
+    patch tokens' mean beside a class token)."""
+    return bool(arch.get("rope") or arch.get("qkv_bias", "qkv") != "qkv" or arch.get("mlp_norm")
+                or arch.get("position_embedding") is False or arch["classifier"] == "avg")
+
+
+def eva_config(arch, arithmetic, size, classes, mean, std, class_names=None):
+    """The config.json of an Eva (`is_eva`): of `ARCHITECTURES`' Eva rows
+    with the model's LayerNorm epsilon and RoPE variant (fixed in each
+    name's code), the nearest the model, and `model_args` for
+    the rest: the fused `qkv` with `q_bias`/`v_bias` (`qkv_fused=True`),
+    a packed SwiGLU, or the split one (`fc1_g`, `fc1_x`) with a norm inside
+    (`scale_mlp`; `swiglu_align_to=0`), the RoPE's temperature and
+    `ref_feat_shape` (its variant is the name's).
+
+    Raises:
+        ValueError: what timm's `Eva` does not build (another GELU than
+            erf, a distillation token, attention pooling, a pre-norm or no
+            patch bias, BEiT's relative position bias, a key bias, a RoPE
+            variant and epsilon no Eva name has).
+    """
+    rope, eps = arch.get("rope"), float(arithmetic["layer_norm_epsilon"])
+    variant = (rope or {}).get("variant")
+    why = _eva_refusal(arch, arithmetic)
+    rows = {n: row for n, row in ARCHITECTURES.items() if "rope" in row}
+    names = sorted(n for n, row in rows.items()
+                   if row["eps"] == eps and (row["rope"] or {}).get("variant") == variant)
+    if why is None and not names:
+        have = sorted({((row["rope"] or {}).get("variant"), row["eps"]) for row in rows.values()},
+                      key=str)
+        why = (f"its RoPE is {variant!r} with LayerNorm epsilon {eps:g}, and timm's EVA "
+               "architectures fix both in code (" + ", ".join(
+                   f"{v!r} with {e:g}" for v, e in have) + ")")
+    if why:
+        raise ValueError(why)
+    want = dict(mlp=arch.get("mlp", "gelu"), qkv_bias=arch.get("qkv_bias", "qkv"),
+                mlp_norm=bool(arch.get("mlp_norm")), fc_norm=bool(arithmetic["fc_norm"]),
+                position_embedding=arch.get("position_embedding", True) is not False,
+                reg_tokens=int(arch.get("num_register_tokens", 0)),
+                class_token=arch["classifier"] != "gap")
+    # the name nearest the model (model_args then set each field)
+    name = min(names, key=lambda n: (sum(rows[n][k] != v for k, v in want.items()),
+                                     rows[n]["num_heads"] != arch["num_heads"], n))
+    width, swiglu = arch["hidden_size"], arch.get("mlp") == "swiglu"
+    scale = arithmetic.get("layer_scale_init")
+    pool = "token" if arch["classifier"] == "token" else "avg"
+    args = dict(
+        img_size=[int(s) for s in size], num_classes=int(classes), in_chans=3,
+        patch_size=_patch(arch["patch_size"]), embed_dim=width, depth=arch["num_layers"],
+        num_heads=arch["num_heads"], global_pool=pool,
+        mlp_ratio=_ratio(width, arch["mlp_dim"], "MLP"),  # packed or split: fc2's input
+        swiglu_mlp=swiglu, swiglu_align_to=0, scale_mlp=bool(arch.get("mlp_norm")),
+        qkv_fused=True, qkv_bias=arch.get("qkv_bias", "qkv") == "qv",
+        class_token=arch["classifier"] in ("token", "avg"),
+        num_reg_tokens=int(arch.get("num_register_tokens", 0)),
+        no_embed_class=bool(arch.get("no_embed_class", False)),
+        init_values=None if scale is None else float(scale),
+        use_abs_pos_emb=arch.get("position_embedding", True) is not False,
+        use_fc_norm=bool(arithmetic["fc_norm"]), use_rot_pos_emb=rope is not None)
+    if rope is not None:  # the variant is the name's; its parameters model_args'
+        args["rope_temperature"] = float(rope["temperature"])
+        if variant == "eva":
+            args["ref_feat_shape"] = list(rope["ref_grid"]) if rope.get("ref_grid") else None
+    return _config(name, args, pool, width, "patch_embed.proj", mean, std, class_names)
+
+
+def _eva_refusal(arch, arithmetic):
+    """Why timm's `Eva` cannot compute `arch`, or None."""
+    if arch.get("mlp", "gelu") == "gelu" and arithmetic["gelu"] != "erf":
+        return (f"it computes the {arithmetic['gelu']!r} GELU, and timm's EVA blocks the exact "
+                "(erf) one, fixed in its code")
+    if arch.get("qkv_bias", "qkv") == "qkv":
+        return ("its attention has a key bias, and timm's EVA attention has q/v biases only "
+                "(its k_bias is a zero buffer)")
+    if arch.get("distillation_token"):
+        return "it has a distillation token, which timm's EVA has not"
+    if arch["classifier"] not in ("token", "avg", "gap"):
+        return f"it pools with classifier={arch['classifier']!r}, which keras_vit writes to " \
+               "timm's EVA as 'token' or 'avg' only"
+    if arch.get("pre_norm") or arch.get("patch_bias", True) is False:
+        return ("it has a pre-norm or a patch embedding without bias, which timm's EVA builds "
+                "only together (use_pre_transformer_norm)")
+    if arch.get("relative_position_bias"):
+        return "it has BEiT's relative position bias, which timm's EVA has not"
+    return None
+
+
+def eva_from_official(params):
+    """`{timm key: array}` of an Eva's official arrays (`eva_config`'s
+    layout): `from_official`'s ViT keys with `q_bias`/`v_bias`,
+    `gamma_1`/`gamma_2`, `mlp.norm`, and a SwiGLU with a norm split into
+    `fc1_g` (the gate half) and `fc1_x`; the constant keys (`rope/...`,
+    `pooling/avg`) are config.json's."""
+    plain, state = {}, {}
+    for key, value in params.items():
+        m = re.fullmatch(r"Transformer/encoderblock_(\d+)/(MultiHeadDotProductAttention_1/"
+                         r"(query|value)/bias|MlpBlock_3/LayerNorm_0/(scale|bias))", key)
+        if key.startswith(ROPE_PREFIX) or key == AVG_POOL_KEY:
+            continue
+        if m and m[3]:
+            state[f"blocks.{m[1]}.attn.{m[3][0]}_bias"] = np.asarray(value).reshape(-1)
+        elif m:
+            state[f"blocks.{m[1]}.mlp.norm.{_wb(m[4])}"] = np.asarray(value)
+        else:
+            plain[key] = value
+    for name, value in from_official(plain).items():
+        m = re.fullmatch(r"blocks\.(\d+)\.(ls([12])\.gamma|mlp\.fc1\.(weight|bias))", name)
+        if m and m[3]:
+            state[f"blocks.{m[1]}.gamma_{m[3]}"] = value
+        elif m and _split_swiglu(params, m[1]):  # [gate | x]
+            gate, up = np.split(value, 2, axis=0)
+            state[f"blocks.{m[1]}.mlp.fc1_g.{m[4]}"] = np.ascontiguousarray(gate)
+            state[f"blocks.{m[1]}.mlp.fc1_x.{m[4]}"] = np.ascontiguousarray(up)
+        else:
+            state[name] = value
+    return dict(sorted(state.items()))
+
+
+def _split_swiglu(params, i):
+    """Whether block `i` is a SwiGLU with a norm inside: timm's `SwiGLU`,
+    whose `fc1_g` and `fc1_x` are the packed kernel's halves."""
+    prefix = f"Transformer/encoderblock_{i}/MlpBlock_3"
+    kernel = np.shape(params[f"{prefix}/Dense_0/kernel"])
+    return f"{prefix}/LayerNorm_0/scale" in params and \
+        kernel[-1] == 2 * np.shape(params[f"{prefix}/Dense_1/kernel"])[0]
 
 
 # keras_vit's classifier -> timm's global_pool
