@@ -1,9 +1,10 @@
-"""Writes `keras_vit/weights/timm_architectures.py`: for every ViT, DeiT
-and EVA (`Eva`: EVA, EVA-02, DINOv3) architecture timm registers, what its
-weights do not show and keras_vit must compute the same way (the MLP and
-its activation, the LayerNorm epsilon, the pooling, the attention heads;
-an Eva's rotary embedding, attention biases and MLP norm), or why keras_vit
-does not build it.
+"""Writes `keras_vit/weights/timm_architectures.py`: for every ViT, DeiT,
+EVA (`Eva`: EVA, EVA-02, DINOv3) and BEiT (`Beit`: BEiT, BEiT v2)
+architecture timm registers, what its weights do not show and keras_vit
+must compute the same way (the MLP and its activation, the LayerNorm
+epsilon, the pooling, the attention heads; an Eva's rotary embedding,
+attention biases and MLP norm; a BEiT's tables), or why keras_vit does
+not build it.
 
 timm's Hub repositories and `save_for_hf` folders record the architecture
 name, not these arguments (they live in each name's entry point, e.g.
@@ -260,6 +261,41 @@ def describe_eva(model):
     ), None
 
 
+def describe_beit(model):
+    """`(row, None)` or `(None, why)` for timm's `Beit` (`beit_*`,
+    `beitv2_*`): the ViT row and BEiT's `qkv_bias` ('qv': `q_bias`,
+    `v_bias`; 'none'), `mlp_norm` (`scale_mlp`), `position_embedding`
+    (`use_abs_pos_emb`) and `relative_position_bias` (each block's table);
+    no `rope` field (`keras_vit.weights.timm_beit`)."""
+    import torch
+
+    block, why = model.blocks[0], []
+    if model.rel_pos_bias is not None:
+        why.append("a relative position bias shared by all blocks")
+    mlp, gelu, mlp_norm = _eva_mlp(block.mlp, why)
+    if mlp != "gelu":
+        why.append("a SwiGLU MLP")
+    if model.global_pool not in ("avg", "token"):
+        why.append(f"global_pool={model.global_pool!r}")
+    if why:
+        return None, ", ".join(dict.fromkeys(why))
+    attn, gamma = block.attn, block.gamma_1
+    return dict(
+        mlp=mlp, gelu=gelu, num_heads=int(attn.num_heads), eps=float(block.norm1.eps),
+        pool=model.global_pool, class_token=True, reg_tokens=0, no_embed_class=False,
+        pre_norm=False,
+        layer_scale=None if gamma is None else round(float(gamma.detach()[0]), 12),
+        fc_norm=not isinstance(model.fc_norm, torch.nn.Identity),
+        patch_bias=model.patch_embed.proj.bias is not None, distilled=False,
+        qkv_bias="qv" if attn.q_bias is not None else "none", mlp_norm=mlp_norm,
+        position_embedding=model.pos_embed is not None,
+        relative_position_bias=attn.relative_position_bias_table is not None,
+    ), None
+
+
+_DESCRIBE = {"Eva": describe_eva, "Beit": describe_beit}
+
+
 def rows(timm, names):
     out, refused = {}, {}
     for name in names:
@@ -269,7 +305,7 @@ def rows(timm, names):
             refused[name] = f"not built by timm here ({type(error).__name__})"
             continue
         try:
-            row, why = (describe_eva if type(model).__name__ == "Eva" else describe)(model)
+            row, why = _DESCRIBE.get(type(model).__name__, describe)(model)
         except AttributeError as error:  # a module layout this table does not know
             row, why = None, f"a layout keras_vit does not read ({error})"
         if row is None:
@@ -281,7 +317,7 @@ def rows(timm, names):
 
 def names(timm):
     return sorted(set(timm.list_models("vit_*")) | set(timm.list_models("deit*"))
-                  | set(timm.list_models("eva*")))
+                  | set(timm.list_models("eva*")) | set(timm.list_models("beit*")))
 
 
 def _one_per_line(table):
@@ -298,15 +334,17 @@ def main():
     start = time.perf_counter()
     built, refused = rows(timm, names(timm))
     text = ("# ruff: noqa: E501  (one architecture a line)\n"
-            f'"""What timm {timm.__version__}\'s ViT, DeiT and EVA architectures compute that '
-            "their weights do not show,\nby name (written by tools/timm_architectures.py; "
+            f'"""What timm {timm.__version__}\'s ViT, DeiT, EVA and BEiT architectures compute '
+            "that their weights do not\nshow, by name (written by tools/timm_architectures.py; "
             "do not edit).\n\n`ARCHITECTURES`: name -> mlp ('gelu', 'swiglu'), gelu ('erf', "
             "'tanh', 'quick';\nNone with 'swiglu', whose activation is SiLU), num_heads, "
             "LayerNorm eps, pool\n('token', 'avg', 'map', ''), class_token, reg_tokens, "
             "no_embed_class, pre_norm,\nlayer_scale (the initial gamma, None: none), "
             "fc_norm, patch_bias, distilled;\ntimm's `Eva` (EVA, EVA-02, DINOv3) also rope "
             "(`VisionTransformer(rope=...)`), qkv_bias\n('qkv', 'qv', 'none'), mlp_norm, "
-            "position_embedding (`keras_vit.weights.timm_eva`).\n`REFUSED`: name -> what "
+            "position_embedding (`keras_vit.weights.timm_eva`);\ntimm's `Beit` (BEiT, BEiT v2) "
+            "those but rope, and relative_position_bias\n(`keras_vit.weights.timm_beit`)."
+            "\n`REFUSED`: name -> what "
             'keras_vit does not build.\n"""\n\n'
             f"TIMM_VERSION = {timm.__version__!r}\n\n"
             f"ARCHITECTURES = {_one_per_line(built)}\n\n"

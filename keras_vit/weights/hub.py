@@ -74,6 +74,10 @@ from keras_vit.weights.config_values import check_values
 from keras_vit.weights.npz import AVG_POOL_KEY, POSEMB_KEY
 from keras_vit.weights.official import load_official_weights, rope_key
 from keras_vit.weights.posemb import POSEMB_RESIZES, square_grid
+from keras_vit.weights.relative_position import (
+    relative_position_grid,
+    resize_relative_position_bias_table,
+)
 from keras_vit.weights.pytorch import ema_error, read_torch_weights
 from keras_vit.weights.safetensors import read_safetensors
 from keras_vit.weights.sniff import is_zip
@@ -169,6 +173,10 @@ class HubCheckpoint(Checkpoint):
         resize, resize_how: the position-embedding resize
             (`posemb.POSEMB_RESIZES` key, and in words) where the model
             type's differs from its library's; None: the library's.
+        table_resize: whose resize BEiT's relative position bias tables
+            take to another patch grid (`relative_position.
+            resize_relative_position_bias_table`'s `method`: transformers');
+            None: timm's (the official loader's).
     """
 
     library: str | None = None
@@ -182,6 +190,7 @@ class HubCheckpoint(Checkpoint):
     builder_defaults: dict = dataclasses.field(default_factory=dict)
     resize: str | None = None
     resize_how: str | None = None
+    table_resize: str | None = None
 
     def __post_init__(self):
         if self.library is None:
@@ -261,6 +270,8 @@ class HubCheckpoint(Checkpoint):
         posemb = params.get(POSEMB_KEY)
         if encoder is not None and posemb is not None and posemb.ndim == 3:
             params[POSEMB_KEY] = self._resize(posemb, encoder)
+        if self.table_resize is not None and blocks:
+            self._resize_tables(params, getattr(blocks[0], "relative_position_bias", None))
         extra = {k: self.state[k] for k in self.unmapped}
         return load_official_weights(model, {**params, **extra}, self.source,
                                      dropped=dropped, key_name=self._name_of, fmt=self.format)
@@ -284,6 +295,20 @@ class HubCheckpoint(Checkpoint):
             "Resizing the position embedding of %s from a %dx%d to a %dx%d grid "
             "as %s does (%s).", self.source, *old, *new, self.library, self.how)
         return POSEMB_RESIZES[self.resize or self.library](posemb, new, prefix, old)
+
+    def _resize_tables(self, params, grid):
+        """BEiT's relative position bias tables resized to the model's patch
+        `grid` by `table_resize`'s library (None: the model has none; a
+        table of no square grid is left to the loader's shape check)."""
+        tables = [k for k in params if k.endswith("/relative_position_bias_table")]
+        old = relative_position_grid(params[tables[0]].shape[0]) if tables else None
+        if grid is None or old is None or old == tuple(grid):
+            return
+        logger.info("Resizing the relative position bias tables of %s from a %dx%d to a "
+                    "%dx%d grid as %s does.", self.source, *old, *grid, self.table_resize)
+        for key in tables:
+            params[key] = resize_relative_position_bias_table(
+                params[key], old, tuple(grid), method=self.table_resize)
 
     def _name_of(self, key):
         """The checkpoint's own name of an official key."""

@@ -53,7 +53,7 @@ from keras_vit.errors import (
     UnsupportedCheckpointError,
 )
 from keras_vit.weights import config_values as cv
-from keras_vit.weights import timm_eva
+from keras_vit.weights import timm_beit, timm_eva
 from keras_vit.weights.architecture import mlp_of, posemb_without_prefix
 from keras_vit.weights.npz import DIST_KEY, POSEMB_KEY, REG_KEY
 from keras_vit.weights.timm_architectures import ARCHITECTURES, REFUSED, TIMM_VERSION
@@ -147,7 +147,8 @@ def to_official(state, num_heads):
     for key, value in state.items():
         value = np.asarray(value)
         if not (_map_one(key, value, num_heads, put)
-                or timm_eva.map_one(key, value, num_heads, put, state)):
+                or timm_eva.map_one(key, value, num_heads, put, state)
+                or timm_beit.map_key(key, value, put)):
             unmapped.append(key)
     return params, names, sorted(unmapped)
 
@@ -330,6 +331,8 @@ def architecture(state, config):
             "hybrid has; not a model keras_vit builds.")
     proj = state["patch_embed.proj.weight"]
     width = int(proj.shape[0])
+    if timm_beit.is_beit(config, keys):  # before Eva's: a BEiT has its gamma_1, q_bias
+        return timm_beit.architecture(state, config, named_arguments(config), num_heads_of)
     if timm_eva.is_eva(config, keys):
         named_arguments(config)  # a refused name says what keras_vit lacks
         return "vit", timm_eva.architecture(state, config, num_heads_of(config, width))
@@ -370,13 +373,13 @@ def architecture(state, config):
 _HYBRID_NAME = re.compile(r"vit_[a-z]+_r(?:esnet)?\d*d?_")
 _KINDS = {"vit": "a ViT", "hybrid": "an R+ViT hybrid", "mixer": "an MLP-Mixer"}
 BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*, deit3_*), EVAs (eva02_*, eva_giant_*, "
-         "vit_*_dinov3), R+ViT hybrids (vit_*_r26_*, vit_*_r50_*, vit_*_resnet*) and "
-         "MLP-Mixers (mixer_*)")
+         "vit_*_dinov3), BEiTs (beit_*, beitv2_*), R+ViT hybrids (vit_*_r26_*, vit_*_r50_*, "
+         "vit_*_resnet*) and MLP-Mixers (mixer_*)")
 
 
 # timm's ViT descendants outside vit_* / deit*, and what keras_vit lacks for each.
 OTHER_FAMILIES = (
-    ("beit", "a BEiT: relative position biases and layer scale in every block"),
+    ("beit", f"a BEiT that timm {TIMM_VERSION} does not register"),
     ("eva", f"an EVA that timm {TIMM_VERSION} does not register"),
     ("vit_pe_", "a Perception Encoder: rotary position embeddings"),
     ("naflexvit", "a NaFlex ViT: patches of variable count with factorised position "
@@ -637,7 +640,7 @@ def arithmetic(config, keys, mlp="gelu"):
     `model_args["act_layer"]` where given; exact GELU and 1e-6 for a bare
     file. With `mlp="swiglu"` (the architecture `architecture` read, whose
     activation it checked: SiLU) no GELU form."""
-    if timm_eva.is_eva(config, keys):
+    if timm_eva.is_eva(config, keys) and not timm_beit.is_beit(config, keys):
         return timm_eva.arithmetic(config, keys)
     named = named_arguments(config)
     act = ((config or {}).get("model_args") or {}).get("act_layer") or \

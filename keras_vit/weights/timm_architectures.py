@@ -1,19 +1,28 @@
 # ruff: noqa: E501  (one architecture a line)
-"""What timm 1.0.31's ViT, DeiT and EVA architectures compute that their weights do not show,
-by name (written by tools/timm_architectures.py; do not edit).
+"""What timm 1.0.31's ViT, DeiT, EVA and BEiT architectures compute that their weights do not
+show, by name (written by tools/timm_architectures.py; do not edit).
 
 `ARCHITECTURES`: name -> mlp ('gelu', 'swiglu'), gelu ('erf', 'tanh', 'quick';
 None with 'swiglu', whose activation is SiLU), num_heads, LayerNorm eps, pool
 ('token', 'avg', 'map', ''), class_token, reg_tokens, no_embed_class, pre_norm,
 layer_scale (the initial gamma, None: none), fc_norm, patch_bias, distilled;
 timm's `Eva` (EVA, EVA-02, DINOv3) also rope (`VisionTransformer(rope=...)`), qkv_bias
-('qkv', 'qv', 'none'), mlp_norm, position_embedding (`keras_vit.weights.timm_eva`).
+('qkv', 'qv', 'none'), mlp_norm, position_embedding (`keras_vit.weights.timm_eva`);
+timm's `Beit` (BEiT, BEiT v2) those but rope, and relative_position_bias
+(`keras_vit.weights.timm_beit`).
 `REFUSED`: name -> what keras_vit does not build.
 """
 
 TIMM_VERSION = '1.0.31'
 
 ARCHITECTURES = {
+    'beit_base_patch16_224': {'mlp': 'gelu', 'gelu': 'erf', 'num_heads': 12, 'eps': 1e-06, 'pool': 'avg', 'class_token': True, 'reg_tokens': 0, 'no_embed_class': False, 'pre_norm': False, 'layer_scale': 0.10000000149, 'fc_norm': True, 'patch_bias': True, 'distilled': False, 'qkv_bias': 'qv', 'mlp_norm': False, 'position_embedding': False, 'relative_position_bias': True},
+    'beit_base_patch16_384': {'mlp': 'gelu', 'gelu': 'erf', 'num_heads': 12, 'eps': 1e-06, 'pool': 'avg', 'class_token': True, 'reg_tokens': 0, 'no_embed_class': False, 'pre_norm': False, 'layer_scale': 0.10000000149, 'fc_norm': True, 'patch_bias': True, 'distilled': False, 'qkv_bias': 'qv', 'mlp_norm': False, 'position_embedding': False, 'relative_position_bias': True},
+    'beit_large_patch16_224': {'mlp': 'gelu', 'gelu': 'erf', 'num_heads': 16, 'eps': 1e-06, 'pool': 'avg', 'class_token': True, 'reg_tokens': 0, 'no_embed_class': False, 'pre_norm': False, 'layer_scale': 1e-05, 'fc_norm': True, 'patch_bias': True, 'distilled': False, 'qkv_bias': 'qv', 'mlp_norm': False, 'position_embedding': False, 'relative_position_bias': True},
+    'beit_large_patch16_384': {'mlp': 'gelu', 'gelu': 'erf', 'num_heads': 16, 'eps': 1e-06, 'pool': 'avg', 'class_token': True, 'reg_tokens': 0, 'no_embed_class': False, 'pre_norm': False, 'layer_scale': 1e-05, 'fc_norm': True, 'patch_bias': True, 'distilled': False, 'qkv_bias': 'qv', 'mlp_norm': False, 'position_embedding': False, 'relative_position_bias': True},
+    'beit_large_patch16_512': {'mlp': 'gelu', 'gelu': 'erf', 'num_heads': 16, 'eps': 1e-06, 'pool': 'avg', 'class_token': True, 'reg_tokens': 0, 'no_embed_class': False, 'pre_norm': False, 'layer_scale': 1e-05, 'fc_norm': True, 'patch_bias': True, 'distilled': False, 'qkv_bias': 'qv', 'mlp_norm': False, 'position_embedding': False, 'relative_position_bias': True},
+    'beitv2_base_patch16_224': {'mlp': 'gelu', 'gelu': 'erf', 'num_heads': 12, 'eps': 1e-06, 'pool': 'avg', 'class_token': True, 'reg_tokens': 0, 'no_embed_class': False, 'pre_norm': False, 'layer_scale': 1e-05, 'fc_norm': True, 'patch_bias': True, 'distilled': False, 'qkv_bias': 'qv', 'mlp_norm': False, 'position_embedding': False, 'relative_position_bias': True},
+    'beitv2_large_patch16_224': {'mlp': 'gelu', 'gelu': 'erf', 'num_heads': 16, 'eps': 1e-06, 'pool': 'avg', 'class_token': True, 'reg_tokens': 0, 'no_embed_class': False, 'pre_norm': False, 'layer_scale': 1e-05, 'fc_norm': True, 'patch_bias': True, 'distilled': False, 'qkv_bias': 'qv', 'mlp_norm': False, 'position_embedding': False, 'relative_position_bias': True},
     'deit3_base_patch16_224': {'mlp': 'gelu', 'gelu': 'erf', 'num_heads': 12, 'eps': 1e-06, 'pool': 'token', 'class_token': True, 'reg_tokens': 0, 'no_embed_class': True, 'pre_norm': False, 'layer_scale': 1e-06, 'fc_norm': False, 'patch_bias': True, 'distilled': False},
     'deit3_base_patch16_384': {'mlp': 'gelu', 'gelu': 'erf', 'num_heads': 12, 'eps': 1e-06, 'pool': 'token', 'class_token': True, 'reg_tokens': 0, 'no_embed_class': True, 'pre_norm': False, 'layer_scale': 1e-06, 'fc_norm': False, 'patch_bias': True, 'distilled': False},
     'deit3_huge_patch14_224': {'mlp': 'gelu', 'gelu': 'erf', 'num_heads': 16, 'eps': 1e-06, 'pool': 'token', 'class_token': True, 'reg_tokens': 0, 'no_embed_class': True, 'pre_norm': False, 'layer_scale': 1e-06, 'fc_norm': False, 'patch_bias': True, 'distilled': False},
@@ -181,6 +190,10 @@ ARCHITECTURES = {
 }
 
 REFUSED = {
+    'beit3_base_patch16_224': 'a normalisation inside the MLP, a normalisation inside the attention, no final LayerNorm',
+    'beit3_giant_patch14_224': 'a normalisation inside the MLP, a normalisation inside the attention, no final LayerNorm',
+    'beit3_giant_patch14_336': 'a normalisation inside the MLP, a normalisation inside the attention, no final LayerNorm',
+    'beit3_large_patch16_224': 'a normalisation inside the MLP, a normalisation inside the attention, no final LayerNorm',
     'eva02_base_patch16_clip_224': 'a normalisation inside the attention (scale_attn_inner)',
     'eva02_enormous_patch14_clip_224': 'EvaBlockPostNorm blocks (use_post_norm)',
     'eva02_large_patch14_clip_224': 'a normalisation inside the attention (scale_attn_inner)',

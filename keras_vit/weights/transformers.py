@@ -40,6 +40,7 @@ from keras_vit.errors import (
 )
 from keras_vit.weights import config_values as cv
 from keras_vit.weights import transformers_families as families
+from keras_vit.weights import transformers_positions as positions
 from keras_vit.weights.npz import POSEMB_KEY
 
 FORMAT = "transformers"
@@ -59,6 +60,12 @@ CONFIG_VALUES = {
     "num_register_tokens": cv.OPTIONAL_COUNT, "use_swiglu_ffn": cv.OPTIONAL_BOOLEAN,
     "projection_dim": cv.OPTIONAL_POSITIVE_INT, "vision_use_head": cv.OPTIONAL_BOOLEAN,
     "pooler_output_size": cv.OPTIONAL_POSITIVE_INT,
+    # BEiT and DINOv3 (`transformers_positions`)
+    **{k: cv.OPTIONAL_BOOLEAN for k in (
+        "use_relative_position_bias", "use_shared_relative_position_bias",
+        "use_absolute_position_embeddings", "use_mean_pooling", "use_mask_token",
+        "query_bias", "key_bias", "value_bias", "proj_bias", "mlp_bias", "use_gated_mlp")},
+    "rope_theta": cv.OPTIONAL_POSITIVE_NUMBER,
 }
 # a full `clip` / `siglip` checkpoint's vision tower values (a parent before its children)
 _VISION_KEYS = ("hidden_size", "num_hidden_layers", "num_attention_heads",
@@ -96,7 +103,8 @@ def is_transformers_state(keys):
     """True when the key names are those of a transformers ViT (or of one
     of the later families: CLIP's and SigLIP's `patch_embedding`)."""
     return any(k.endswith(("embeddings.patch_embeddings.projection.weight",
-                           "embeddings.patch_embedding.weight")) for k in keys)
+                           "embeddings.patch_embedding.weight")) for k in keys) or \
+        "embeddings.patch_embeddings.weight" in keys  # DINOv3's
 
 
 def canonical(state):
@@ -234,6 +242,7 @@ def architecture(state, config):
     kind = model_type(config, state)
     families.refuse_model_type(kind)
     vision = families.vision_config(config)
+    positions.refuse(kind, state, vision)
     proj = state.get("embeddings.patch_embeddings.projection.weight")
     mlp = state.get("encoder.layer.0.intermediate.dense.weight")
     if proj is None or mlp is None:
@@ -256,8 +265,8 @@ def architecture(state, config):
     if vision.get("num_channels", 3) != 3:
         raise CheckpointMismatchError(
             f"num_channels={vision['num_channels']}; keras_vit loads RGB models.")
-    classifier = "map" if "head.probe" in state else \
-        "gap" if kind.startswith("siglip") else "token"
+    classifier = positions.classifier(kind, state) or (
+        "map" if "head.probe" in state else "gap" if kind.startswith("siglip") else "token")
     head = state.get("classifier.weight")
     if classifier == "token" and head is not None and head.ndim == 2 \
             and head.shape[1] == 2 * width:
@@ -307,7 +316,11 @@ def check_config(config, state, arch, where):
           f"width {width} ({proj} has {width} output channels)")
     check("num_hidden_layers", vision.get("num_hidden_layers"), lambda v: v == depth,
           f"{depth} layers (encoder.layer.0 to encoder.layer.{depth - 1})")
-    if arch.get("mlp") == "swiglu":
+    positions.check_config(kind, vision, state, arch, check)
+    if arch.get("mlp") == "swiglu" and kind == "dinov3_vit":  # use_gated_mlp: checked
+        check("intermediate_size", vision.get("intermediate_size"), lambda v: v == mlp,
+              f"a gated MLP of width {mlp} (layer.0.mlp.up_proj.weight has {mlp} rows)")
+    elif arch.get("mlp") == "swiglu":
         _check_swiglu(vision, width, mlp, check)
     else:
         check("use_swiglu_ffn", vision.get("use_swiglu_ffn"), lambda v: not v,
@@ -408,16 +421,21 @@ def arithmetic(config, state=None):
     `vision_config` for a full CLIP / SigLIP), else the model type's
     defaults (the model type the keys say for a bare file)."""
     config = config or {}
-    family = families.FAMILIES.get(model_type(config, state or {}), families.FAMILIES["vit"])
+    kind = model_type(config, state or {})
+    family = families.FAMILIES.get(kind, families.FAMILIES["vit"])
     vision = families.vision_config(config)
     act = vision.get("hidden_act", family.hidden_act)
+    if positions.gated(kind, vision):  # SiLU (`architecture` refused another); no GELU
+        act = "gelu"
     if act not in GELU_FORMS:
         raise CheckpointMismatchError(
             f"hidden_act={act!r}; keras_vit builds GELU blocks "
             f"({sorted(GELU_FORMS)}).")
-    return dict(gelu=GELU_FORMS[act],
-                layer_norm_epsilon=float(vision.get("layer_norm_eps", family.layer_norm_eps)),
-                fc_norm=False)
+    out = dict(gelu=GELU_FORMS[act],
+               layer_norm_epsilon=float(vision.get("layer_norm_eps", family.layer_norm_eps)),
+               fc_norm=False)
+    out.update(positions.arithmetic(kind, vision, canonical(state or {})[0]))  # BEiT, DINOv3
+    return out
 
 
 def preprocessing(preprocessor, kind="vit"):

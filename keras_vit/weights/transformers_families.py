@@ -47,7 +47,12 @@ the text tower of a full `clip` / `siglip` checkpoint (`text_model.*`,
 `text_projection`, `logit_scale`, `logit_bias`; one log line says so).
 Left out as the constant it is: the `embeddings.position_ids` buffer
 transformers 4 saved for CLIP and SigLIP, when it holds `0, 1, ..., N - 1`
-(other values are reported as an unexpected key).
+(other values are reported as an unexpected key); an empty
+`embeddings.register_tokens` (DINOv3 without registers saves `(1, 0, D)`).
+
+BEiT and DINOv3: `keras_vit.weights.transformers_positions`, which these
+rules call where a model type's differ (its renames, keys, options,
+pooling and the resize of BEiT's tables).
 
 What each source class gives (the loaded model's output):
 
@@ -83,6 +88,7 @@ import re
 import numpy as np
 
 from keras_vit.errors import CheckpointMismatchError
+from keras_vit.weights import transformers_positions as positions
 from keras_vit.weights.architecture import mlp_of
 from keras_vit.weights.npz import DIST_KEY, REG_KEY
 
@@ -124,6 +130,10 @@ FAMILIES = {
     "siglip_vision_model": Family(("SiglipVisionModel",), "gelu_pytorch_tanh", 1e-6),
     "siglip": Family(("SiglipModel", "SiglipForImageClassification"), "gelu_pytorch_tanh",
                      1e-6),
+    # BEiT and DINOv3: `transformers_positions` (BEiT's pooling is its mean pooling's)
+    "beit": Family(("BeitModel", "BeitForImageClassification"), "gelu", 1e-12),
+    "dinov3_vit": Family(("DINOv3ViTModel",), "gelu", 1e-5, positions.IMAGENET_DEFAULT_MEAN,
+                         positions.IMAGENET_DEFAULT_STD, "token"),
 }
 # A full (text + vision) checkpoint's config keeps the vision tower's values here.
 VISION_CONFIG = {"clip": "vision_config", "siglip": "vision_config"}
@@ -136,8 +146,8 @@ _NAFLEX = (
     "model_type 'siglip' and load)")
 # model types keras_vit does not build -> what they have that it lacks
 REFUSED = {
-    "beit": "relative position bias", "data2vec-vision": "relative position bias",
-    "dinov3_vit": "rotary position embeddings",
+    "data2vec-vision": "BEiT's blocks under its own key names (data2vec_vision.*), which "
+                       "keras_vit does not read",
     "aimv2": "RMSNorm", "aimv2_vision_model": "RMSNorm",
     "vit_mae": "random patch masking (mask_ratio) in its forward",
     "siglip2": _NAFLEX, "siglip2_vision_model": _NAFLEX,
@@ -145,9 +155,10 @@ REFUSED = {
     "vit_hybrid": "a BiT backbone whose layers differ from the official hybrids'",
 }
 
-PREFIXES = ("vit.", "dinov2_with_registers.", "dinov2.", "deit.", "vision_model.")
+PREFIXES = ("vit.", "dinov2_with_registers.", "dinov2.", "deit.", "vision_model.", "beit.")
 TEXT_TOWER = ("text_model.", "text_projection.", "logit_scale", "logit_bias")
 MASK_TOKEN = "embeddings.mask_token"
+REGISTERS = "embeddings.register_tokens"
 # transformers 4 saved CLIP's and SigLIP's index buffer 0, 1, ..., N - 1
 POSITION_IDS = "embeddings.position_ids"
 
@@ -162,6 +173,7 @@ _DINO_LAYER = r"^encoder\.layer\.(\d+)\."  # DINOv2 (saved, and in memory)
 _BLOCK = r"encoder.layer.\1."
 # the families' key names -> the ViT names of `keras_vit.weights.transformers`
 RENAMES = [
+    *positions.RENAMES,  # DINOv3's layer., patch embedding and norm first
     *[(_LAYERS + rf"self_attn\.{p}_proj\.", _BLOCK + f"attention.attention.{n}.")
       for p, n in (("q", "query"), ("k", "key"), ("v", "value"))],
     (_LAYERS + r"self_attn\.out_proj\.", _BLOCK + "attention.output.dense."),
@@ -205,12 +217,14 @@ _BACK = {
         (r"^encoder\.layer\.(\d+)\.intermediate\.dense\.", r"encoder.layer.\1.mlp.fc1."),
         (r"^encoder\.layer\.(\d+)\.output\.dense\.", r"encoder.layer.\1.mlp.fc2."),
     ],
+    **positions.BACK,
 }
 # DINOv2-g's SwiGLU MLP as saved (for messages)
 _SWIGLU_BACK = [(r"^(encoder\.layer\.\d+)\.mlp\.fc1\.", r"\1.mlp.weights_in."),
                 (r"^(encoder\.layer\.\d+)\.mlp\.fc2\.", r"\1.mlp.weights_out.")]
 _STYLE = {"clip_vision_model": "clip", "clip": "clip", "siglip_vision_model": "clip",
-          "siglip": "clip", "dinov2": "dinov2", "dinov2_with_registers": "dinov2"}
+          "siglip": "clip", "dinov2": "dinov2", "dinov2_with_registers": "dinov2",
+          "beit": "beit", "dinov3_vit": "dinov3"}
 
 
 @dataclasses.dataclass
@@ -241,12 +255,15 @@ def prepare(state, renames=()):
     since the class position embedding is never resized); a
     `visual_projection` without bias gets a zero one."""
     prefix = prefix_of(state)
-    dinov2 = any(k.endswith("layer_scale1.lambda1") for k in state)
+    # DINOv2's and DINOv3's (layer_scale1) and BEiT's mask tokens
+    masked = any(k.endswith("layer_scale1.lambda1") for k in state) or \
+        positions.leaves_out_mask_token(state)
     out, raw, left_out = {}, {}, []
     for key, value in state.items():
         name = key[len(prefix):] if prefix and key.startswith(prefix) else key
-        if (dinov2 and name == MASK_TOKEN) or key.startswith(TEXT_TOWER) or (
-                name == POSITION_IDS and _is_arange(value)):
+        if (masked and name == MASK_TOKEN) or key.startswith(TEXT_TOWER) or (
+                name == POSITION_IDS and _is_arange(value)) or (
+                name == REGISTERS and np.size(value) == 0):  # DINOv3's (1, 0, D)
             left_out.append(key)
             continue
         for pattern, repl in (*RENAMES, *renames):
@@ -261,6 +278,7 @@ def prepare(state, renames=()):
             out[new] = value[None] if ndim == 2 else value.reshape(1, 1, -1)
             raw[new] = raw.pop(old)
     _stack_gate_and_up(out, raw)
+    positions.plain_up_proj(out, raw)
     if "embeddings.register_tokens" in out and cls in out and pos in out:
         c, p = np.asarray(out[cls]), np.asarray(out[pos])
         if c.ndim == 3 and p.ndim == 3 and c.shape[1:] == (1, p.shape[2]) and p.shape[1] > 1:
@@ -296,7 +314,7 @@ def log_left_out(prepared, source=None):
     source = source or "This transformers checkpoint"
     mask = [k for k in prepared.left_out if k.endswith(MASK_TOKEN)]
     if mask:
-        logger.info("%s: its %s (used by DINOv2's pre-training only) is left out.",
+        logger.info("%s: its %s (used by masked pre-training only) is left out.",
                     source, mask[0])
     text = [k for k in prepared.left_out if k.startswith(TEXT_TOWER)]
     if text:
@@ -355,7 +373,7 @@ def map_key(key, value, heads, put):  # noqa: C901 - one table, read top down
         put(f"MAPHead_0/MlpBlock_0/Dense_{int(m[1]) - 1}/{leaf(m[2])}",
             _t(value) if m[2] == "weight" else value, key)
     else:
-        return False
+        return positions.map_key(key, value, put)  # BEiT's
     return True
 
 
@@ -382,7 +400,7 @@ def official_name(key):
     for pattern, make in rules:
         if m := re.fullmatch(pattern, key):
             return make(m)
-    return None
+    return positions.official_name(key)
 
 
 def styled(name, model_type, swiglu=False):
@@ -397,6 +415,9 @@ def styled(name, model_type, swiglu=False):
 def model_type_of_keys(keys):
     """The `model_type` a state dict's keys (after `prepare`) are those of."""
     keys = set(keys)
+    kind = positions.model_type_of_keys(keys)
+    if kind is not None:
+        return kind
     if "embeddings.register_tokens" in keys:
         return "dinov2_with_registers"
     if any(re.fullmatch(r"encoder\.layer\.\d+\.layer_scale1\.lambda1", k) for k in keys):
@@ -418,6 +439,7 @@ _EVIDENCE = {
     "deit": "a distillation token (embeddings.distillation_token)",
     "clip_vision_model": "a pre-norm (pre_layrnorm) or a projection (visual_projection)",
     "siglip_vision_model": "no class token",
+    **positions.EVIDENCE,
 }
 
 
@@ -456,11 +478,12 @@ def mlp(model_type, state):
     rows = int(np.shape(state["encoder.layer.0.intermediate.dense.weight"])[0])
     out = state.get("encoder.layer.0.output.dense.weight")
     kind, width = mlp_of(rows, int(np.shape(out)[1]) if np.ndim(out) == 2 else None)
-    if kind == "swiglu" and not model_type.startswith("dinov2"):
+    if kind == "swiglu" and not model_type.startswith(("dinov2", "dinov3")):
         raise CheckpointMismatchError(
             f"A transformers {model_type!r} checkpoint whose MLP projects to {rows} rows, "
             f"twice the {width} its output takes: a SwiGLU MLP, which transformers builds "
-            "for DINOv2 only (use_swiglu_ffn), not a model keras_vit builds.")
+            "for DINOv2 (use_swiglu_ffn) and DINOv3 (use_gated_mlp) only, not a model "
+            "keras_vit builds.")
     return kind, width
 
 
@@ -475,13 +498,15 @@ def options(model_type, state, config):
     reg = state.get("embeddings.register_tokens")
     if reg is not None and np.ndim(reg) == 3:
         out["num_register_tokens"] = int(reg.shape[1])
-        out["no_embed_class"] = True
+        if "embeddings.position_embeddings" in state:  # DINOv3 has none
+            out["no_embed_class"] = True
     if "embeddings.distillation_token" in state:
         out["distillation_token"] = True
     if "pre_layrnorm.weight" in state:
         out["pre_norm"] = True
     if "embeddings.patch_embeddings.projection.bias" not in state:
         out["patch_bias"] = False
+    out.update(positions.options(model_type, state))
     return out
 
 
@@ -494,7 +519,10 @@ def source_class(model_type, state):
     family = FAMILIES[model_type]
     heads = ("classifier.weight", "cls_classifier.weight", "visual_projection.weight")
     out = {"builder_defaults": {}}
-    pooler = "map" if "head.probe" in state else family.pooler
+    extra = positions.source_class(model_type, state)  # BEiT's, DINOv3's
+    pooler = "map" if "head.probe" in state else extra.get("pooling", family.pooler)
+    if "table_resize" in extra:
+        out["table_resize"] = extra["table_resize"]
     if pooler and not any(k in state for k in heads):
         out["builder_defaults"]["pooling"] = pooler
     if "visual_projection.weight" in state:
