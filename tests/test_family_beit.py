@@ -201,3 +201,39 @@ def test_the_architecture_table_is_timms_for_beit():
     names = ["beit_base_patch16_224", "beitv2_base_patch16_224"]
     built, refused = rows(timm, names)
     assert built == {name: ARCHITECTURES[name] for name in names} and not refused
+
+
+def test_beit_written_back_to_timm_and_to_transformers_gives_its_logits(tmp_path):
+    """`to_hub_folder`: timm's Beit (`beit_base_patch16_224` with model_args:
+    q/v biases, tables, layer scale, use_fc_norm) and transformers'
+    BeitForImageClassification (`use_mean_pooling`), each opened by its
+    library (every key read, none missing) and run on the photos."""
+    from torch_libraries import library_logits
+
+    _, folder = timm_folder("beit_base_patch16_224")
+    model = keras_vit.model_from_checkpoint(folder, classifier_activation=None)
+    images = photos(TIMM["beit_base_patch16_224"][0])
+    logits = predict(model, images)
+    for library in ("timm", "transformers"):
+        out = tmp_path / library
+        keras_vit.export.to_hub_folder(model, out, library=library, validation_data=images,
+                                       verbose=False)
+        assert_parity(library_logits(library, out, images, timm=timm), logits)
+
+
+def test_dinov3_has_no_transformers_classifier_to_be_written_as(tmp_path):
+    _, folder = transformers_folder("dinov3_vit")
+    model = keras_vit.model_from_checkpoint(folder, classes=3)
+    with pytest.raises(ValueError, match="transformers has no image classifier that does"):
+        keras_vit.export.to_hub_folder(model, tmp_path / "out", library="transformers",
+                                       validation_data=photos(TRANSFORMERS_SIZE))
+
+
+def test_a_timm_beit_config_that_contradicts_its_weights_is_corrupt(tmp_path):
+    _, folder = _timm_beit(tmp_path)
+    config = json.loads((folder / "config.json").read_text())
+    config["model_args"]["use_abs_pos_emb"] = True
+    (folder / "config.json").write_text(json.dumps(config))
+    with pytest.raises(CorruptCheckpointError, match=r"model_args.use_abs_pos_emb=True builds "
+                       r"position_embedding=True, but the weights hold no pos_embed"):
+        keras_vit.model_from_checkpoint(folder)

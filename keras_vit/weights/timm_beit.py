@@ -32,7 +32,8 @@ import re
 
 import numpy as np
 
-from keras_vit.errors import CheckpointMismatchError
+from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
+from keras_vit.weights.timm_architectures import ARCHITECTURES
 
 _BLOCK = r"blocks\.(\d+)\."
 BEIT_PREFIXES = ("beit_", "beitv2_")
@@ -80,6 +81,37 @@ def _refuse(name, args, keys, pool):
             "changing its results, so it is refused.")
 
 
+# model_args keys -> (the row's field, how a value reads as it, the key the weights show)
+_ARGS_AS_ROW = {
+    "use_rel_pos_bias": ("relative_position_bias", bool,
+                         "blocks.0.attn.relative_position_bias_table"),
+    "use_abs_pos_emb": ("position_embedding", bool, "pos_embed"),
+    "qkv_bias": ("qkv_bias", lambda v: "qv" if v else "none", "blocks.0.attn.q_bias"),
+    "init_values": ("layer_scale", bool, "blocks.0.gamma_1"),
+    "scale_mlp": ("mlp_norm", bool, "blocks.0.mlp.norm.weight"),
+}
+
+
+def _check_held(name, args, keys):
+    """A `CorruptCheckpointError` where the weights hold another BEiT than
+    the architecture's name (its `ARCHITECTURES` row) or `model_args` say:
+    the tables, the position embedding, the q/v biases, layer scale, the
+    MLP's norm."""
+    row = ARCHITECTURES.get(name) or {}
+    for arg, (field, read, key) in _ARGS_AS_ROW.items():
+        said, where = row.get(field), f"the architecture {name}"
+        if field == "layer_scale" and field in row:
+            said = row[field] is not None
+        if arg in args:
+            said, where = read(args[arg]), f"model_args.{arg}={args[arg]!r}"
+        held = key in keys
+        if said is not None and (said if isinstance(said, bool) else said == "qv") != held:
+            raise CorruptCheckpointError(
+                f"{where} builds {field}={said!r}, but the weights hold "
+                f"{'a' if held else 'no'} {key}; the file and the weights must describe "
+                "the same model.")
+
+
 def architecture(state, config, named, num_heads_of):
     """`("vit", VisionTransformer kwargs)` of a timm BEiT state dict and its
     config.json (None for a bare file); `named`: what the architecture's
@@ -95,6 +127,7 @@ def architecture(state, config, named, num_heads_of):
     said = [v for v in (config.get("global_pool"), args.get("global_pool")) if v is not None]
     pool = said[0] if said else named.get("pool") or "avg"  # '' (no pooling): refused
     _refuse(name, args, keys, pool)
+    _check_held(name, args, keys)
     proj = state["patch_embed.proj.weight"]
     width = int(proj.shape[0])
     blocks = {int(m[1]) for k in keys if (m := re.match(_BLOCK, k))}
@@ -115,3 +148,55 @@ def architecture(state, config, named, num_heads_of):
     if "patch_embed.proj.bias" not in keys:
         kwargs["patch_bias"] = False
     return "vit", kwargs
+
+
+# --- the way back: official arrays of a BEiT -> timm (`timm_export`) ------------------
+
+def is_beit_model(arch):
+    """Whether official arrays' builder arguments are a BEiT's (each block
+    holds a relative position bias table)."""
+    return bool(arch.get("relative_position_bias"))
+
+
+def hub_arguments(arch, arithmetic):
+    """`(architecture name, model_args)` of the config.json that timm's
+    `Beit` builds a BEiT from (`model_args` set every option the registered
+    `beit_base_patch16_224` would otherwise fix); `arch`:
+    `architecture_from_checkpoint`'s, `arithmetic`:
+    `hub_folder.model_arithmetic`'s.
+
+    Raises:
+        ValueError: what timm's `Beit` computes otherwise (its exact GELU,
+            LayerNorm epsilon 1e-6, no key bias, a class token, ...)."""
+    why = None
+    classifier = arch["classifier"]
+    if arithmetic["gelu"] != "erf" or arithmetic["layer_norm_epsilon"] != 1e-6:
+        why = (f"GELU {arithmetic['gelu']!r} and LayerNorm epsilon "
+               f"{arithmetic['layer_norm_epsilon']:g}, and timm's Beit computes the exact "
+               "GELU and epsilon 1e-6 in its code")
+    elif arch.get("mlp", "gelu") != "gelu":
+        why = "a SwiGLU MLP, and keras_vit writes timm's Beit with its GELU MLP only"
+    elif arch.get("qkv_bias", "qkv") == "qkv":
+        why = ("a key bias (qkv_bias='qkv'), and timm's Beit has query and value biases "
+               "only")
+    elif classifier not in ("avg", "token"):
+        why = (f"classifier={classifier!r}, and timm's Beit pools the patch tokens' mean "
+               "('avg') or the class token ('token')")
+    else:
+        extra = [k for k in ("num_register_tokens", "distillation_token", "no_embed_class",
+                             "pre_norm", "patch_bias") if k in arch]
+        if extra:
+            why = f"{extra[0]}={arch[extra[0]]!r}, which timm's Beit does not build"
+    if why:
+        raise ValueError(f"it is a BEiT (relative position bias tables) with {why}")
+    width, scale = arch["hidden_size"], arithmetic.get("layer_scale_init")
+    ratio = arch["mlp_dim"] / width
+    if int(width * ratio) != arch["mlp_dim"]:
+        raise ValueError(f"timm's Beit builds the MLP width as int(width x mlp_ratio), which "
+                         f"cannot give {arch['mlp_dim']} for width {width}")
+    return "beit_base_patch16_224", dict(
+        embed_dim=width, depth=arch["num_layers"], num_heads=arch["num_heads"],
+        mlp_ratio=ratio, global_pool=classifier, qkv_bias=arch["qkv_bias"] == "qv",
+        use_abs_pos_emb=arch.get("position_embedding", True), use_rel_pos_bias=True,
+        use_shared_rel_pos_bias=False, init_values=None if scale is None else float(scale),
+        use_fc_norm=bool(arithmetic["fc_norm"]), scale_mlp=bool(arch.get("mlp_norm")))

@@ -15,6 +15,7 @@ import re
 
 import numpy as np
 
+from keras_vit.weights import timm_beit
 from keras_vit.weights.architecture import ROPE_PREFIX
 from keras_vit.weights.npz import AVG_POOL_KEY, DIST_KEY, POSEMB_KEY, REG_KEY
 from keras_vit.weights.timm import GELU_FORMS, kind_of_name
@@ -53,6 +54,9 @@ def source_name(key):
          r"(?:query|key|value)/(kernel|bias)", lambda m: f"blocks.{m[1]}.attn.qkv.{_wb(m[2])}"),
         (r"Transformer/encoderblock_(\d+)/MultiHeadDotProductAttention_1/out/(kernel|bias)",
          lambda m: f"blocks.{m[1]}.attn.proj.{_wb(m[2])}"),
+        (r"Transformer/encoderblock_(\d+)/MultiHeadDotProductAttention_1/"
+         r"relative_position_bias_table",  # BEiT's (timm_beit)
+         lambda m: f"blocks.{m[1]}.attn.relative_position_bias_table"),
         (r"Transformer/encoderblock_(\d+)/LayerNorm_0/(scale|bias)",
          lambda m: f"blocks.{m[1]}.norm1.{_wb(m[2])}"),
         (r"Transformer/encoderblock_(\d+)/LayerNorm_2/(scale|bias)",
@@ -227,6 +231,10 @@ def hub_config(family, arch, arithmetic, image_size, classes, mean, std, class_n
             _ratio(width, arch["tokens_mlp_dim"], "token-mixing MLP"),
             _ratio(width, arch["channels_mlp_dim"], "channel-mixing MLP")], global_pool="avg")
         pool = "avg"
+    elif timm_beit.is_beit_model(arch):  # timm's Beit: its own model_args
+        name, beit_args = timm_beit.hub_arguments(arch, arithmetic)
+        args.update(patch_size=_patch(arch["patch_size"]), **beit_args)
+        pool, width = beit_args["global_pool"], arch["hidden_size"]
     else:
         if "resnet_layers" in arch:
             _check_fixed_epsilon(arithmetic, "hybrid")
@@ -278,9 +286,11 @@ def _config(name, args, pool, width, first_conv, mean, std, class_names):
 def is_eva(arch):
     """Whether a ViT's builder arguments need timm's `Eva` (RoPE, q/v or no
     attention biases, a norm inside the MLP, no position embedding, the
-    patch tokens' mean beside a class token)."""
+    patch tokens' mean beside a class token), or its block names (BEiT's
+    tables: timm's `Beit` names its blocks' weights as `Eva`)."""
     return bool(arch.get("rope") or arch.get("qkv_bias", "qkv") != "qkv" or arch.get("mlp_norm")
-                or arch.get("position_embedding") is False or arch["classifier"] == "avg")
+                or arch.get("position_embedding") is False or arch["classifier"] == "avg"
+                or arch.get("relative_position_bias"))
 
 
 def eva_config(arch, arithmetic, size, classes, mean, std, class_names=None):

@@ -18,7 +18,9 @@ keys its `save_pretrained` writes:
   `Dinov2WithRegistersForImageClassification` (the class position
   embedding, which keras_vit folds into the class token, a zero row);
 - `classifier="gap"` (no class token): `SiglipForImageClassification`
-  (the mean of all tokens after the final LayerNorm).
+  (the mean of all tokens after the final LayerNorm);
+- BEiT's relative position bias tables: `BeitForImageClassification`
+  (`classifier="avg"` with `fc_norm`: `use_mean_pooling`; or `"token"`).
 
 What no transformers class computes is refused in one sentence naming
 what differs: `classifier="map"` (transformers has no classifier on
@@ -26,7 +28,8 @@ SigLIP's attention-pooling head), a CLIP model (`pre_norm`:
 `CLIPForImageClassification` averages the patch tokens beside a class
 token without the final LayerNorm, which no keras_vit classifier
 computes), LayerScale with a class-token head (DINOv2 classifies with
-`token_avg`), and each option a class lacks.
+`token_avg`), a RoPE model (DINOv3, EVA-02: transformers has no image
+classifier for them), and each option a class lacks.
 
 The folder's `preprocessor_config.json` is a `ViTImageProcessor`'s for
 each class: it resizes to the model's size and normalises with its
@@ -38,7 +41,7 @@ import dataclasses
 import numpy as np
 
 from keras_vit.weights import transformers_families as families
-from keras_vit.weights.npz import POSEMB_KEY
+from keras_vit.weights.npz import AVG_POOL_KEY, POSEMB_KEY
 from keras_vit.weights.timm_export import torch_array
 from keras_vit.weights.transformers import source_name
 
@@ -69,6 +72,10 @@ CLASSES = {
         frozenset({"layer_scale_init", "num_register_tokens", "no_embed_class"})),
     "SiglipForImageClassification": TransformersClass(
         "siglip", "vision_model.", "SiglipForImageClassification"),
+    "BeitForImageClassification": TransformersClass(
+        "beit", "beit.", "BeitForImageClassification",
+        frozenset({"layer_scale_init", "qkv_bias", "position_embedding",
+                   "relative_position_bias", "fc_norm"})),
 }
 HIDDEN_ACT = {"erf": "gelu", "tanh": "gelu_pytorch_tanh", "quick": "quick_gelu"}
 # the builder's shape arguments, which every class takes
@@ -89,6 +96,8 @@ _OPTIONS = {
                   "{name}'s patch embedding has one",
     "mlp": "its MLP is a SwiGLU (mlp={value!r}), and keras_vit writes transformers' {name} "
            "with its GELU MLP only (DINOv2's use_swiglu_ffn is not written)",
+    "fc_norm": "it normalises the pooled vector (fc_norm=True), and transformers' {name} "
+               "pools the tokens after its final LayerNorm",
 }
 
 
@@ -112,7 +121,14 @@ def transformers_class(arch, arithmetic, image_size, distilled_head=True):
     classifier = arch["classifier"]
     if "resnet_layers" in arch:
         raise ValueError("it is a hybrid, and transformers' ViT has no ResNet stem")
-    if arch.get("distillation_token"):
+    if arch.get("rope") is not None:
+        raise ValueError(
+            "it rotates its queries and keys (rope, DINOv3's or EVA-02's RoPE), and "
+            "transformers has no image classifier that does (DINOv3ViTModel has no head)")
+    if arch.get("relative_position_bias"):
+        name = "BeitForImageClassification"
+        _check_beit(arch, arithmetic)
+    elif arch.get("distillation_token"):
         name = "DeiTForImageClassificationWithTeacher" if distilled_head else \
             "DeiTForImageClassification"
         if classifier != "token":
@@ -147,6 +163,25 @@ def transformers_class(arch, arithmetic, image_size, distilled_head=True):
     return name
 
 
+def _check_beit(arch, arithmetic):
+    """What `BeitForImageClassification` computes beside the tables: the
+    query and value biases, the patch tokens' mean through
+    `pooler.layernorm` (`use_mean_pooling`) or the class token after the
+    final norm."""
+    if arch.get("qkv_bias", "qkv") != "qv":
+        raise ValueError(
+            f"it is a BEiT (relative position bias tables) with qkv_bias="
+            f"{arch.get('qkv_bias', 'qkv')!r}, and transformers' BEiT has a query and a "
+            "value bias and no key bias ('qv')")
+    if (arch["classifier"], bool(arithmetic["fc_norm"])) not in (("avg", True),
+                                                                  ("token", False)):
+        raise ValueError(
+            f"it is a BEiT that pools with classifier={arch['classifier']!r} and "
+            f"fc_norm={bool(arithmetic['fc_norm'])}, and transformers' BEiT normalises the "
+            "patch tokens' mean (use_mean_pooling: 'avg' with fc_norm) or takes the class "
+            "token after the final LayerNorm ('token')")
+
+
 def _refuse_options(target, arch, arithmetic, image_size):
     """The options of `arch` and `arithmetic` that `target` does not
     compute, each refused in its own sentence."""
@@ -170,7 +205,7 @@ def _refuse_options(target, arch, arithmetic, image_size):
             raise ValueError(
                 f"its MLP is {arch['mlp_dim']} wide for width {arch['hidden_size']}, and "
                 f"transformers' {target.name} builds it as width x mlp_ratio, a whole number")
-    if arithmetic["fc_norm"]:
+    if arithmetic["fc_norm"] and target.model_type != "beit":
         raise ValueError(
             f"it normalises the pooled vector (fc_norm=True), and transformers' "
             f"{target.name} pools the tokens after its final LayerNorm")
@@ -207,7 +242,11 @@ def from_official(params, class_name="ViTForImageClassification"):
         name = source_name(key)
         if name == key:
             name = families.official_name(key)
-        if name is None or name.startswith(("pooler.", "pre_layrnorm.", "head.")) or (
+        if key == AVG_POOL_KEY and target.model_type == "beit":
+            continue  # use_mean_pooling says it
+        beit_pooler = target.model_type == "beit" and name and name.startswith("pooler.layernorm.")
+        if name is None or (name.startswith(("pooler.", "pre_layrnorm.", "head."))
+                            and not beit_pooler) or (
                 name.startswith("distillation_classifier.") and not teacher):
             raise ValueError(
                 f"transformers' {class_name} has no counterpart of {key!r}.")
@@ -268,6 +307,15 @@ def hub_configs(class_name, arch, arithmetic, image_size, classes, mean, std,
                           drop_path_rate=0.0, use_swiglu_ffn=False)
             if arch.get("num_register_tokens"):
                 config["num_register_tokens"] = int(arch["num_register_tokens"])
+        elif target.model_type == "beit":
+            config.pop("qkv_bias")
+            scale = arithmetic.get("layer_scale_init")
+            config.update(
+                intermediate_size=arch["mlp_dim"], use_relative_position_bias=True,
+                use_shared_relative_position_bias=False, use_mask_token=False,
+                use_absolute_position_embeddings=arch.get("position_embedding", True),
+                use_mean_pooling=arch["classifier"] == "avg", drop_path_rate=0.0,
+                layer_scale_init_value=0.0 if scale is None else float(scale))
         else:
             config.update(intermediate_size=arch["mlp_dim"], encoder_stride=patch[0])
         config.update(labels)
