@@ -87,7 +87,7 @@ CONFIG_VALUES = {
     "pretrained_cfg.crop_pct": cv.OPTIONAL_POSITIVE_NUMBER,
     "pretrained_cfg.crop_mode": cv.OPTIONAL_STRING,
     "pretrained_cfg.label_names": cv.OPTIONAL_NAMES,
-    **timm_eva.CONFIG_VALUES,
+    **timm_eva.CONFIG_VALUES, **timm_beit.CONFIG_VALUES,
 }
 
 # timm model names -> attention heads, for configs without `model_args`

@@ -33,10 +33,14 @@ import re
 import numpy as np
 
 from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
+from keras_vit.weights import config_values as cv
 from keras_vit.weights.timm_architectures import ARCHITECTURES
 
 _BLOCK = r"blocks\.(\d+)\."
 BEIT_PREFIXES = ("beit_", "beitv2_")
+# BEiT's config.json values beside an Eva's (`timm_eva.CONFIG_VALUES`)
+CONFIG_VALUES = {f"model_args.{key}": cv.OPTIONAL_BOOLEAN
+                 for key in ("use_rel_pos_bias", "use_shared_rel_pos_bias")}
 
 
 def is_beit(config, keys):
