@@ -271,8 +271,8 @@ def _drop(key):
 
 _AGREE = "; the file and the weights must describe the same model."
 _BUILT = ("keras_vit builds timm's ViTs (vit_*, deit_*, deit3_*), EVAs (eva02_*, eva_giant_*, "
-          "vit_*_dinov3), R+ViT hybrids (vit_*_r26_*, vit_*_r50_*, vit_*_resnet*) and "
-          "MLP-Mixers (mixer_*).")
+          "vit_*_dinov3), BEiTs (beit_*, beitv2_*), R+ViT hybrids (vit_*_r26_*, vit_*_r50_*, "
+          "vit_*_resnet*) and MLP-Mixers (mixer_*).")
 
 # (fixture, file, change, error class, message after the file's repr): each
 # config value keras_vit uses is checked for its type and against the weights.
