@@ -608,8 +608,9 @@ def _resize_relative_position_table(param, table, key, source):
         raise CheckpointMismatchError(
             f"Checkpoint {source}: {key} has {table.shape[0]} rows, which is no square patch "
             f"grid's (2n - 1)^2 + 3; the model's has {param.variable.shape[0]}.")
-    logger.info("Resizing the relative position bias tables of %s from a %dx%d to a %dx%d "
-                "grid (as timm's resize_rel_pos_bias_table).", source, *old, *new)
+    if "encoderblock_0/" in key:  # one line for the model's tables
+        logger.info("Resizing the relative position bias tables of %s from a %dx%d to a "
+                    "%dx%d grid (as timm's resize_rel_pos_bias_table).", source, *old, *new)
     return resize_relative_position_bias_table(table, old, new)
 
 
