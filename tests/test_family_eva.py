@@ -291,3 +291,44 @@ def test_an_avg_model_with_a_key_bias_is_not_written_to_timm(tmp_path):
     with pytest.raises(ValueError, match=r"cannot be written as a timm Hub folder: its "
                                          r"attention has a key bias, and timm's EVA"):
         keras_vit.export.to_hub_folder(model, tmp_path / "out", library="timm")
+
+
+def test_the_named_builders_load_timms_full_architectures(tmp_path):
+    """`EVA02Ti14` with timm's whole `eva02_tiny_patch14_336` layout and a
+    head, at a 2x2 grid: timm's logits; a DINOv3 of another architecture
+    (width 64, q/v biases) is refused by `DINOv3ViTS16` in one sentence.
+    (DINOv3-S/16 itself, 22M parameters, is `test_family_builders`' row
+    and count; its weights' arithmetic is the tiny models'.)"""
+    model, folder = _written_full(tmp_path, "eva02_tiny_patch14_336", 28, CLASSES)
+    keras_model = keras_vit.EVA02Ti14(weights=str(folder), classifier_activation=None)
+    assert keras_model.input_shape == (None, 28, 28, 3)
+    images = rf.photos(28)
+    assert_parity(predict(keras_model, images), _timm_logits(model, folder, images))
+    _, folder = rf.timm_folder("vit_small_patch16_dinov3_qkvb", CLASSES)
+    with pytest.raises(CheckpointMismatchError, match=r"does not fit DINOv3ViTS16 .* it has "
+                                                      r"hidden_size=64, .*qkv_bias='qv'"):
+        keras_vit.DINOv3ViTS16(weights=str(folder))
+
+
+def _written_full(tmp_path, name, size, classes):
+    """A timm folder of the whole architecture `name` at `size` pixels, its
+    weights random at the scale of a trained model (matrices of variance
+    1 / fan-in, norms 1 + 0.2 N, layer scales 0.2 N): `rope_families`'
+    larger values, through 12 blocks, leave float32 differences of 1e-3."""
+    args = dict(img_size=size, num_classes=classes)
+    model = timm.create_model(name, pretrained=False, **args).eval()
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for key, parameter in model.named_parameters():
+            noise = torch.randn(parameter.shape, generator=generator)
+            if key.endswith(("norm.weight", "norm1.weight", "norm2.weight")):
+                parameter.copy_(1 + 0.2 * noise)
+            elif "gamma" in key:
+                parameter.copy_(0.2 * noise)
+            elif parameter.ndim == 2:  # Linear (out, in)
+                parameter.copy_(noise / parameter.shape[1] ** 0.5)
+            else:
+                parameter.copy_((0.02 if parameter.ndim == 4 else 0.1) * noise)
+    folder = tmp_path / name
+    timm.models.save_for_hf(model, folder, model_args=args, safe_serialization=True)
+    return model, folder
