@@ -8,7 +8,7 @@ name in `keras_vit`. Every list of model names (the public API, the
 command line's choices, the registry's tables) is derived from it.
 
 `HUB_VARIANTS` (#48, #50): DINOv2 (with registers), DeiT, DeiT-III, CLIP,
-SigLIP, DINOv3 and EVA-02, `VisionTransformer`s whose config holds their
+SigLIP, DINOv3, EVA-02, BEiT and BEiTv2, `VisionTransformer`s whose config holds their
 architecture and their arithmetic (GELU form, LayerNorm epsilon, input mean
 and std, RoPE), with
 their native image size and Hub repositories. They have no official
@@ -22,7 +22,7 @@ Pure data: the bottom floor of the package (imports nothing of it, no Keras).
 >>> HUB_VARIANTS["DINOv2-S/14"].function, HUB_VARIANTS["DINOv2-S/14"].image_size
 ('DINOv2ViTS14', 518)
 >>> len(ALL_VARIANTS), len(HUB_VARIANTS)
-(52, 32)
+(56, 36)
 """
 
 import dataclasses
@@ -42,7 +42,8 @@ class Variant:
     augreg_name: str = None  # "B_16": prefix of AugReg files, if any
     # Who released the weights: "official" (google-research/vision_transformer,
     # the registry's .npz files) or a family whose weights are on the Hugging
-    # Face Hub only: "dinov2", "deit", "deit3", "clip", "siglip", "dinov3", "eva02".
+    # Face Hub only: "dinov2", "deit", "deit3", "clip", "siglip", "dinov3", "eva02", "beit",
+    # "beitv2".
     release: str = OFFICIAL
     image_size: int = 224    # the default input side without weights
     hub: tuple = ()          # Hub repositories of its weights, timm's first
@@ -187,6 +188,19 @@ def _eva02(size):
                 **extra)
 
 
+def _beit(size, v2=False):
+    # timm's beit_* / beitv2_* (Bao et al., 2022; Peng et al., 2022): no
+    # position embedding but a relative position bias table in each block,
+    # q/v biases, LayerScale (BEiT-B 0.1, the others 1e-5), the patch tokens'
+    # mean then fc_norm, eps 1e-6; BEiT's inputs scaled to [-1, 1], BEiTv2's
+    # with ImageNet's mean/std
+    means = dict(image_mean=IMAGENET_MEAN, image_std=IMAGENET_STD) if v2 else dict(
+        image_mean=(0.5, 0.5, 0.5), image_std=(0.5, 0.5, 0.5))
+    return _vit(size, 16, qkv_bias="qv", relative_position_bias=True, position_embedding=False,
+                layer_scale_init=0.1 if size == "B" and not v2 else 1e-5, classifier="avg",
+                fc_norm=True, gelu="erf", layer_norm_epsilon=1e-6, **means)
+
+
 def _siglip(size, patch):
     # big_vision's SigLIP image tower: no class token, a MAP head, flax's
     # nn.gelu (tanh-approximate), eps 1e-6, inputs scaled to [-1, 1]
@@ -280,6 +294,16 @@ _HUB_TABLE = [
     ("EVA02-L/14", "EVA02L14", "EVA02-L_14", "eva02", _eva02("L"), 448,
      ("timm/eva02_large_patch14_448.mim_m38m_ft_in22k_in1k",
       "timm/eva02_large_patch14_448.mim_in22k_ft_in22k_in1k")),
+    # BEiT and BEiTv2 (#50): relative position bias tables (one image size),
+    # q/v biases, LayerScale, fc_norm; fine-tuned on ImageNet-22k then -1k
+    ("BEiT-B/16", "BEiTB16", "BEiT-B_16", "beit", _beit("B"), 224,
+     ("timm/beit_base_patch16_224.in22k_ft_in22k_in1k", "microsoft/beit-base-patch16-224")),
+    ("BEiT-L/16", "BEiTL16", "BEiT-L_16", "beit", _beit("L"), 224,
+     ("timm/beit_large_patch16_224.in22k_ft_in22k_in1k", "microsoft/beit-large-patch16-224")),
+    ("BEiTv2-B/16", "BEiTv2B16", "BEiTv2-B_16", "beitv2", _beit("B", v2=True), 224,
+     ("timm/beitv2_base_patch16_224.in1k_ft_in22k_in1k",)),
+    ("BEiTv2-L/16", "BEiTv2L16", "BEiTv2-L_16", "beitv2", _beit("L", v2=True), 224,
+     ("timm/beitv2_large_patch16_224.in1k_ft_in22k_in1k",)),
 ]
 
 VIT_VARIANTS = {

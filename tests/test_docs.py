@@ -44,7 +44,7 @@ DOWNLOAD = re.compile(r"hf://|https?://|decode_predictions\(|"
 OFFLINE = "If this machine is offline or cannot reach that host"
 HUB_OFFLINE = "HF_HUB_OFFLINE is set and the files are not in the Hugging Face cache"
 # The statements that download, per page (each checked for the offline sentence).
-DOWNLOADS = {"README.md": 6, "docs/models.md": 16}
+DOWNLOADS = {"README.md": 7, "docs/models.md": 17}
 # Blocks that cannot run in a test, with the reason their page states.
 SKIPPED = [
     ("docs/data.md", "reads data that is not on this machine: a gs:// bucket, "

@@ -50,6 +50,8 @@ PARAMS = {
     "DINOv3ViTL16": 304_104_424, "DINOv3ViTHPlus16": 841_790_440,
     "EVA02Ti14": 5_756_584, "EVA02S14": 22_129_000, "EVA02B14": 87_117_544,
     "EVA02L14": 305_080_232,
+    "BEiTB16": 86_530_984, "BEiTL16": 304_430_568, "BEiTv2B16": 86_530_984,
+    "BEiTv2L16": 304_430_568,
 }
 # Forward GFLOPs of one image at the native size (2 per multiply-add of the
 # matrix products, attention's included), as torch's FlopCounterMode counts
@@ -67,6 +69,7 @@ GFLOPS = {
     "DINOv3ViTS16": 12.5, "DINOv3ViTSPlus16": 16.2, "DINOv3ViTB16": 47.2,
     "DINOv3ViTL16": 164.7, "DINOv3ViTHPlus16": 449.6,
     "EVA02Ti14": 9.3, "EVA02S14": 30.9, "EVA02B14": 213.8, "EVA02L14": 723.5,
+    "BEiTB16": 35.1, "BEiTL16": 123.1, "BEiTv2B16": 35.1, "BEiTv2L16": 123.1,
 }
 # Where timm's architecture of the same weights computes another GELU than
 # the original model: timm's vit_*_clip_224 (the .openai weights) use erf,
@@ -100,7 +103,7 @@ def timm_files(timm):
 # --- the table ---------------------------------------------------------------------------
 
 def test_the_table_and_its_derived_lists():
-    assert len(HUB_VARIANTS) == 32 and len(ALL_VARIANTS) == 52
+    assert len(HUB_VARIANTS) == 36 and len(ALL_VARIANTS) == 56
     assert set(FUNCTIONS) == set(PARAMS) <= set(keras_vit.__all__)
     for function in FUNCTIONS:
         variant = BY_FUNCTION[function]
@@ -189,15 +192,20 @@ def test_counts_are_timms(timm, function):
     if timm_row["mlp"] == "gelu":
         assert timm_row["gelu"] == TIMM_GELU.get(variant.release, config["gelu"])
     assert timm_row["eps"] == config["layer_norm_epsilon"]
-    assert (timm_row["layer_scale"], timm_row["reg_tokens"], timm_row["no_embed_class"],
+    # timm's init values are float32 (BEiT-B's 0.1 reads 0.10000000149)
+    scale = config.get("layer_scale_init")
+    assert timm_row["layer_scale"] == (scale if scale is None else pytest.approx(scale, rel=1e-7))
+    assert (timm_row["reg_tokens"], timm_row["no_embed_class"],
             timm_row["pre_norm"], timm_row["patch_bias"], timm_row["pool"]) == (
-        config.get("layer_scale_init"), config.get("num_register_tokens", 0),
+        config.get("num_register_tokens", 0),
         config.get("no_embed_class", False), config.get("pre_norm", False),
         config.get("patch_bias", True), config.get("classifier", "token"))
     assert (timm_row.get("rope"), timm_row.get("qkv_bias", "qkv"), timm_row.get("mlp_norm", False),
-            timm_row.get("position_embedding", True), timm_row["fc_norm"]) == (
+            timm_row.get("position_embedding", True), timm_row["fc_norm"],
+            timm_row.get("relative_position_bias", False)) == (
         config.get("rope"), config.get("qkv_bias", "qkv"), config.get("mlp_norm", False),
-        config.get("position_embedding", True), config.get("fc_norm", False))
+        config.get("position_embedding", True), config.get("fc_norm", False),
+        config.get("relative_position_bias", False))
 
 
 def test_timm_repositories_are_timms_pretrained_tags(timm):
@@ -246,6 +254,8 @@ def _options(config):
                    + (f", ref {ref[0]}x{ref[1]}" if ref else "") + ")")
     if config.get("position_embedding") is False:
         out.append("no position embedding")
+    if config.get("relative_position_bias"):
+        out.append("relative position bias")
     if config.get("classifier") == "avg":
         out.append("patch tokens' mean" + (", fc_norm" if config.get("fc_norm") else ""))
     return ", ".join(out) or "–"

@@ -68,6 +68,10 @@ SUMMARIES = {
               "embeddings, 4 registers, LayerScale and 16-pixel patches",
     "eva02": "EVA-02 (Fang et al., 2023): a ViT with rotary and learned position "
              "embeddings, a SwiGLU MLP and q/v biases, pooling the patch tokens",
+    "beit": "BEiT (Bao et al., 2022): a ViT pretrained by masked image modelling, with a "
+            "relative position bias in each block (one image size), q/v biases and LayerScale",
+    "beitv2": "BEiT v2 (Peng et al., 2022): BEiT's architecture, pretrained with a "
+              "semantic visual tokenizer",
 }
 REGISTERS = ("\n    With 4 register tokens (Darcet et al., 2024, 'Vision Transformers Need "
              "Registers').")
@@ -353,3 +357,7 @@ EVA02Ti14 = _named("EVA02-Ti/14")
 EVA02S14 = _named("EVA02-S/14")
 EVA02B14 = _named("EVA02-B/14")
 EVA02L14 = _named("EVA02-L/14")
+BEiTB16 = _named("BEiT-B/16")
+BEiTL16 = _named("BEiT-L/16")
+BEiTv2B16 = _named("BEiTv2-B/16")
+BEiTv2L16 = _named("BEiTv2-L/16")
