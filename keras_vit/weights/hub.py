@@ -48,10 +48,10 @@ model = keras_vit.model_from_checkpoint("path/to/saved_folder")
 import dataclasses
 import logging
 import os
-
-import numpy as np
 from collections.abc import Callable
 from types import ModuleType
+
+import numpy as np
 
 from keras_vit._checks import label_line_problem
 from keras_vit.errors import (
@@ -61,8 +61,8 @@ from keras_vit.errors import (
     UnsupportedCheckpointError,
 )
 from keras_vit.layers import PatchEncoder
-from keras_vit.layers.rotary import check_rope
 from keras_vit.layers.blocks import encoder_blocks
+from keras_vit.layers.rotary import check_rope
 from keras_vit.weights import dino as dino_format
 from keras_vit.weights import hub_layout
 from keras_vit.weights import timm as timm_format
