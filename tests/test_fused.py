@@ -223,7 +223,7 @@ def test_attention_scores_and_attention_dropout_take_the_fused_path(monkeypatch)
     calls = []
     monkeypatch.setattr(
         "keras_vit.layers.transformer.softmax_attention",
-        lambda *args: calls.append("fused") or _fused.softmax_attention(*args))
+        lambda *args, **kwargs: calls.append("fused") or _fused.softmax_attention(*args, **kwargs))
     x, (_, block) = _attention_pair("float32")
     block(x)
     assert calls == []
