@@ -44,6 +44,16 @@ FAMILY_MODELS = {
     "DINOv2S14": dict(_S, patch_size=14, layer_scale_init=1e-5),
     "SwiGLUS14": dict(_S, patch_size=14, mlp="swiglu"),
     "SigLIPS16": dict(_S, patch_size=16, classifier="map"),
+    # #50: RoPE alone (against ViTS16), and the DINOv3, EVA-02 and BEiT option sets
+    "RoPES16": dict(_S, patch_size=16, rope="dinov3"),
+    "DINOv3S16": dict(_S, patch_size=16, rope="dinov3", position_embedding=False,
+                      num_register_tokens=4, layer_scale_init=1e-5, classifier="avg"),
+    "EVA02S16": dict(_S, patch_size=16, rope={"variant": "eva", "ref_grid": (14, 14)},
+                     mlp="swiglu", mlp_norm=True, qkv_bias="qv", classifier="avg",
+                     fc_norm=True),
+    "BEiTS16": dict(_S, patch_size=16, relative_position_bias=True, qkv_bias="qv",
+                    position_embedding=False, layer_scale_init=0.1, classifier="avg",
+                    fc_norm=True),
 }
 
 CHILD = textwrap.dedent("""

@@ -408,6 +408,10 @@ def _export_parser(add):
                    help="leave image files that do not decode out of the samples "
                         "(counted in the report) instead of failing")
     p.add_argument("--batch-size", type=POSITIVE_INT, default=1, help="static TFLite batch")
+    p.add_argument("--image-size", type=POSITIVE_INT, default=None,
+                   help="a model that takes any size: the size it is verified at, TFLite's "
+                        "one size (default: its position embedding's size); SavedModel, "
+                        "ONNX and OpenVINO keep any size and are verified at two others too")
     p.add_argument("--resize", action="store_true",
                    help="SavedModel: accept uint8 images of any size")
     p.add_argument("--top-k", type=POSITIVE_INT, default=5, help="SavedModel: top_k outputs")

@@ -481,6 +481,10 @@ def cmd_export(args, out):
         raise ValueError(f"--calibration applies to --format tflite or onnx (quantization); "
                          f"choose the images the {args.format} export is verified on with "
                          "--validation.")
+    if args.image_size is not None and args.format in HUB_FORMATS:
+        raise ValueError(f"--image-size applies to --format saved_model, tflite, onnx or "
+                         f"openvino; a {args.format} folder is written at the size of the "
+                         "model's position embedding.")
     if args.no_metadata and args.format != "tflite":
         raise ValueError(f"--no-metadata applies to --format tflite; not to --format "
                          f"{args.format}.")
@@ -489,11 +493,13 @@ def cmd_export(args, out):
 
     if args.format == "tflite":  # named as the flag, before any sampling
         from keras_vit.export.batches import check_batch_size  # heavy (see the top)
-        from keras_vit.export.model import model_image_size  # heavy (see the top)
+        from keras_vit.export.model import export_image_size  # heavy (see the top)
 
-        check_batch_size(args.batch_size, model_image_size(model), "--batch-size")
+        check_batch_size(args.batch_size, export_image_size(model, args.image_size),
+                         "--batch-size")
 
-    common = dict(outputs=args.outputs, validation_data=args.validation,
+    sized = {} if args.format in HUB_FORMATS else {"image_size": args.image_size}
+    common = dict(outputs=args.outputs, validation_data=args.validation, **sized,
                   check=not args.no_check, verbose=False,
                   skip_corrupt=args.skip_corrupt,
                   **_optional(args, validation_split="validation_split",

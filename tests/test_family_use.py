@@ -1,7 +1,8 @@
-"""Everything the ViTs have works on the later families (#48, item 5): tiny
-models of each family's option set (DINOv2, DINOv2 with registers, OpenAI
-CLIP, SigLIP, DeiT distilled with its two heads) give feature maps of the patch
-tokens only, take LoRA and merge it, quantize and reload (in this process
+"""Everything the ViTs have works on the later families (#48, item 5; #50,
+item 4): tiny models of each family's option set (DINOv2, DINOv2 with
+registers, OpenAI CLIP, SigLIP, DeiT distilled with its two heads; DINOv3's
+and EVA-02's rotary embeddings, BEiT's relative position bias) give feature
+maps of the patch tokens only, take LoRA and merge it, quantize and reload (in this process
 and in a fresh one, safe mode on), roll attention out from the class token
 over the patches only, are counted by the training-memory estimate, and
 export verified (SavedModel, TFLite, ONNX, OpenVINO)."""
@@ -34,11 +35,22 @@ FAMILIES = {
                  layer_norm_epsilon=1e-5, input_shape=(32, 32, 3)),
     "siglip": dict(patch_size=8, classifier="map", input_shape=(32, 32, 3)),
     "deit_distilled": dict(patch_size=8, distillation_token=True, input_shape=(32, 32, 3)),
+    # #50: rotary embeddings (DINOv3's, EVA-02's) and BEiT's relative position bias
+    "dinov3": dict(patch_size=8, rope="dinov3", qkv_bias="none", position_embedding=False,
+                   num_register_tokens=4, layer_scale_init=1e-5, classifier="avg",
+                   input_shape=(32, 32, 3)),
+    "eva02": dict(patch_size=8, rope={"variant": "eva", "ref_grid": (4, 4)}, mlp="swiglu",
+                  mlp_norm=True, qkv_bias="qv", classifier="avg", fc_norm=True,
+                  input_shape=(32, 32, 3)),
+    "beit": dict(patch_size=8, relative_position_bias=True, qkv_bias="qv",
+                 position_embedding=False, layer_scale_init=0.1, classifier="avg",
+                 fc_norm=True, input_shape=(32, 32, 3)),
 }
 # Tokens before the patches: class, distillation, registers.
-PREFIX = {"dinov2": 1, "dinov2_reg": 5, "clip": 1, "siglip": 0, "deit_distilled": 2}
+PREFIX = {"dinov2": 1, "dinov2_reg": 5, "clip": 1, "siglip": 0, "deit_distilled": 2,
+          "dinov3": 5, "eva02": 1, "beit": 1}
 GRID = {"dinov2": (3, 4), "dinov2_reg": (3, 4), "clip": (4, 4), "siglip": (4, 4),
-        "deit_distilled": (4, 4)}
+        "deit_distilled": (4, 4), "dinov3": (4, 4), "eva02": (4, 4), "beit": (4, 4)}
 NAMES = list(FAMILIES)
 
 
@@ -206,13 +218,14 @@ def test_an_int8_model_saves_and_reloads_with_its_outputs(family, tmp_path):
 
 
 def test_a_fresh_process_reloads_each_family_in_safe_mode(tmp_path):
-    """Every family's float model and the int8 models of the two with new
+    """Every family's float model and the int8 models of those with new
     quantized layers' configs (SigLIP's map head, DINOv2-reg's blocks with
-    LayerScale) reload in a process that built none of them."""
+    LayerScale, EVA-02's with q/v biases and an MLP norm) reload in a
+    process that built none of them."""
     expected = {}
     for family in NAMES:
         kinds = [("float", build)] + ([("int8", quantized)] if family in (
-            "siglip", "dinov2_reg") else [])
+            "siglip", "dinov2_reg", "eva02") else [])
         for kind, make in kinds:
             model = make(family)
             name = f"{family}_{kind}"
@@ -245,8 +258,8 @@ def force_attention(monkeypatch, prefix):
         a[:prefix, prefix] = 1.0
         return a
 
-    def attention(self, x, training, return_attention_scores=False):
-        out, weights = original(self, x, training, return_attention_scores=True)
+    def attention(self, x, training, return_attention_scores=False, rope=None):
+        out, weights = original(self, x, training, return_attention_scores=True, rope=rope)
         forced = keras.ops.broadcast_to(keras.ops.convert_to_tensor(make(weights.shape[-1])),
                                         keras.ops.shape(weights))
         return out, forced

@@ -259,7 +259,17 @@ def _plain_and_remat(builder, **kwargs):
     (keras_vit.VisionTransformer, dict(VIT, dropout_rate=0.1, attention_dropout_rate=0.1,
                                        drop_path_rate=0.2)),
     (keras_vit.MLPMixer, dict(MIXER, drop_path_rate=0.2)),
-], ids=["vit", "mixer"])
+    # #50: EVA-02's rotary embeddings, q/v biases and SwiGLU with its norm; BEiT's
+    # relative position bias (a gathered table)
+    (keras_vit.VisionTransformer, dict(VIT, rope={"variant": "eva", "ref_grid": (4, 4)},
+                                       mlp="swiglu", mlp_norm=True, qkv_bias="qv",
+                                       classifier="avg", fc_norm=True, dropout_rate=0.1,
+                                       drop_path_rate=0.2)),
+    (keras_vit.VisionTransformer, dict(VIT, relative_position_bias=True, qkv_bias="qv",
+                                       position_embedding=False, classifier="avg",
+                                       fc_norm=True, attention_dropout_rate=0.1,
+                                       drop_path_rate=0.2)),
+], ids=["vit", "mixer", "rope", "relative_position_bias"])
 def test_remat_gives_the_plain_outputs_and_gradients(builder, kwargs):
     """With dropout and drop path: the recomputation draws the forward's
     masks (the weights after one SGD step, learning rate 1, differ by the

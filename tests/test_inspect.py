@@ -35,8 +35,8 @@ def force_attention(monkeypatch, make):
     """Every block's attention probabilities become `make(tokens)`."""
     original = TransformerBlock._attention
 
-    def attention(self, x, training, return_attention_scores=False):
-        out, weights = original(self, x, training, return_attention_scores=True)
+    def attention(self, x, training, return_attention_scores=False, rope=None):
+        out, weights = original(self, x, training, return_attention_scores=True, rope=rope)
         tokens = weights.shape[-1]
         forced = keras.ops.broadcast_to(keras.ops.convert_to_tensor(make(tokens)),
                                         keras.ops.shape(weights))

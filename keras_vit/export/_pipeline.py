@@ -10,7 +10,9 @@ way for every format:
 3. write under a temporary name beside the target (`_files.temporary_path`);
 4. load the written file once (`ExportFormat.runner`), run it on the
    validation images and the Keras model on the same pixels, and compare
-   the logits;
+   the logits; a file that keeps a model's run-time-sized input is
+   compared at two other sizes too (`ExportFormat.run_time_sizes`, the
+   first `RUN_TIME_SIZE_IMAGES` validation images resized to each);
 5. time both with that same runner (the latency of one batch);
 6. fill in the `ExportReport` and judge it by the format's bars;
 7. move a file that misses them to `<path>.rejected` (raising
@@ -28,7 +30,7 @@ import numpy as np
 from keras_vit._atomic import publish, remove_path
 from keras_vit.export._files import directory_size, temporary_path
 from keras_vit.export._files import disk_full_error, is_disk_full
-from keras_vit.export._images import export_images
+from keras_vit.export._images import as_images, export_images
 from keras_vit.export._labels import labels_beside, model_class_names
 from keras_vit.export._measure import compare, keras_latency_ms, median_ms
 from keras_vit.export.model import (
@@ -38,6 +40,10 @@ from keras_vit.export.model import (
     reference_logits,
 )
 from keras_vit.export._report import ExportReport, evaluate, log_passed, reject, warn_kept
+
+# The validation images each other size of a run-time-sized export is
+# compared on (resized to it): one batch, for the graph's shapes.
+RUN_TIME_SIZE_IMAGES = 8
 
 
 def check_file_path(path, suffix, what, note=""):
@@ -98,6 +104,10 @@ class ExportFormat:
     size: tuple
     outputs: str = "auto"
     num_threads: int = None
+    # Sizes other than `size` the file runs at, compared as well: a model
+    # built with `input_shape=(None, None, 3)` in a format that keeps its
+    # run-time-sized input (`export.model.run_time_sizes`); () for one size.
+    run_time_sizes: tuple = ()
 
     name = None
     checks = None
@@ -169,6 +179,17 @@ class ExportFormat:
         return [temporary]
 
 
+def _measure_size(fmt, run, images, size):
+    """The file and the Keras model compared at another `size` (height,
+    width), on the first `RUN_TIME_SIZE_IMAGES` validation images resized
+    to it: a `run_time_sizes` row of the report."""
+    images = fmt.inputs(as_images(images, size, RUN_TIME_SIZE_IMAGES))
+    max_diff, agreement, max_logit = compare(
+        reference_logits(fmt.model, images, fmt.outputs), run(images))
+    return {"size": list(size), "images": len(images), "max_abs_diff": max_diff,
+            "top1_agreement": agreement, "max_abs_logit": max_logit}
+
+
 def _measure(fmt, temporary, names, calibration, validation, latency_repeats):
     """Writes the export under `temporary`, runs it and the Keras model on
     the validation images, and returns the `ExportReport` (not yet judged)."""
@@ -183,6 +204,8 @@ def _measure(fmt, temporary, names, calibration, validation, latency_repeats):
         max_abs_diff=max_diff, top1_agreement=agreement, max_abs_logit=max_logit,
         calibration=calibration.info if fmt.quantization == "int8" else None,
         **fmt.report_fields(file, run, images, reference))
+    report.run_time_sizes = [_measure_size(fmt, run, validation.images, size)
+                             for size in fmt.run_time_sizes] or None
     if fmt.timed:
         batch = fmt.latency_batch(images)
         report.latency_ms = median_ms(lambda: run(batch), latency_repeats)

@@ -88,6 +88,7 @@ class ExportReport:
     runtime: str | None = None  # what ran the verification, e.g. "onnxruntime 1.22.0 (CPU)"
     bf16: dict | None = None  # OpenVINO: the same file run at bf16 inference precision
     metadata: dict | None = None  # TFLite: the TFLite Metadata inside the file (MediaPipe)
+    run_time_sizes: list[dict] | None = None  # the comparison at other sizes (any-size files)
 
     @property
     def size_mb(self) -> float:
@@ -132,6 +133,10 @@ class ExportReport:
         rows.append(("validation", _describe_row(self.validation)))
         rows.append(("max |logit diff| vs Keras", f"{self.max_abs_diff:.3g}"))
         rows.append(("top-1 agreement with Keras", f"{100 * self.top1_agreement:.2f}%"))
+        for row in self.run_time_sizes or ():
+            rows.append((f"at {_size(row)}", f"max |logit diff| {row['max_abs_diff']:.3g}, "
+                         f"top-1 agreement {100 * row['top1_agreement']:.2f}% "
+                         f"({plural(row['images'], 'image')})"))
         if self.bf16 is not None:
             rows.append(("bf16 inference", _describe_bf16(self.bf16)))
         if self.latency_ms is not None:
@@ -146,33 +151,59 @@ class ExportReport:
         return "\n".join(f"{k.ljust(width)}  {v}" for k, v in rows)
 
 
+def _size(row):
+    return f"{row['size'][0]}x{row['size'][1]}"
+
+
 def evaluate(report, max_abs_diff=None, min_top1_agreement=None):
     """Sets `report.passed` and `report.criteria` (the bars, joined by
     "and"; a missed one is marked "MISSED"); returns `report.passed`.
 
     `max_abs_diff` scales with the logits above 1: the bar is
     `max_abs_diff * max(1, max |Keras logit|)`, float32 rounding being
-    relative."""
+    relative. The comparisons at `report.run_time_sizes` are held to the
+    same bars (each scaled by its own logits); the criteria name those
+    sizes and any that misses."""
+    rules, passed = _bars(report.max_abs_diff, report.top1_agreement, report.max_abs_logit,
+                          max_abs_diff, min_top1_agreement)
+    criteria = " and ".join(rules)
+    rows = report.run_time_sizes or ()
+    missed = [_size(row) for row in rows if not _bars(
+        row["max_abs_diff"], row["top1_agreement"], row["max_abs_logit"], max_abs_diff,
+        min_top1_agreement)[1]]
+    if rows:
+        criteria += f" (also at {' and '.join(_size(row) for row in rows)}" + (
+            f"; MISSED at {' and '.join(missed)})" if missed else ")")
+    report.criteria, report.passed = criteria, bool(passed and not missed)
+    return report.passed
+
+
+def _bars(diff, agreement, max_logit, max_abs_diff, min_top1_agreement):
+    """`(rules, passed)`: each bar in words (a missed one marked "MISSED")
+    and whether one comparison meets them all."""
     rules, passed = [], True
     if max_abs_diff is not None:
-        scale = max(1.0, report.max_abs_logit or 0.0)
-        ok = report.max_abs_diff <= max_abs_diff * scale
+        scale = max(1.0, max_logit or 0.0)
+        ok = diff <= max_abs_diff * scale
         rules.append(f"max |diff| <= {max_abs_diff:g}"
                      + (f" x max |logit| {scale:.3g}" if scale > 1 else "")
                      + ("" if ok else " MISSED"))
         passed &= ok
     if min_top1_agreement is not None:
-        ok = report.top1_agreement >= min_top1_agreement
+        ok = agreement >= min_top1_agreement
         rules.append(f"top-1 agreement >= {100 * min_top1_agreement:g}%"
                      + ("" if ok else " MISSED"))
         passed &= ok
-    report.criteria, report.passed = " and ".join(rules), bool(passed)
-    return report.passed
+    return rules, passed
 
 
 def _measured(report):
-    return (f"max |diff| {report.max_abs_diff:.3g}, top-1 agreement "
+    text = (f"max |diff| {report.max_abs_diff:.3g}, top-1 agreement "
             f"{100 * report.top1_agreement:.2f}% on {_describe_row(report.validation)}")
+    for row in report.run_time_sizes or ():
+        text += (f"; at {_size(row)}: max |diff| {row['max_abs_diff']:.3g}, top-1 "
+                 f"agreement {100 * row['top1_agreement']:.2f}%")
+    return text
 
 
 def reject(report, file=None):

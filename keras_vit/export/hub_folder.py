@@ -60,13 +60,12 @@ from keras_vit.export._files import check_replaceable_directory
 from keras_vit.export._images import Sampling
 from keras_vit.export._labels import model_class_names
 from keras_vit.export.model import (
-    model_image_size,
+    export_image_size,
     output_kind,
     require_tensorflow_backend,
 )
 from keras_vit.export._pipeline import ExportFormat, export_verified
 from keras_vit.export._report import ExportReport
-from keras_vit.export.saved_model import dynamic_size_layout, takes_any_size
 from keras_vit.layers import (
     AttentionPooling,
     BottleneckUnit,
@@ -342,8 +341,7 @@ def to_hub_folder(model: keras.Model, path: str | os.PathLike, library: str = "t
     require_tensorflow_backend()
     _check_replaceable(path)
     # a model built for any size is written at its stored grid (the checkpoint's size)
-    size = model_image_size(model, dynamic_size_layout(model)[0] if takes_any_size(model)
-                            else None)
+    size = export_image_size(model)
     output_kind(model, outputs)  # a model without a head is refused here
     folder = hub_folder(model, library, size, model_class_names(model))
     fmt = _HubFolderExport(model, path, "none", size, outputs, folder=folder)

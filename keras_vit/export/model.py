@@ -11,8 +11,9 @@ from keras import ops
 
 from keras_vit import __version__, _compat
 from keras_vit.export.batches import batched
+from keras_vit.layers import BottleneckUnit, PatchEncoder, Patches, ResNetRoot
 from keras_vit.layers.fused import portable_graph
-from keras_vit.layers.blocks import quantization_modes
+from keras_vit.layers.blocks import quantization_modes, walk_layers
 from keras_vit.layers.features import FeatureMap
 from keras_vit.layers.lora import merge_lora
 
@@ -152,6 +153,91 @@ def model_image_size(model, image_size=None):
     return tuple(shape[1:3])
 
 
+def _token_layout(model):
+    """`(grid, pixels, hybrid)` of a keras_vit ViT: the stored
+    position-embedding grid (tokens), the pixels of one token (the patch
+    times a hybrid stem's stride) and whether a ResNet stem comes first;
+    None for another model."""
+    layers = list(walk_layers(model))
+    encoder = next((layer for layer in layers if isinstance(layer, PatchEncoder)), None)
+    patches = next((layer for layer in layers if isinstance(layer, Patches)), None)
+    if encoder is None or patches is None or encoder.grid_size is None:
+        return None
+    stride, hybrid = 1, any(isinstance(layer, ResNetRoot) for layer in layers)
+    if hybrid:
+        stride = 4
+        for unit in layers:
+            if isinstance(unit, BottleneckUnit):
+                stride *= unit.strides[0]
+    return (encoder.grid_size,
+            (patches.patch_size[0] * stride, patches.patch_size[1] * stride), hybrid)
+
+
+def dynamic_size_layout(model):
+    """For a model built with `input_shape=(None, None, 3)`: `(native,
+    multiple)`. `native`: `(height, width)` of the stored position-embedding
+    grid in pixels (the checkpoint's resolution), None for a model that is
+    not a keras_vit ViT. `multiple`: the pixel multiple each image side
+    must be (the patch size), None for a hybrid, whose stem takes any size.
+    """
+    layout = _token_layout(model)
+    if layout is None:
+        return None, None
+    grid, pixels, hybrid = layout
+    return (grid[0] * pixels[0], grid[1] * pixels[1]), (None if hybrid else pixels)
+
+
+def takes_any_size(model):
+    """True for a model built with a None height or width."""
+    shape = model_input_shape(model)
+    return not isinstance(shape, list) and len(shape) == 4 and None in shape[1:3]
+
+
+def any_size_input(model):
+    """What a model built for any size takes, for the exports that keep it:
+    False for a model of one size; else the `(height, width)` pixel
+    multiple each side must be (the patch size), or True (a hybrid, or a
+    model that is not a keras_vit ViT: any size)."""
+    if not takes_any_size(model):
+        return False
+    multiple = dynamic_size_layout(model)[1]
+    return tuple(multiple) if multiple is not None else True
+
+
+def export_image_size(model, image_size=None):
+    """`model_image_size`, where a model built for any size defaults to the
+    size of its stored position-embedding grid (the checkpoint's
+    resolution): the size an export is verified at (and TFLite's fixed
+    size)."""
+    if image_size is None and takes_any_size(model):
+        image_size = dynamic_size_layout(model)[0]
+    return model_image_size(model, image_size)
+
+
+def run_time_sizes(model, size):
+    """The two sizes other than `size` at which an export that keeps a
+    model's run-time-sized input is verified as well: `(h + 2 s, w + s)`
+    (another aspect ratio) and `(2 h, 2 w)`, `s` the pixels of one token
+    (the patch, times a hybrid stem's stride; for a model that is not a
+    keras_vit ViT, a quarter of each side). `()` for a model of one size.
+
+    Example (a ViT of patch 8 built for any size, verified at 32x32):
+
+    >>> import keras_vit
+    >>> model = keras_vit.VisionTransformer(
+    ...     patch_size=8, hidden_size=16, num_layers=1, num_heads=2, mlp_dim=32,
+    ...     input_shape=(None, None, 3), classes=3)
+    >>> run_time_sizes(model, (32, 32))
+    ((48, 40), (64, 64))
+    """
+    if not takes_any_size(model):
+        return ()
+    height, width = size
+    layout = _token_layout(model)
+    step = layout[1] if layout else (max(1, height // 4), max(1, width // 4))
+    return ((height + 2 * step[0], width + step[1]), (2 * height, 2 * width))
+
+
 def output_kind(model, outputs="auto"):
     """`"logits"` or `"probabilities"`: what `model`'s output is.
 
@@ -226,12 +312,15 @@ def reference_logits(model, images, outputs="auto", batch=32):
     return batched(lambda x: call(x)[0], images, batch)
 
 
-def pixel_graph(model, size, outputs="auto"):
+def pixel_graph(model, size, outputs="auto", any_size=False):
     """The traced TensorFlow function (a `ConcreteFunction`) that the ONNX
     and OpenVINO exports convert: input `images`, float32 `(batch, height,
     width, 3)` RGB pixels in [0, 255] with any batch (the model's own
-    preprocessing inside); outputs `logits` and `probabilities`, float32
-    `(batch, classes)` (see `logits_and_probabilities`). Traced with
+    preprocessing inside), `size` `(height, width)`, or any height and
+    width with `any_size` (a model built with `input_shape=(None, None,
+    3)`: its RoPE angles or position-embedding resize are computed from the
+    call's grid inside the graph); outputs `logits` and `probabilities`,
+    float32 `(batch, classes)` (see `logits_and_probabilities`). Traced with
     standard ops only (`portable_graph`)."""
     call = logits_and_probabilities(model, outputs)
 
@@ -241,17 +330,29 @@ def pixel_graph(model, size, outputs="auto"):
 
     with portable_graph():
         return tf.function(serve).get_concrete_function(
-            tf.TensorSpec((None, *size, 3), tf.float32, name="images"))
+            tf.TensorSpec((None, *((None, None) if any_size else size), 3), tf.float32,
+                          name="images"))
 
 
-def pixel_graph_metadata(size, kind, names):
+def _input_text(size, any_size):
+    """The `images` input of a file converted from `pixel_graph`, in words."""
+    if not any_size:
+        return f"(batch, {size[0]}, {size[1]}, 3)"
+    multiple = any_size if isinstance(any_size, tuple) else None
+    return ("(batch, height, width, 3), any height and width" + (
+        f" (multiples of {multiple[0]} and {multiple[1]})" if multiple else ""))
+
+
+def pixel_graph_metadata(size, kind, names, any_size=False):
     """What a file converted from `pixel_graph` says about itself (ONNX
-    `metadata_props`, OpenVINO `rt_info`): its image size, input and
-    outputs, what the Keras model output (`kind`), the keras_vit version and
-    the class names `names` (a JSON list under "labels"; left out when None)."""
+    `metadata_props`, OpenVINO `rt_info`): its image size (for a file that
+    takes any size, `any_size`: True or the `(height, width)` multiple each
+    side must be, the size it was verified at first), input and outputs,
+    what the Keras model output (`kind`), the keras_vit version and the
+    class names `names` (a JSON list under "labels"; left out when None)."""
     height, width = size
     info = {"image_size": json.dumps([height, width]),
-            "input": f"images: float32 (batch, {height}, {width}, 3) RGB pixels in [0, 255]",
+            "input": f"images: float32 {_input_text(size, any_size)} RGB pixels in [0, 255]",
             "outputs": "logits, probabilities: float32 (batch, classes)",
             "keras_output": kind, "keras_vit_version": __version__}
     if names:
@@ -259,9 +360,9 @@ def pixel_graph_metadata(size, kind, names):
     return info
 
 
-def pixel_graph_signature(size):
+def pixel_graph_signature(size, any_size=False):
     """The report's `signature` of a file converted from `pixel_graph`."""
-    height, width = size
+    height, width = ("height", "width") if any_size else size
     return {"inputs": {"images": f"float32 [batch, {height}, {width}, 3]"},
             "outputs": {"logits": "float32 [batch, classes]",
                         "probabilities": "float32 [batch, classes]"}}

@@ -37,7 +37,8 @@ from keras_vit.export._files import is_disk_full
 from keras_vit.export._images import Sampling, as_images
 from keras_vit.export._measure import compare
 from keras_vit.export.model import (
-    model_image_size,
+    any_size_input,
+    export_image_size,
     output_kind,
     pixel_graph,
     pixel_graph_metadata,
@@ -45,6 +46,7 @@ from keras_vit.export.model import (
     reference_logits,
     exported_model,
     require_tensorflow_backend,
+    run_time_sizes,
 )
 from keras_vit.export._pipeline import (
     ExportFormat,
@@ -148,18 +150,21 @@ def convert(model, *, opset=None, image_size=None, outputs="auto"):
     """The float32 ONNX model (`onnx.ModelProto`) of `model`.
 
     Input `images`: float32 `(batch, H, W, 3)` pixels in [0, 255], the
-    batch dimension named `batch` (any size); outputs `logits` and
-    `probabilities` `(batch, classes)`. Raises ValueError naming any
-    TensorFlow op that has no ONNX conversion. Nothing is verified and no
-    metadata is set here (see `to_onnx`)."""
+    batch dimension named `batch` (any size); for a model built with
+    `input_shape=(None, None, 3)` the height and width too (`height`,
+    `width`: any size the model takes, `image_size` unused); outputs
+    `logits` and `probabilities` `(batch, classes)`. Raises ValueError
+    naming any TensorFlow op that has no ONNX conversion. Nothing is
+    verified and no metadata is set here (see `to_onnx`)."""
     import tf2onnx  # optional: the [onnx] extra
 
     require_tensorflow_backend()
     _require()
     opset = _check_opset(opset)
-    size = model_image_size(model, image_size)
+    size = export_image_size(model, image_size)
     _check_weight_bytes(model)
-    function = pixel_graph(model, size, outputs)
+    any_size = bool(any_size_input(model))
+    function = pixel_graph(model, size, outputs, any_size=any_size)
     frozen = _compat.freeze_concrete_function(function)
     names = {tensor.name: key for key, tensor in function.structured_outputs.items()}
     rename = {frozen.inputs[0].name: "images"}
@@ -182,6 +187,9 @@ def convert(model, *, opset=None, image_size=None, outputs="auto"):
     _inputs_as_weights(proto, weights)
     for value in list(proto.graph.input) + list(proto.graph.output):
         value.type.tensor_type.shape.dim[0].dim_param = "batch"
+    if any_size:
+        for axis, name in ((1, "height"), (2, "width")):
+            proto.graph.input[0].type.tensor_type.shape.dim[axis].dim_param = name
     return proto
 
 
@@ -227,11 +235,11 @@ def _inputs_as_weights(proto, weights):
     proto.graph.input.extend(images)
 
 
-def _annotate(proto, names, size, kind):
+def _annotate(proto, names, size, kind, any_size=False):
     """Sets the file's `metadata_props` and `doc_string`."""
     import onnx  # optional: the [onnx] extra
 
-    props = pixel_graph_metadata(size, kind, names)  # the class names under LABELS_KEY
+    props = pixel_graph_metadata(size, kind, names, any_size)  # the class names under LABELS_KEY
     onnx.helper.set_model_props(proto, props)
     proto.doc_string = (f"keras_vit image classifier. {props['input']}; {props['outputs']}. "
                         f"Class names: metadata_props[{LABELS_KEY!r}] (a JSON list)."
@@ -342,7 +350,7 @@ def verify_onnx(path, model, images, *, image_size=None, outputs="auto", num_thr
 
     Returns `(max |logit diff|, top-1 agreement, max |Keras logit|)`; use
     it to check a file shipped earlier against the model it came from."""
-    size = model_image_size(model, image_size)
+    size = export_image_size(model, image_size)
     images = as_images(images, size, len(images), name="images")
     reference = reference_logits(model, images, outputs)
     return compare(reference, run_onnx(path, images, num_threads=num_threads))
@@ -379,7 +387,7 @@ class _ONNX(ExportFormat):
                         raise
                     raise OSError(error.errno, error.strerror, work) from None
                 proto = onnx.load(quantized)
-        _annotate(proto, names, self.size, self.kind)
+        _annotate(proto, names, self.size, self.kind, any_size_input(self.model))
         onnx.checker.check_model(proto)
         onnx.save_model(proto, temporary)
         return temporary
@@ -392,7 +400,7 @@ class _ONNX(ExportFormat):
 
         return dict(batch_size=1, opset=self.opset,
                     runtime=f"onnxruntime {ort.__version__} (CPUExecutionProvider)",
-                    signature=pixel_graph_signature(self.size))
+                    signature=pixel_graph_signature(self.size, bool(self.run_time_sizes)))
 
 
 def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | None = None,
@@ -437,7 +445,13 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
             default (15). The report states it.
         representative_data: calibration images for `"int8"`, as in
             `to_tflite`.
-        image_size: `(height, width)` for a model built with a free size.
+        image_size: `(height, width)` for a model built with a free size
+            (`input_shape=(None, None, 3)`): the size it is verified and
+            calibrated at; default: its stored position-embedding grid's
+            size. The file then takes any height and width the model takes
+            (its input dimensions `height`, `width`), and is verified at
+            two other sizes too (`export.model.run_time_sizes`, reported
+            in `run_time_sizes`).
         outputs: `"auto"`, `"logits"` or `"probabilities"`: what the model
             outputs (auto reads the head).
         validation_data, validation_split, num_validation, num_calibration,
@@ -476,10 +490,11 @@ def to_onnx(model: keras.Model, path: str | os.PathLike, *, quantization: str | 
     model = exported_model(model, "onnx")
     _require()  # before the conversion: an unverifiable file is never written
     opset = _check_opset(opset)
-    size = model_image_size(model, image_size)
+    size = export_image_size(model, image_size)
     output_kind(model, outputs)  # an ambiguous model is refused before any work
     _check_weight_bytes(model)
-    fmt = _ONNX(model, path, quantization, size, outputs, num_threads, opset=opset)
+    fmt = _ONNX(model, path, quantization, size, outputs, num_threads,
+                run_time_sizes(model, size), opset=opset)
     sampling = Sampling(representative_data=representative_data, validation_data=validation_data,
                         num_calibration=num_calibration, num_validation=num_validation,
                         validation_split=validation_split, calibration_split=calibration_split,

@@ -31,7 +31,8 @@ from keras_vit.export.batches import batched
 from keras_vit.export._images import Sampling, as_images
 from keras_vit.export._measure import compare
 from keras_vit.export.model import (
-    model_image_size,
+    any_size_input,
+    export_image_size,
     output_kind,
     pixel_graph,
     pixel_graph_metadata,
@@ -39,6 +40,7 @@ from keras_vit.export.model import (
     reference_logits,
     exported_model,
     require_tensorflow_backend,
+    run_time_sizes,
 )
 from keras_vit.export._pipeline import (
     ExportFormat,
@@ -85,13 +87,15 @@ def convert(model, *, image_size=None, outputs="auto"):
     """The `openvino.Model` of `model` (not yet saved or verified).
 
     Input `images`: float32 `(batch, H, W, 3)` pixels in [0, 255], any
-    batch; outputs `logits` and `probabilities` `(batch, classes)`."""
+    batch (and, for a model built with `input_shape=(None, None, 3)`, any
+    height and width the model takes); outputs `logits` and
+    `probabilities` `(batch, classes)`."""
     require_tensorflow_backend()
     _require()
     import openvino as ov  # optional: the [openvino] extra
 
-    size = model_image_size(model, image_size)
-    function = pixel_graph(model, size, outputs)
+    size = export_image_size(model, image_size)
+    function = pixel_graph(model, size, outputs, any_size=bool(any_size_input(model)))
     try:
         ov_model = ov.convert_model(function)
     except Exception as error:  # noqa: BLE001 - OpConversionFailure: say which ops
@@ -192,7 +196,7 @@ def verify_openvino(path, model, images, *, image_size=None, outputs="auto",
     """Compares a `to_openvino` IR with a Keras model on `images`.
 
     Returns `(max |logit diff|, top-1 agreement, max |Keras logit|)`."""
-    size = model_image_size(model, image_size)
+    size = export_image_size(model, image_size)
     images = as_images(images, size, len(images), name="images")
     reference = reference_logits(model, images, outputs)
     return compare(reference, run_openvino(path, images, num_threads=num_threads,
@@ -219,7 +223,8 @@ class _OpenVINO(ExportFormat):
     def write(self, temporary, names):
         import openvino as ov  # optional: the [openvino] extra
 
-        for key, value in pixel_graph_metadata(self.size, self.kind, names).items():
+        for key, value in pixel_graph_metadata(self.size, self.kind, names,
+                                               any_size_input(self.model)).items():
             self.ov_model.set_rt_info(value, [RT_INFO, key])
         xml = os.path.join(temporary, os.path.basename(self.path))
         os.makedirs(temporary)
@@ -232,7 +237,7 @@ class _OpenVINO(ExportFormat):
     def report_fields(self, file, run, images, reference):
         return dict(batch_size=1, runtime=f"OpenVINO {_version()} (CPU, f32)",
                     bf16=_measure_bf16(file, images, reference, self.num_threads),
-                    signature=pixel_graph_signature(self.size))
+                    signature=pixel_graph_signature(self.size, bool(self.run_time_sizes)))
 
     def judge(self, report):
         passed = super().judge(report)
@@ -279,7 +284,12 @@ def to_openvino(model: keras.Model, path: str | os.PathLike, *,
         path: the `.xml` file to write (`<stem>.bin` is written beside it).
         quantization: `None`/`"none"` (float32 weights) or `"float16"`
             (weights stored in fp16: half the size; computed in f32).
-        image_size: `(height, width)` for a model built with a free size.
+        image_size: `(height, width)` for a model built with a free size
+            (`input_shape=(None, None, 3)`): the size it is verified at;
+            default: its stored position-embedding grid's size. The IR then
+            takes any height and width the model takes, and is verified at
+            two other sizes too (`export.model.run_time_sizes`, reported
+            in `run_time_sizes`).
         outputs: `"auto"`, `"logits"` or `"probabilities"`: what the model
             outputs (auto reads the head).
         validation_data: images to verify on: a `keras_vit.data` source
@@ -317,9 +327,10 @@ def to_openvino(model: keras.Model, path: str | os.PathLike, *,
     quantization = check_quantization(quantization, QUANTIZATIONS)
     model = exported_model(model, "openvino")
     _require()  # before the conversion: an unverifiable file is never written
-    size = model_image_size(model, image_size)
+    size = export_image_size(model, image_size)
     output_kind(model, outputs)  # an ambiguous model is refused before any work
-    fmt = _OpenVINO(model, path, quantization, size, outputs, num_threads)
+    fmt = _OpenVINO(model, path, quantization, size, outputs, num_threads,
+                    run_time_sizes(model, size))
     sampling = Sampling(validation_data=validation_data, num_validation=num_validation,
                         validation_split=validation_split, seed=seed, data_dir=data_dir,
                         holdout=holdout, skip_corrupt=skip_corrupt)

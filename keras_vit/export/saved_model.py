@@ -22,49 +22,21 @@ from keras_vit.export.model import (
     logits_and_probabilities,
     model_classes,
     model_image_size,
-    model_input_shape,
+    dynamic_size_layout,
+    export_image_size,
     require_tensorflow_backend,
+    run_time_sizes,
+    takes_any_size,
 )
 from keras_vit.export._pipeline import ExportFormat, export_verified
 from keras_vit.export._report import ExportReport
 from keras_vit.labels import write_labels
-from keras_vit.layers import BottleneckUnit, PatchEncoder, Patches, ResNetRoot
 from keras_vit.layers.fused import portable_graph
-from keras_vit.layers.blocks import walk_layers
 
 LABELS_ASSET = "labels.txt"
 # What the reloaded SavedModel must reach against Keras on the validation
 # images: its graph is the Keras model's, so float32 rounding only.
 CHECKS = {"none": {"max_abs_diff": 1e-5, "min_top1_agreement": 1.0}}
-
-
-def dynamic_size_layout(model):
-    """For a model built with `input_shape=(None, None, 3)`: `(native,
-    multiple)`. `native`: `(height, width)` of the stored position-embedding
-    grid in pixels (the checkpoint's resolution), None for a model that is
-    not a keras_vit ViT. `multiple`: the pixel multiple each image side
-    must be (the patch size), None for a hybrid, whose stem takes any size.
-    """
-    layers = list(walk_layers(model))
-    encoder = next((layer for layer in layers if isinstance(layer, PatchEncoder)), None)
-    patches = next((layer for layer in layers if isinstance(layer, Patches)), None)
-    if encoder is None or patches is None or encoder.grid_size is None:
-        return None, None
-    stride = 1
-    if any(isinstance(layer, ResNetRoot) for layer in layers):
-        stride = 4
-        for unit in layers:
-            if isinstance(unit, BottleneckUnit):
-                stride *= unit.strides[0]
-    pixels = (patches.patch_size[0] * stride, patches.patch_size[1] * stride)
-    native = (encoder.grid_size[0] * pixels[0], encoder.grid_size[1] * pixels[1])
-    return native, (None if stride > 1 else patches.patch_size)
-
-
-def takes_any_size(model):
-    """True for a model built with a None height or width."""
-    shape = model_input_shape(model)
-    return not isinstance(shape, list) and len(shape) == 4 and None in shape[1:3]
 
 
 def serving_function(model, *, resize=False, top_k=5, image_size=None, outputs="auto"):
@@ -245,7 +217,10 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
         image_size: `(height, width)` for a model built with a free size:
             the size it is verified at (and `resize=True` resizes to);
             default for a keras_vit ViT: its stored position-embedding
-            grid's size (the checkpoint's resolution).
+            grid's size (the checkpoint's resolution). Without `resize`
+            the signature takes any size the model takes and is verified
+            at two other sizes too (`export.model.run_time_sizes`,
+            reported in `run_time_sizes`).
         outputs: `"auto"`, `"logits"` or `"probabilities"`: what the model
             outputs (auto reads the head).
         validation_data, validation_split, num_validation, seed, data_dir,
@@ -282,12 +257,12 @@ def to_saved_model(model: keras.Model, path: str | os.PathLike, *, resize: bool 
     path = str(path)
     _check_replaceable(path)
     model = exported_model(model, "saved_model")
-    if image_size is None and takes_any_size(model):
-        image_size = dynamic_size_layout(model)[0]  # verify at the stored grid's size
-    size = model_image_size(model, image_size)
+    size = export_image_size(model, image_size)  # any size: the stored grid's
     serve, spec = serving_function(model, resize=resize, top_k=top_k, image_size=size,
                                    outputs=outputs)
-    fmt = _SavedModel(model, path, "none", size, outputs, serve=serve, spec=spec)
+    fmt = _SavedModel(model, path, "none", size, outputs,
+                      run_time_sizes=() if resize else run_time_sizes(model, size),
+                      serve=serve, spec=spec)
     sampling = Sampling(representative_data=representative_data,
                         validation_data=validation_data, num_validation=num_validation,
                         validation_split=validation_split, seed=seed, data_dir=data_dir,

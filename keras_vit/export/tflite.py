@@ -35,8 +35,8 @@ from keras_vit.export.batches import check_batch_size
 from keras_vit.export._images import INT8_NEEDS_DATA, Sampling, as_images, calibration_data
 from keras_vit.export._measure import compare
 from keras_vit.export.model import (
+    export_image_size,
     logits_and_probabilities,
-    model_image_size,
     output_kind,
     reference_logits,
     exported_model,
@@ -144,7 +144,7 @@ def verify_tflite(path, model, images, *, image_size=None, outputs="auto", num_t
     `images` are 0..255 pixels: both sides get them normalized as the
     file's metadata says (the graph is the Keras model's).
     """
-    size = model_image_size(model, image_size)
+    size = export_image_size(model, image_size)
     images = as_images(images, size, len(images), name="images")
     inputs = normalize(images, read_tflite_metadata(path))
     reference = reference_logits(model, inputs, outputs)
@@ -167,7 +167,7 @@ def convert(model, *, quantization="none", representative_data=None, batch_size=
     verified here (see `to_tflite`)."""
     require_tensorflow_backend()
     quantization = check_quantization(quantization, QUANTIZATIONS)
-    size = model_image_size(model, image_size)
+    size = export_image_size(model, image_size)
     batch_size = check_batch_size(batch_size, size)
     call = logits_and_probabilities(model, outputs)
     calibration = None
@@ -422,6 +422,12 @@ def to_tflite(model: keras.Model, path: str | os.PathLike, *, quantization: str 
         batch_size: the static batch of the graph, 1..`max_batch_size(
             image size)`; never changed to fit the validation images (a
             partial last batch is padded when the file is run).
+        image_size: `(height, width)` for a model built with a free size
+            (`input_shape=(None, None, 3)`, a RoPE model's included): the
+            file's one size, chosen here (a TFLite graph has static
+            shapes; the RoPE angles and any position-embedding resize are
+            computed for it at conversion); default: its stored
+            position-embedding grid's size.
         float_ops: TFLite op names kept in float under `"int8"`;
             `"auto"` is `INT8_FLOAT_OPS`, `()` quantizes everything.
         validation_data: images to verify on (same kinds; a stratified
@@ -480,7 +486,7 @@ def to_tflite(model: keras.Model, path: str | os.PathLike, *, quantization: str 
     require_tensorflow_backend()
     quantization = check_quantization(quantization, QUANTIZATIONS)
     model = exported_model(model, "tflite")
-    size = model_image_size(model, image_size)
+    size = export_image_size(model, image_size)
     batch_size = check_batch_size(batch_size, size)
     output_kind(model, outputs)
     info = classifier_metadata(model, image_size=size, quantization=quantization,

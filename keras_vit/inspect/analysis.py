@@ -8,6 +8,7 @@ import numpy as np
 
 from keras_vit.layers import PatchEncoder, Patches, ResNetRoot
 from keras_vit.layers.blocks import encoder_blocks
+from keras_vit.layers.rotary import RotaryEmbedding
 
 
 def find_vit(model):
@@ -115,6 +116,9 @@ class _Parts:
         self.encoder = next(layer for layer in layers if isinstance(layer, PatchEncoder))
         self.blocks = encoder_blocks(self.vit)  # a ViT: TransformerBlocks
         self.patches = next((layer for layer in layers if isinstance(layer, Patches)), None)
+        # the rotary embedding the blocks of a RoPE model are called with
+        self.rope = next((layer for layer in layers if isinstance(layer, RotaryEmbedding)),
+                         None)
         # A model that takes any size is inspected at its stored grid.
         self.image_size = stored_image_size(self.vit)
         self.grid = tuple(self.encoder.grid_size)
@@ -153,8 +157,8 @@ class _AttentionOf(keras.layers.Layer):
         super().__init__(name=f"{block.name}_attention")
         self.block = block
 
-    def call(self, x):
-        return self.block(x, training=False, return_attention_scores=True)[1]
+    def call(self, x, rope=None):
+        return self.block(x, rope=rope, training=False, return_attention_scores=True)[1]
 
 
 def attention_weights(model, images, batch_size=16):
@@ -162,8 +166,12 @@ def attention_weights(model, images, batch_size=16):
     arrays `(N, heads, tokens, tokens)` (query, key), inference mode."""
     parts = _Parts(model)
     images = _images(images, parts)
+    rope = None if parts.rope is None else parts.rope.output
     probe = keras.Model(parts.vit.input, [
-        _AttentionOf(block)(block.input) for block in parts.blocks])
+        # (a RoPE block's inputs are its tokens and the rotary embedding)
+        _AttentionOf(block)(keras.tree.flatten(block.input)[0],
+                            rope=rope if block.rope else None)
+        for block in parts.blocks])
     return [a.astype("float32") for a in _run(probe, images, batch_size)]
 
 
@@ -312,8 +320,15 @@ def attention_distance(model, images):
 def position_embedding_similarity(model):
     """Cosine similarity of every patch's position embedding with every
     other one (ViT paper Fig. 7, centre): `(grid_h, grid_w, grid_h,
-    grid_w)`; `[i, j]` is the map of patch (i, j)."""
+    grid_w)`; `[i, j]` is the map of patch (i, j). A ValueError for a model
+    without a position embedding (`position_embedding=False`: RoPE or
+    BEiT's relative position bias place its tokens)."""
     parts = _Parts(model)
+    if parts.encoder.position_embedding is None:
+        raise ValueError(
+            f"{parts.vit.name!r} has no position embedding (built with "
+            "position_embedding=False: rotary embeddings or a relative position bias place "
+            "its tokens), so there is no position-embedding similarity to draw.")
     embedding = keras.ops.convert_to_numpy(parts.encoder.position_embedding)[0]
     # the patch rows: with no_embed_class the embedding has no prefix rows
     patches = embedding[parts.encoder.num_embedded_prefix_tokens:].astype("float64")

@@ -176,7 +176,8 @@ def explain(model, images, out, names=None, n_filters=28, class_name=None, predi
     `rollout_<name>.png` per image (titled with the class the model
     predicts and its probability, for a model with a classification
     head), `attention_distance.png`, `position_embedding_similarity.png`
-    and, for pure ViTs, `embedding_filters.png`. `class_name` (a class
+    (for a model with a position embedding) and, for pure ViTs,
+    `embedding_filters.png`. `class_name` (a class
     name or index): each `rollout_<name>.png` shows that class's relevance
     (`class_relevance`, the gradient-weighted rollout) instead of the
     attention rollout, which is the same for every class. `predictions`:
@@ -211,9 +212,10 @@ def explain(model, images, out, names=None, n_filters=28, class_name=None, predi
     distance = analysis.mean_distance(attentions, parts.prefix, parts.grid, parts.pixels)
     written["attention_distance"] = [plot_attention_distance(
         distance, os.path.join(out, "attention_distance.png"), parts.image_size)]
-    written["position_embedding_similarity"] = [plot_position_similarity(
-        analysis.position_embedding_similarity(model),
-        os.path.join(out, "position_embedding_similarity.png"))]
+    if parts.encoder.position_embedding is not None:  # (RoPE, BEiT: none)
+        written["position_embedding_similarity"] = [plot_position_similarity(
+            analysis.position_embedding_similarity(model),
+            os.path.join(out, "position_embedding_similarity.png"))]
     try:
         components, _ = analysis.embedding_filters(model, n=n_filters)
     except ValueError:  # a hybrid: no pixel filters

@@ -256,6 +256,11 @@ class TransformerBlock(keras.layers.Layer):
         relative_position_bias=None,
         **kwargs,
     ):
+        if rope is not None:
+            # The `rope` call argument is float32 (RoPE in float32, as timm):
+            # Keras' autocast would round it to a mixed policy's compute
+            # dtype with the inputs, so `call` casts the inputs itself.
+            kwargs["autocast"] = False
         super().__init__(**kwargs)
         self.attention = check_attention(attention)
         self.mlp = check_mlp(mlp)
@@ -401,9 +406,10 @@ class TransformerBlock(keras.layers.Layer):
         qkv = dense(self.qkv, rows)
         if self.qkv_bias != "qv":
             return qkv
-        query = ops.cast(self.q_bias, qkv.dtype)
-        return qkv + ops.concatenate([query, ops.zeros_like(query),
-                                      ops.cast(self.v_bias, qkv.dtype)])
+        # (as tensors: JAX cannot read a variable's dtype with autocast off, see __init__)
+        q_bias, v_bias = ops.convert_to_tensor(self.q_bias), ops.convert_to_tensor(self.v_bias)
+        bias = ops.concatenate([q_bias, ops.zeros_like(q_bias), v_bias])
+        return qkv + ops.cast(bias, qkv.dtype)
 
     def _attention(self, x, training, return_attention_scores=False, rope=None):
         """Attention branch on normalized `x` (batch, tokens, hidden):
@@ -459,6 +465,9 @@ class TransformerBlock(keras.layers.Layer):
                 f"{self.name}: a block with rope={self.rope!r} takes " + (
                     "the call argument `rope` (a RotaryEmbedding output)." if self.rope
                     else "no `rope` call argument."))
+        if not self.autocast:  # (rope: see __init__)
+            inputs = ops.cast(inputs, self.compute_dtype)
+            rope = ops.cast(rope, "float32")
         if self.remat and training and not return_attention_scores:
             return rematerialized_call(
                 lambda x: self._forward(x, training, rope=rope)[0], inputs,

@@ -57,6 +57,7 @@ from keras_vit.layers.fused import accelerator
 from keras_vit.layers.mixer import MixerBlock
 from keras_vit.layers.pooling import AttentionPooling
 from keras_vit.layers.resnet import ResNetRoot
+from keras_vit.layers.rotary import RotaryEmbedding
 from keras_vit.layers.transformer import TransformerBlock
 
 # Values kept per image for the backward pass (see the module docstring).
@@ -125,10 +126,52 @@ def _layers(model):
             yield layer
 
 
-def _block_values(layer, itemsize):
+def _symbolic(layer):
+    """The symbolic tensors `layer` takes and gives (none for an unused layer)."""
+    try:
+        return keras.tree.flatten(layer.input) + keras.tree.flatten(layer.output)
+    except (AttributeError, ValueError):
+        return []
+
+
+def _resolved(model, input_shape):
+    """`{id(tensor): shape}` of every symbolic tensor of `model`'s layers
+    (those of nested functional models included) for an input of
+    `input_shape`, computed symbolically: no pixels are run."""
+    tensors = {id(t): t for t in keras.tree.flatten(model.inputs)}
+    for layer in model.layers:
+        tensors.update((id(t), t) for t in _symbolic(layer))
+    keys = list(tensors)
+    probe = keras.Model(model.inputs, [tensors[key] for key in keys])
+    specs = probe.compute_output_spec(keras.KerasTensor(input_shape))
+    shapes = {key: tuple(spec.shape) for key, spec in zip(keys, specs, strict=True)}
+    for layer in model.layers:
+        if _functional(layer):
+            shapes.update(_resolved(layer, shapes[id(keras.tree.flatten(layer.input)[0])]))
+    return shapes
+
+
+def _shapes_at(model, image_size):
+    """The shapes of `model`'s symbolic tensors at `image_size` (an int or
+    `(height, width)`) for a model built for any size (`input_shape=(None,
+    None, 3)`: its graph's token and pixel counts are None), else {}."""
+    inputs = keras.tree.flatten(model.inputs)
+    if image_size is None or len(inputs) != 1:
+        return {}
+    shape = inputs[0].shape
+    if len(shape) != 4 or None not in shape[1:3]:
+        return {}
+    height, width = (image_size, image_size) if isinstance(image_size, int) else image_size
+    return _resolved(model, (1, height, width, shape[3]))
+
+
+def _block_values(layer, itemsize, shape_of):
     """Bytes per image a block keeps for the backward pass, or None for a
-    layer that is no block."""
-    shape = layer.input.shape
+    layer that is no block (`shape_of`: a symbolic tensor's shape)."""
+    inputs = layer.input
+    if isinstance(layer, TransformerBlock) and isinstance(inputs, (list, tuple)):
+        inputs = inputs[0]  # a RoPE block's: its tokens and the rotary embedding
+    shape = shape_of(inputs)
     activations, attention = _backend_factors()
     if isinstance(layer, TransformerBlock):
         tokens, width = shape[-2], shape[-1]
@@ -153,7 +196,7 @@ def _block_values(layer, itemsize):
 
 
 def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
-                             weight_copies=0):
+                             weight_copies=0, image_size=None):
     """The host memory one training step of `model` takes, or None where
     it cannot be counted (a subclassed model, whose layers have no
     symbolic outputs).
@@ -165,6 +208,10 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
             with momentum 1, AdamW 2).
         weight_copies: more copies of the weights (gradient accumulators,
             an EMA, SAM's perturbation).
+        image_size: the training size (an int or `(height, width)`) of a
+            model built for any size (`input_shape=(None, None, 3)`),
+            whose layers' shapes are then counted at it; ignored for a
+            model of one size.
 
     Example:
 
@@ -178,16 +225,23 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
         return None
     per_image, largest_block, runtime = 0.0, 0.0, RUNTIME_BYTES
     remat_saves = remat_saves_memory()
+    shapes = _shapes_at(model, image_size)
+
+    def shape_of(tensor):
+        return shapes.get(id(tensor), tensor.shape)
+
     for layer in _layers(model):
         if isinstance(layer, ResNetRoot):
             runtime = RUNTIME_BYTES_RESNET
+        if isinstance(layer, RotaryEmbedding):
+            continue  # one table for the batch, nothing to differentiate
         try:
             size = itemsize(layer.compute_dtype)
-            counted = _block_values(layer, size)
+            counted = _block_values(layer, size, shape_of)
             if counted is None:
                 outputs = keras.tree.flatten(layer.output)
                 per_image += OTHER_LAYER * size * sum(
-                    math.prod(t.shape[1:]) for t in outputs)
+                    math.prod(shape_of(t)[1:]) for t in outputs)
                 continue
         except (AttributeError, ValueError, TypeError):  # an unused or shared layer
             continue
@@ -199,7 +253,7 @@ def estimate_training_memory(model, batch_size, *, optimizer_slots=2,
             per_image += kept
     per_image += largest_block
     inputs = keras.tree.flatten(model.inputs)
-    per_image += INPUT_BATCHES * 4 * sum(math.prod(t.shape[1:]) for t in inputs)
+    per_image += INPUT_BATCHES * 4 * sum(math.prod(shape_of(t)[1:]) for t in inputs)
     weights = sum(math.prod(v.shape) * itemsize(v.dtype) for v in model.trainable_weights)
     fixed = runtime + weights * (1 + optimizer_slots + weight_copies)
     return MemoryEstimate(int(fixed), int(per_image), int(batch_size))
@@ -293,7 +347,7 @@ def check_host_memory(model, batch_size, *, image_size, name, optimizer_slots,
     if accelerator() != "cpu":
         return None
     estimate = estimate_training_memory(model, batch_size, optimizer_slots=optimizer_slots,
-                                        weight_copies=weight_copies)
+                                        weight_copies=weight_copies, image_size=image_size)
     available = available_memory() if available is None else available
     if estimate is None or available is None or estimate.total <= available:
         return estimate
