@@ -43,9 +43,9 @@ patch-embedding and attention products; a training step counts 3 forward
 passes; ViT-B/16 at 224: 35.1 GFLOP forward) and the peak of the device
 measured in the same run (a bfloat16 8192^3 product through PyTorch, or JAX
 where PyTorch is missing; on a CPU the fastest float32 2048^3 product of
-PyTorch's and TensorFlow's); on a GPU whose datasheet peak is in
-`SPEC_PEAK_TFLOPS` (H100, H200: 989 TFLOP/s dense bfloat16) a second MFU
-(`mfu_spec`) against it. Peak memory: the
+PyTorch's and TensorFlow's; `--peak-size N`: N^3 instead); on a GPU whose
+datasheet peak is in `SPEC_PEAK_TFLOPS` (H100, H200: 989 TFLOP/s dense
+bfloat16) a second MFU (`mfu_spec`) against it. Peak memory: the
 device's allocator peak (JAX `memory_stats`, `torch.cuda.max_memory_allocated`,
 TensorFlow `get_memory_info`); on a CPU the process's peak RSS.
 
@@ -56,10 +56,13 @@ the run goes on; each worker is stopped after `--timeout` seconds.
     python benchmarks/accelerator.py [--models vit_b16,vit_l16,dinov2_l14]
         [--frameworks keras_vit-jax,keras_vit-tf,keras_vit-torch,timm-eager,timm-compile]
         [--batch 128] [--image-size 224] [--dtype bfloat16] [--attention auto]
-        [--steps 10] [--rounds 3] [--warmup 3] [--timeout 300] [--json PATH]
+        [--steps 10] [--rounds 3] [--warmup 3] [--timeout 300] [--peak-size N]
+        [--json PATH]
 
-`--models tiny --image-size 32 --batch 2` runs a two-block model in seconds
-on a CPU (tests/test_benchmarks.py does, so that the script cannot rot).
+`--models tiny --image-size 32 --batch 2 --peak-size 256` runs a two-block
+model in seconds on a CPU (tests/test_benchmarks.py does, so that the
+script cannot rot; the CPU peak's 2048^3 products alone take about 20 s
+on one thread).
 """
 
 import argparse
@@ -471,13 +474,13 @@ def _cpu_peak(n=2048):
 def peak_worker(args):
     """The device's matmul peak (FLOP/s): bfloat16 8192^3 on a GPU (PyTorch,
     or JAX where PyTorch is missing), median of 5 timed calls after 2
-    warm-ups; on a CPU `_cpu_peak`."""
+    warm-ups; on a CPU `_cpu_peak` (2048^3). `--peak-size N`: N^3 instead."""
     try:
         import torch
 
         if not torch.cuda.is_available():
-            return {}, _cpu_peak()
-        n = 8192
+            return {}, _cpu_peak(args.peak_size or 2048)
+        n = args.peak_size or 8192
         a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
 
@@ -490,8 +493,8 @@ def peak_worker(args):
         import jax.numpy as jnp
 
         if jax.devices()[0].platform == "cpu":
-            return {}, _cpu_peak()
-        n = 8192
+            return {}, _cpu_peak(args.peak_size or 2048)
+        n = args.peak_size or 8192
         a = jnp.ones((n, n), jnp.bfloat16)
         product = jax.jit(lambda a: (a @ a).sum())
 
@@ -537,6 +540,8 @@ def run_worker(framework, args, model=None, attention="auto"):
         command += ["--profile", args.profile]
     if args.vit_jax:
         command += ["--vit-jax", args.vit_jax]
+    if args.peak_size:
+        command += ["--peak-size", str(args.peak_size)]
     started = time.perf_counter()
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
@@ -687,6 +692,8 @@ def main(argv=None):
     parser.add_argument("--warmup", type=int, default=3, help="untimed steps (compiling)")
     parser.add_argument("--timeout", type=float, default=300, help="seconds per worker")
     parser.add_argument("--json", metavar="PATH", help="write the report here (after each row)")
+    parser.add_argument("--peak-size", type=int, metavar="N",
+                        help="the peak's matmul is N^3 (default: 8192 on a GPU, 2048 on a CPU)")
     parser.add_argument("--profile", metavar="DIR",
                         help="JAX training steps (keras_vit-jax with --loop stateless, "
                              "official-flax): trace 3 steps into DIR and summarise where "

@@ -29,10 +29,12 @@ def test_accelerator_benchmark_runs_on_tiny_shapes(tmp_path, capsys):
         "--models", "tiny", "--frameworks", "keras_vit-tf,timm-eager",
         "--image-size", "32", "--batch", "2",
         "--steps", "1", "--rounds", "1", "--warmup", "1", "--timeout", "240",
-        "--json", str(tmp_path / "report.json")])
+        "--peak-size", "256", "--json", str(tmp_path / "report.json")])
     assert json.loads((tmp_path / "report.json").read_text()) == report
     assert report["peak"]["peak_tflops"] > 0
-    # on a CPU, the fastest framework's float32 matmul (`_cpu_peak`)
+    # on a CPU, the fastest framework's float32 matmul (`_cpu_peak`), at the
+    # size asked (2048^3 by default: 20 s of the test on one thread)
+    assert report["peak"]["peak_shape"] == "256^3 float32"
     assert "(cpu), the best of torch" in report["peak"]["peak_source"]
     assert "tensorflow" in report["peak"]["peak_source"]
     rows = report["results"]["tiny"]

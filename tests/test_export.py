@@ -102,16 +102,26 @@ def test_static_batch_and_a_partial_last_batch(tmp_path):
                                atol=1e-4)
 
 
+@pytest.fixture(scope="module")
+def fp32_token10(tmp_path_factory):
+    """The float32 export of `tiny("token", classes=10)` (its weights are
+    seeded: the same model in each test), made once."""
+    return export.to_tflite(tiny("token", classes=10),
+                            tmp_path_factory.mktemp("fp32") / "fp32.tflite",
+                            validation_data=pixels(24, seed=3), latency_repeats=3,
+                            verbose=False)
+
+
 @pytest.mark.parametrize("quantization", ["float16", "dynamic", "int8"])
-def test_quantized_exports_run_and_their_figures_are_measured(quantization, tmp_path):
+def test_quantized_exports_run_and_their_figures_are_measured(quantization, tmp_path,
+                                                              fp32_token10):
     model = tiny("token", classes=10)
     calibration, validation = pixels(32, seed=2), pixels(24, seed=3)
     path = str(tmp_path / f"{quantization}.tflite")
     report = export.to_tflite(model, path, quantization=quantization,
                               representative_data=calibration, validation_data=validation,
                               latency_repeats=3, check=False, verbose=False)
-    fp32 = export.to_tflite(model, tmp_path / "fp32.tflite", validation_data=validation,
-                            latency_repeats=3, verbose=False)
+    fp32 = fp32_token10
     assert report.quantization == quantization and report.latency_ms > 0
     meta = export.read_tflite_metadata(path)  # MediaPipe's input: float, as raw pixels
     assert meta["inputs"][0]["dtype"] == "float32" and meta["outputs"][0]["dtype"] == "float32"

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import keras_vit
-from conftest import run_cli_process
+from conftest import run_cli, run_cli_process
 from keras_vit.variants import ALL_VARIANTS, MIXER_VARIANTS, VIT_VARIANTS
 from keras_vit.weights import official, registry
 from official_fixtures import REPO_ROOT, Fixture
@@ -246,23 +246,25 @@ def test_download_print_url_downloads_nothing_and_imports_no_tensorflow(server):
     assert server.requests == []
 
 
-def test_download_fills_the_cache_that_weights_then_uses(server):
+def test_download_fills_the_cache_that_weights_then_uses(server, monkeypatch):
+    """(In this process: that `download` starts without TensorFlow is the
+    test above; this one reads the .npz, which loads TensorFlow.)"""
     fixture = Fixture("mixer_tiny")  # any official .npz: download checks the format
     # (a file with no official size: the listed ones must have theirs)
     stem = registry._AUGREG_I1K["B/8"]
     server.put(f"vit_models/augreg/{stem}.npz", fixture.checkpoint)
-    env = {"KERAS_VIT_MIRROR": server.url, "KERAS_HOME": os.environ["KERAS_HOME"]}
-    first = cli("download", "imagenet", "--model", "ViTB8", "--json", env=env)
-    assert first.returncode == 0, first.stderr
-    record = json.loads(first.stdout)
+    monkeypatch.setenv("KERAS_VIT_MIRROR", server.url)
+    first = run_cli("download", "imagenet", "--model", "ViTB8", "--json")
+    assert first.code == 0, first.err
+    record = json.loads(first.out)
     path = cache_dir() / f"vit_models--augreg--{stem}.npz"
     assert record["path"] == str(path) and record["cached"] is False
     assert record["bytes"] == path.stat().st_size == os.path.getsize(fixture.checkpoint)
     assert record["downloaded_from"] == f"{server.url}/vit_models/augreg/{stem}.npz"
     assert server.requests == [f"/vit_models/augreg/{stem}.npz"]
-    again = cli("download", "augreg+imagenet2012", "--model", "ViT-B_8", env=env)
-    assert again.returncode == 0, again.stderr
-    assert again.stdout.startswith(f"Already cached: {path} (")
+    again = run_cli("download", "augreg+imagenet2012", "--model", "ViT-B_8")
+    assert again.code == 0, again.err
+    assert again.out.startswith(f"Already cached: {path} (")
     assert len(server.requests) == 1
 
 

@@ -276,11 +276,13 @@ def test_cli_train_and_evaluate_end_with_json(digits_folder, tmp_path):
     assert abs(evaluated["accuracy"] - results["val_accuracy"]) < 1e-6
 
 
+@pytest.mark.long
 def test_jit_compile_on_trains_with_xla_on_the_cpu(few_digits_folder, tmp_path, monkeypatch):
     """docs/training.md suggests `jit_compile=True` (`--jit-compile on`) for
     float32 on one CPU (TensorFlow's "auto" leaves XLA off there): the
     XLA-compiled step trains, with SAM and gradient accumulation, and moves
-    the weights."""
+    the weights. (Marked `long`: 48 s in CI's two-worker run, 10-15 s
+    alone; collected late, it could run alone at the end.)"""
     compiled = []
     compile_ = keras.Model.compile
 
@@ -337,13 +339,15 @@ def test_killed_training_resumes_from_the_backup(digits_folder, tmp_path, run):
     """(JAX: both processes share the test run's persistent compilation
     cache (conftest), so the resumed one loads the train and validation
     steps that the killed one compiled: about 9 s less of the resumed run,
-    the same executables.)"""
+    the same executables. Epochs of 20 steps, not 40: 2-5 s less of each
+    run; the kill, polled every 50 ms, still has three epochs to land in
+    before the run would end.)"""
     env, flags = KILL_RUNS[run]
     model = digits_model(tmp_path / "start.keras")
     out = tmp_path / "run"
     args = [sys.executable, "-m", "keras_vit.cli", "train", "--model", model, "--data",
             f"folder:{digits_folder}", "--recipe", "scratch", "--image-size", "32",
-            "--batch-size", "32", "--epochs", "5", "--steps-per-epoch", "40",
+            "--batch-size", "32", "--epochs", "5", "--steps-per-epoch", "20",
             "--out", str(out), "--quiet", *flags]
     process = subprocess.Popen(args, cwd=REPO_ROOT, stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE,

@@ -152,28 +152,24 @@ def test_links_and_fifos_inside_backup_and_tensorboard_are_refused(folder, tmp_p
     assert target.read_bytes() == b"user"
 
 
-def test_overwrite_removes_planted_links_and_writes_real_files(folder, tmp_path):
+def test_overwrite_removes_planted_links_and_writes_real_files(folder, tmp_path, monkeypatch):
+    """And labels.txt goes through keras_vit._atomic (a link planted after
+    the check is replaced, never followed). (One run for both.)"""
     target = tmp_path / "mine.txt"
     target.write_text("the user's file\n")
     out = tmp_path / "run"
     out.mkdir()
     for name in ("labels.txt", "log.csv"):
         (out / name).symlink_to(target)
+    written, write_text = [], _atomic.write_text
+    monkeypatch.setattr(_atomic, "write_text",
+                        lambda path, text: (written.append(path), write_text(path, text))[1])
     results = _train(folder, out, overwrite=True)
+    assert "labels.txt" in [os.path.basename(p) for p in written]
     assert target.read_text() == "the user's file\n"
     for name in ("labels.txt", "log.csv"):
         assert not (out / name).is_symlink() and (out / name).stat().st_size > 0
     assert results["outputs"] == "logits"  # item 26: the run says what model.keras outputs
-
-
-def test_labels_are_written_through_a_temporary_and_a_rename(folder, tmp_path, monkeypatch):
-    """labels.txt goes through keras_vit._atomic (a link planted after the
-    check is replaced, never followed)."""
-    written = []
-    monkeypatch.setattr(_atomic, "write_text",
-                        lambda path, text: written.append((path, text)))
-    _train(folder, tmp_path / "run")
-    assert "labels.txt" in [os.path.basename(p) for p, _ in written]
 
 
 # --- item 21: a disk that fills during training ---------------------------------------
