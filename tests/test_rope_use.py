@@ -91,6 +91,20 @@ def test_the_memory_estimate_of_a_model_for_any_size_counts_at_the_training_size
                                     optimizer_slots=1, available=1 << 40) is not None
 
 
+@pytest.mark.backends
+def test_the_memory_estimate_counts_rotary_embeddings_and_the_mlp_norm():
+    """The estimate's own definition (keras_vit.training.memory): rotary
+    embeddings keep 1.5 T D more per block, EVA-02's MLP norm 2 T M; the
+    rotary table itself (no batch axis, no gradient) is not counted."""
+    from test_family_use import ACTIVATIONS, MLP, TOKENS, WIDTH, _per_image
+
+    plain = _per_image()
+    assert _per_image(rope="dinov3") - plain == pytest.approx(
+        2 * ACTIVATIONS * 4 * memory.ROPE * TOKENS * WIDTH, abs=1)
+    assert _per_image(mlp_norm=True) - plain == pytest.approx(
+        2 * ACTIVATIONS * 4 * memory.MLP_NORM * TOKENS * MLP, abs=1)
+
+
 def test_position_embedding_similarity_says_when_there_is_none():
     with pytest.raises(ValueError, match=r"has no position embedding \(built with "
                                          r"position_embedding=False"):

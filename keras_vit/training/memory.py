@@ -28,7 +28,13 @@ image, from the model's own layers, plus the gradients and optimizer slots:
   `2 T M`, its two halves, the sigmoid, the gated products and the
   dropout's; ViT-S/14 at 224 px kept 51.6 MB an image more with it than
   with the GELU MLP on TensorFlow, 2.7 `T M` a block (measured on
-  TensorFlow only; the backends' factors apply);
+  TensorFlow only; the backends' factors apply). With rotary embeddings
+  (`rope`, DINOv3, EVA-02) `1.5 T D` more (the rotated queries and keys
+  and their partners: ViT-S/16 at 224 px kept 4.9 MB an image more with
+  them, 1.35 `T D` a block); with EVA-02's MLP norm (`mlp_norm`) `2 T M`
+  more (its input and normalised values: EVA-02-S/16's options on ViT-S/16
+  kept 173.5 MB an image against 142 estimated without; both measured on
+  TensorFlow, `benchmarks/train_memory.py`);
 - the attention-pooling head (`classifier="map"`, SigLIP) over `T` tokens:
   its keys and values, `2 T D` values of the compute dtype, and `1.5 H T`
   float32 attention values (the factors of the blocks on JAX and torch);
@@ -67,6 +73,8 @@ MLP_WIDTH_SWIGLU = 6      # x T M, per TransformerBlock(mlp="swiglu")
 ATTENTION = 1.5           # x H T^2, float32
 LAYER_SCALE = 0.5         # x T D, per TransformerBlock with LayerScale
 LAYER_SCALE_TORCH = 7.0   # (torch: ViT-S/14 at 224 px, 168 MB an image measured, 132 without)
+ROPE = 1.5                # x T D, per TransformerBlock with rotary embeddings
+MLP_NORM = 2              # x T M, per TransformerBlock with an MLP norm (EVA-02)
 POOLING_KEYS_VALUES = 2   # x T D, per AttentionPooling (and ATTENTION x H T)
 # JAX (XLA on the CPU) keeps more: 4 attention arrays per head, and 15% more
 # of the others (fitted to ViT-Ti/16 at 384 px and S/16 at 224); torch 10%
@@ -175,8 +183,10 @@ def _block_values(layer, itemsize, shape_of):
     activations, attention = _backend_factors()
     if isinstance(layer, TransformerBlock):
         tokens, width = shape[-2], shape[-1]
-        token_width = TOKEN_WIDTH + (layer_scale_values() if layer.ls1 is not None else 0)
-        mlp_width = MLP_WIDTH_SWIGLU if layer.mlp == "swiglu" else MLP_WIDTH
+        token_width = (TOKEN_WIDTH + (layer_scale_values() if layer.ls1 is not None else 0)
+                       + (ROPE if layer.rope is not None else 0))
+        mlp_width = ((MLP_WIDTH_SWIGLU if layer.mlp == "swiglu" else MLP_WIDTH)
+                     + (MLP_NORM if layer.mlp_norm else 0))
         kept = (activations * itemsize * (token_width * tokens * width
                                           + mlp_width * tokens * layer.mlp_dim)
                 + 4 * attention * layer.num_heads * tokens * tokens)
