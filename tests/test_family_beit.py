@@ -43,8 +43,9 @@ timm = import_timm()
 BEIT_SECOND = SECOND_SIZE["beit"][0]
 
 
-@pytest.mark.backends
-@pytest.mark.parametrize("name", ["beit_base_patch16_224", "beitv2_base_patch16_224"])
+@pytest.mark.parametrize("name", [  # BEiTv2 (another mean/std) on TensorFlow only
+    pytest.param("beit_base_patch16_224", marks=pytest.mark.backends),
+    "beitv2_base_patch16_224"])
 def test_timm_beit_gives_timms_logits_at_its_size_and_another(name):
     """The head on the patch tokens' mean after fc_norm, q/v biases, layer
     scale, each block's table; at 96 px the tables resized as timm's
@@ -87,8 +88,8 @@ def test_transformers_beit_gives_its_output_at_its_size_and_another(kind, output
                       transformers_outputs(kind, photos(size))[output])
 
 
-@pytest.mark.backends
-@pytest.mark.parametrize("kind", ["dinov3_vit", "dinov3_vit_gated"])
+@pytest.mark.parametrize("kind", [pytest.param("dinov3_vit", marks=pytest.mark.backends),
+                                  "dinov3_vit_gated"])
 def test_transformers_dinov3_gives_its_pooler_output_at_any_size(kind):
     """DINOv3ViTModel's pooler_output (the class token after the final norm):
     RoPE of base rope_theta on the patch tokens, 4 registers, q/v biases,

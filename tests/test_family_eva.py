@@ -81,9 +81,15 @@ def _option(model, key):
     }[key]
 
 
-@pytest.mark.backends
-@pytest.mark.parametrize("name, classes, options", CLASSIFIERS,
-                         ids=[case[0] for case in CLASSIFIERS])
+# On every backend (`-m backends`): DINOv3 and EVA-02-B (split SwiGLU with its
+# sub-LayerNorm, separate q/k/v); the other cases on TensorFlow (CI time)
+ON_EVERY_BACKEND = ("vit_small_patch16_dinov3", "eva02_base_patch14_448")
+
+
+@pytest.mark.parametrize("name, classes, options", [
+    pytest.param(*case, id=case[0], marks=[pytest.mark.backends]
+                 if case[0] in ON_EVERY_BACKEND else [])
+    for case in CLASSIFIERS])
 def test_timm_eva_classifiers_give_timms_logits_at_two_sizes(name, classes, options):
     """DINOv3: one model with `input_shape=(None, None, 3)` at 64 px and
     48x80 px (its RoPE from each call's grid). EVA-02: a model per size,

@@ -52,6 +52,9 @@ PREFIX = {"dinov2": 1, "dinov2_reg": 5, "clip": 1, "siglip": 0, "deit_distilled"
 GRID = {"dinov2": (3, 4), "dinov2_reg": (3, 4), "clip": (4, 4), "siglip": (4, 4),
         "deit_distilled": (4, 4), "dinov3": (4, 4), "eva02": (4, 4), "beit": (4, 4)}
 NAMES = list(FAMILIES)
+# the int8 save-and-reload test (the slowest, 8 s a family on JAX): EVA-02's
+# quantized blocks reload in test_a_fresh_process_reloads_each_family_in_safe_mode
+INT8_NAMES = [name for name in FAMILIES if name != "eva02"]
 
 
 def options(family, **overrides):
@@ -198,7 +201,7 @@ def test_lora_targets_name_the_same_roles_in_the_map_head():
 # --- quantization and .keras --------------------------------------------------------
 
 @pytest.mark.backends
-@pytest.mark.parametrize("family", NAMES)
+@pytest.mark.parametrize("family", INT8_NAMES)
 def test_an_int8_model_saves_and_reloads_with_its_outputs(family, tmp_path):
     """SigLIP's attention-pooling head is quantized with the blocks; its
     config keeps its sublayers' quantized policies, so the file reloads (it
