@@ -17,6 +17,7 @@ from keras_vit.errors import CheckpointMismatchError
 from keras_vit.variants import find_variant
 from keras_vit.weights.npz import AVG_POOL_KEY, DIST_KEY, POSEMB_KEY, REG_KEY
 from keras_vit.weights.posemb import checkpoint_grid, square_grid
+from keras_vit.weights.relative_position import relative_position_grid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,12 +68,7 @@ def rope_of(params):
 def _relative_table_grid(params):
     """The square patch grid of a BEiT relative position table, or None."""
     table = params.get(RELATIVE_TABLE)
-    if table is None or table.ndim != 2:
-        return None
-    side = math.isqrt(max(int(table.shape[0]) - 3, 0))
-    if side % 2 == 0 or side * side != table.shape[0] - 3:
-        return None
-    return ((side + 1) // 2,) * 2
+    return None if table is None or table.ndim != 2 else relative_position_grid(table.shape[0])
 
 
 def _is_square(n):
