@@ -14,13 +14,13 @@ DINOv3's RoPE computed for the grid of each call (one model of
 
 import json
 
-import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
 import keras_vit
 from conftest import predict
 from family_photos import assert_parity
+from test_family_checkpoints import timm_forward
 from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
 
 torch = pytest.importorskip("torch")
@@ -114,13 +114,6 @@ def _timm_beit(tmp_path, classes=5, size=32, **extra):
     return model, folder
 
 
-def _timm_logits(model, folder, size):
-    cfg = json.loads((folder / "config.json").read_text())["pretrained_cfg"]
-    x = (photos(size) / 255.0 - np.float32(cfg["mean"])) / np.float32(cfg["std"])
-    with torch.no_grad():
-        return model(torch.from_numpy(x.transpose(0, 3, 1, 2).copy())).numpy()
-
-
 def test_timm_beit_options_the_weights_show(tmp_path):
     """global_pool='token' (the final norm, then the class token), an
     absolute position embedding beside the tables (resized as timm resizes
@@ -134,7 +127,7 @@ def test_timm_beit_options_the_weights_show(tmp_path):
         assert keras_model.get_layer("encoderblock_0").mlp_layer_norm is not None
         reference = model if size == 32 else timm.create_model(
             f"local-dir:{folder}", pretrained=True, img_size=size).eval()
-        assert_parity(predict(keras_model, photos(size)), _timm_logits(reference, folder, size))
+        assert_parity(predict(keras_model, photos(size)), timm_forward(reference, size, folder))
 
 
 def test_a_bare_timm_beit_file_is_told_by_its_tables(tmp_path):
@@ -145,7 +138,7 @@ def test_a_bare_timm_beit_file_is_told_by_its_tables(tmp_path):
     save_file(load_file(folder / "model.safetensors"), bare)
     keras_model = keras_vit.model_from_checkpoint(bare, num_heads=2, classifier_activation=None,
                                                   image_mean=0.5, image_std=0.5)
-    assert_parity(predict(keras_model, photos(32)), _timm_logits(model, folder, 32))
+    assert_parity(predict(keras_model, photos(32)), timm_forward(model, 32, folder))
 
 
 def test_beits_keras_vit_does_not_build_are_refused_with_the_reason(tmp_path):
