@@ -88,3 +88,54 @@ def test_block_options_keep_the_default_config():
     again = TransformerBlock.from_config(block.get_config())
     assert (again.qkv_bias, again.mlp_norm, again.rope, again.relative_position_bias) == \
         ("qv", True, "eva", (2, 3))
+
+
+@pytest.fixture(scope="module")
+def rope_file(tmp_path_factory):
+    """A tiny DINOv3-style model's official `.npz` (its `rope/dinov3` key
+    `[100, 0, 0]`) and the model's builder arguments."""
+    import keras_vit
+    from keras_vit.weights.official import save_official_weights
+
+    kwargs = dict(patch_size=8, hidden_size=32, num_layers=1, num_heads=2, mlp_dim=64,
+                  classes=3, input_shape=(None, None, 3), rope="dinov3",
+                  position_embedding=False, classifier="avg")
+    path = save_official_weights(keras_vit.VisionTransformer(**kwargs),
+                                 tmp_path_factory.mktemp("rope") / "rope.npz")
+    return dict(np.load(path)), kwargs
+
+
+@pytest.mark.parametrize("tamper", [
+    {"rope/dinov3": [100.0, 0.0, 0.0, 0.0, 0.0]},        # another shape
+    {"rope/dinov3": [float("nan"), 0.0, 0.0]},           # not finite
+    {"rope/dinov3": [0.0, 0.0, 0.0]},                    # no temperature
+    {"rope/dinov3": [100.0, 16.0, 16.0]},                # a reference grid DINOv3 has not
+    {"rope/eva": [1e4, 16.0, 0.0]},                      # half a reference grid
+    {"rope/eva": [1e4, 16.5, 16.5]},                     # not whole patches
+], ids=["shape", "nan", "zero", "dinov3-grid", "half-grid", "fraction"])
+def test_a_tampered_rope_key_is_refused_by_name(rope_file, tmp_path, tamper):
+    """A crafted `rope/...` value is a CorruptCheckpointError naming the key
+    when the file's architecture is read; loaded into a model built with
+    its own RoPE, the value must be the model's (CheckpointMismatchError)."""
+    import keras_vit
+    from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
+
+    arrays, kwargs = rope_file
+    arrays = {k: v for k, v in arrays.items() if not k.startswith("rope/")}
+    arrays.update({k: np.asarray(v, "float32") for k, v in tamper.items()})
+    path = tmp_path / "tampered.npz"
+    np.savez(path, **arrays)
+    with pytest.raises(CorruptCheckpointError, match=r"rotary embedding keys \['rope/"):
+        keras_vit.model_from_checkpoint(path)
+    with pytest.raises(CheckpointMismatchError, match="rope/"):
+        keras_vit.VisionTransformer(**kwargs, weights=path)
+
+
+def test_two_rope_keys_are_refused(rope_file, tmp_path):
+    import keras_vit
+    from keras_vit.errors import CorruptCheckpointError
+
+    arrays, _ = rope_file
+    np.savez(tmp_path / "two.npz", **arrays, **{"rope/eva": np.float32([1e4, 0, 0])})
+    with pytest.raises(CorruptCheckpointError, match=r"\['rope/dinov3', 'rope/eva'\]"):
+        keras_vit.model_from_checkpoint(tmp_path / "two.npz")

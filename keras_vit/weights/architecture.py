@@ -13,7 +13,9 @@ import dataclasses
 import math
 import re
 
-from keras_vit.errors import CheckpointMismatchError
+import numpy as np
+
+from keras_vit.errors import CheckpointMismatchError, CorruptCheckpointError
 from keras_vit.variants import find_variant
 from keras_vit.weights.npz import AVG_POOL_KEY, DIST_KEY, POSEMB_KEY, REG_KEY
 from keras_vit.weights.posemb import checkpoint_grid, square_grid
@@ -47,21 +49,31 @@ ROPE_PREFIX = "rope/"
 
 def rope_of(params):
     """The `VisionTransformer(rope=...)` a `rope/<variant>` key records
-    (`[temperature, ref_h, ref_w]`, 0: no reference grid), or None.
+    (`[temperature, ref_h, ref_w]`, 0: no reference grid), or None; a
+    CorruptCheckpointError for more than one such key or a value no
+    `official.rope_key` writes.
 
     >>> import numpy as np
     >>> rope_of({"rope/eva": np.array([1e4, 16, 16])})
     {'variant': 'eva', 'temperature': 10000.0, 'ref_grid': (16, 16)}
     """
-    keys = [k for k in params if k.startswith(ROPE_PREFIX)]
+    keys = sorted(k for k in params if k.startswith(ROPE_PREFIX))
     if not keys:
         return None
+    value = np.asarray(params[keys[0]], dtype="float64")
+    ref = value[1:] if value.shape == (3,) else None
+    if len(keys) > 1 or ref is None or not np.isfinite(value).all() or value[0] <= 0 \
+            or (ref < 0).any() or (ref != np.round(ref)).any() or (ref[0] == 0) != (ref[1] == 0) \
+            or (keys[0] == f"{ROPE_PREFIX}dinov3" and ref.any()):
+        raise CorruptCheckpointError(
+            f"The checkpoint's rotary embedding keys {keys} hold "
+            f"{[np.asarray(params[k]).tolist() for k in keys]}; keras_vit writes one key "
+            "rope/<variant> of [temperature > 0, ref_h, ref_w] (whole numbers, both 0 for "
+            "no reference grid, as DINOv3's always).")
     variant = keys[0][len(ROPE_PREFIX):]
-    values = [float(v) for v in params[keys[0]].reshape(-1)]
-    rope = {"variant": variant, "temperature": values[0]}
+    rope = {"variant": variant, "temperature": float(value[0])}
     if variant == "eva":
-        rope["ref_grid"] = (int(values[1]), int(values[2])) if len(values) == 3 and values[1] \
-            else None
+        rope["ref_grid"] = (int(ref[0]), int(ref[1])) if ref[0] else None
     return rope
 
 
